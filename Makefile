@@ -1,0 +1,46 @@
+# weir: `make run` builds and runs the default job; `make test` checks everything;
+# `make bench` prints the benchmark tables recorded in BENCHMARKS.md.
+#
+# Everything builds with the release profile (tests and lints too), so C/C++ dependencies
+# are compiled once, not once per profile.
+
+SHELL      := /bin/bash
+CARGO      ?= cargo
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+WEIR       := $(TARGET_DIR)/release/weir
+JOB        ?= jobs/nexmark/q1.yaml
+# System packages the build needs (the C toolchain links Rust binaries).
+BUILD_PACKAGES := gcc libc6-dev
+
+.PHONY: run test bench build deps toolchain lint nexmark-data clean
+
+toolchain:
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+
+deps: toolchain
+	@scripts/ensure-packages.sh $(BUILD_PACKAGES)
+
+build: deps
+	$(CARGO) build --release --bin weir
+
+## Build and run the default job (a Nexmark query over millions of generated events).
+run: build
+	$(WEIR) run $(JOB)
+
+## Formatting, lints (warnings are errors), and every test.
+test: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) test --release --workspace
+
+## Benchmarks (see BENCHMARKS.md for recorded figures).
+bench: build
+	$(WEIR) bench nexmark
+
+## A JSON-lines Nexmark file for the *-jsonl jobs.
+nexmark-data: build
+	mkdir -p data
+	$(WEIR) nexmark generate --events 1000000 --out data/nexmark.jsonl
+
+clean:
+	$(CARGO) clean
