@@ -1,0 +1,727 @@
+//! YAML text → [`JobSpec`], reporting every problem at once.
+//!
+//! 1. serde_yaml parses the text (a syntax error stops here, with its position);
+//! 2. `--set key=value` overrides replace values in the parsed tree;
+//! 3. the tree is validated against the JSON Schema of [`JobSpec`] (the one `weir schema`
+//!    prints), which finds *all* unknown keys, wrong types and out-of-range values together;
+//!    tagged unions (`kind: filter`) are checked against the branch their `kind` names, so a
+//!    typo gives "unknown key `wher`; did you mean `where`?" rather than "matches no variant";
+//! 4. serde decodes the validated tree.
+//!
+//! Every problem carries the line and column that [`super::positions`] found for its path.
+//! Wiring and expression problems are found afterwards by the planner, with the same positions.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use jsonschema::Validator;
+use jsonschema::error::{ValidationError, ValidationErrorKind};
+use serde_json::Value;
+
+use super::JobSpec;
+use super::positions::escape_segment;
+use super::problems::{Problem, SpecError, SpecSource};
+
+/// A parsed job with the text positions its later problems are reported at.
+///
+/// Loading is lenient: a node with a structural problem (unknown key, wrong type) is reported
+/// and left out, and the rest of the job is still decoded so the planner can report wiring and
+/// expression problems in the same pass. [`crate::plan::build`] fails if `problems` is not empty.
+#[derive(Debug)]
+pub struct LoadedJob {
+    pub spec: JobSpec,
+    pub source: SpecSource,
+    /// Problems found while loading.
+    pub problems: Vec<Problem>,
+    /// Nodes left out because of those problems: reading them is not reported again.
+    pub dropped: Dropped,
+}
+
+/// Nodes left out of a job because they had structural problems.
+#[derive(Debug, Default)]
+pub struct Dropped {
+    names: HashSet<String>,
+    /// A whole section was unusable: any reference may point into it.
+    everything: bool,
+}
+
+impl Dropped {
+    pub fn contains(&self, name: &str) -> bool {
+        self.everything || self.names.contains(name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.everything && self.names.is_empty()
+    }
+}
+
+/// A `--set key.path=value` override; the value is read as YAML (`10`, `true`, `[a, b]`, `text`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Override {
+    pub path: Vec<String>,
+    pub value: serde_yaml::Value,
+}
+
+impl FromStr for Override {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (key, value) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`{s}` is not key=value (e.g. sources.gen.events=1000)"))?;
+        let path: Vec<String> = key.trim().split('.').map(str::to_string).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(format!(
+                "`{key}` is not a key path (e.g. sources.gen.events)"
+            ));
+        }
+        let value = serde_yaml::from_str(value)
+            .unwrap_or_else(|_| serde_yaml::Value::String(value.to_string()));
+        Ok(Override { path, value })
+    }
+}
+
+/// Reads a job file (leniently, see [`parse_str`]).
+pub fn load_file(path: &Path, overrides: &[Override]) -> Result<LoadedJob, SpecError> {
+    let file = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_str(&file, &text, overrides),
+        Err(e) => Err(SpecError {
+            file,
+            problems: vec![Problem {
+                path: String::new(),
+                line: None,
+                column: None,
+                message: format!("cannot read the job file: {e}"),
+                origin: None,
+            }],
+        }),
+    }
+}
+
+/// Reads a job given as text; `file` names it in messages. Fails only when nothing usable
+/// could be decoded; otherwise problems travel in [`LoadedJob::problems`].
+pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<LoadedJob, SpecError> {
+    let mut source = SpecSource::new(file, text);
+    let mut tree: serde_yaml::Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let (line, column) = e
+                .location()
+                .map_or((None, None), |l| (Some(l.line()), Some(l.column())));
+            return Err(source.error(vec![Problem {
+                path: String::new(),
+                line,
+                column,
+                message: format!("not valid YAML: {e}"),
+                origin: None,
+            }]));
+        }
+    };
+    if tree.is_null() {
+        return Err(source.error(vec![source.at_value("", "the job file is empty")]));
+    }
+    let mut problems = Vec::new();
+    for o in overrides {
+        match apply_override(&mut tree, o) {
+            Ok(pointer) => source.overridden.push(pointer),
+            Err(message) => problems.push(Problem {
+                path: o.path.join("."),
+                line: None,
+                column: None,
+                message,
+                origin: Some(format!("--set {}", o.path.join("."))),
+            }),
+        }
+    }
+    let mut json = match serde_json::to_value(&tree) {
+        Ok(v) => v,
+        Err(e) => {
+            problems.push(source.at_value("", format!("not a job: {e}")));
+            return Err(source.error(problems));
+        }
+    };
+    if !json.is_object() {
+        problems.push(source.at_value("", "a job file is a mapping of keys (name, sources, ...)"));
+        return Err(source.error(problems));
+    }
+    let mut dropped = Dropped::default();
+    let mut prunes = Vec::new();
+    for error in validator().iter_errors(&json) {
+        describe(&error, &json, &source, &mut problems, &mut prunes);
+    }
+    if !prunes.is_empty() {
+        for prune in prunes {
+            prune.apply(&mut json, &mut dropped);
+        }
+        drop_undecodable_nodes(&mut json, &mut dropped);
+    }
+    match serde_path_to_error::deserialize::<_, JobSpec>(&json) {
+        Ok(spec) => Ok(LoadedJob {
+            spec,
+            source,
+            problems,
+            dropped,
+        }),
+        Err(e) => {
+            if problems.is_empty() {
+                let pointer = path_to_pointer(e.path());
+                problems.push(source.at_value(&pointer, e.inner().to_string()));
+            }
+            Err(source.error(problems))
+        }
+    }
+}
+
+/// What to remove from a document so that the rest can still be decoded and checked after a
+/// schema violation. The smallest unit is a field of a node (an invalid optional field falls
+/// back to its default); a node that still does not decode is left out whole.
+enum Prune {
+    /// The value at this pointer is invalid.
+    Remove(String),
+    /// The object at this pointer has these unknown keys.
+    RemoveKeys(String, Vec<String>),
+    /// The object at this pointer lacks this required key.
+    Required(String, String),
+}
+
+const SECTIONS: [&str; 3] = ["sources", "transforms", "sinks"];
+
+fn segments(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// A stand-in for a required top-level key, so the rest of the job can be checked.
+fn neutral(key: &str) -> Option<Value> {
+    match key {
+        "name" => Some(Value::String("job".into())),
+        "sources" | "sinks" => Some(Value::Object(Default::default())),
+        _ => None,
+    }
+}
+
+impl Prune {
+    fn apply(self, json: &mut Value, dropped: &mut Dropped) {
+        let Some(root) = json.as_object_mut() else {
+            return;
+        };
+        let (pointer, required) = match self {
+            Prune::RemoveKeys(pointer, keys) => {
+                if let Some(Value::Object(map)) = root_pointer_mut(root, &pointer) {
+                    for k in keys {
+                        map.remove(&k);
+                    }
+                }
+                return;
+            }
+            Prune::Remove(pointer) => (pointer, None),
+            Prune::Required(pointer, key) => (pointer, Some(key)),
+        };
+        let segs = segments(&pointer);
+        match segs.as_slice() {
+            [] => {
+                if let Some(key) = required {
+                    if let Some(v) = neutral(&key) {
+                        root.insert(key, v);
+                    }
+                }
+            }
+            [section, name, rest @ ..] if SECTIONS.contains(&section.as_str()) => {
+                let Some(nodes) = root.get_mut(section).and_then(Value::as_object_mut) else {
+                    return;
+                };
+                match (rest.first(), required) {
+                    // An invalid field of a node: drop the field; the node keeps its default.
+                    (Some(field), None) => {
+                        if let Some(node) = nodes.get_mut(name).and_then(Value::as_object_mut) {
+                            node.remove(field);
+                        }
+                    }
+                    // The node itself is invalid or lacks a required key.
+                    _ => {
+                        nodes.remove(name);
+                        dropped.names.insert(name.clone());
+                    }
+                }
+            }
+            [key, ..] => {
+                root.remove(key);
+                if let Some(v) = neutral(key) {
+                    root.insert(key.clone(), v);
+                }
+                if SECTIONS.contains(&key.as_str()) {
+                    dropped.everything = true;
+                }
+            }
+        }
+    }
+}
+
+fn root_pointer_mut<'a>(
+    root: &'a mut serde_json::Map<String, Value>,
+    pointer: &str,
+) -> Option<&'a mut Value> {
+    let segs = segments(pointer);
+    let (first, rest) = segs.split_first()?;
+    let mut node = root.get_mut(first)?;
+    for s in rest {
+        node = match node {
+            Value::Object(m) => m.get_mut(s)?,
+            Value::Array(a) => a.get_mut(s.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(node)
+}
+
+/// Leaves out every node that still does not decode after pruning.
+fn drop_undecodable_nodes(json: &mut Value, dropped: &mut Dropped) {
+    fn check<T: serde::de::DeserializeOwned>(
+        json: &mut Value,
+        section: &str,
+        dropped: &mut Dropped,
+    ) {
+        let Some(nodes) = json.get_mut(section).and_then(Value::as_object_mut) else {
+            return;
+        };
+        let bad: Vec<String> = nodes
+            .iter()
+            .filter(|(_, v)| serde_json::from_value::<T>((*v).clone()).is_err())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for name in bad {
+            nodes.remove(&name);
+            dropped.names.insert(name);
+        }
+    }
+    check::<super::SourceSpec>(json, "sources", dropped);
+    check::<super::TransformSpec>(json, "transforms", dropped);
+    check::<super::SinkSpec>(json, "sinks", dropped);
+}
+
+/// Sets the value at `o.path`, creating mappings on the way; returns its JSON pointer.
+fn apply_override(tree: &mut serde_yaml::Value, o: &Override) -> Result<String, String> {
+    let mut node = tree;
+    let mut pointer = String::new();
+    for (i, segment) in o.path.iter().enumerate() {
+        let last = i + 1 == o.path.len();
+        pointer.push('/');
+        pointer.push_str(&escape_segment(segment));
+        node = match node {
+            serde_yaml::Value::Mapping(map) => {
+                let key = serde_yaml::Value::String(segment.clone());
+                if last {
+                    map.insert(key, o.value.clone());
+                    return Ok(pointer);
+                }
+                map.entry(key)
+                    .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()))
+            }
+            serde_yaml::Value::Sequence(seq) => {
+                let index: usize = segment
+                    .parse()
+                    .map_err(|_| format!("`{segment}` must be an index: its parent is a list"))?;
+                let len = seq.len();
+                let slot = seq.get_mut(index).ok_or_else(|| {
+                    format!("index {index} is out of range: the list has {len} items")
+                })?;
+                if last {
+                    *slot = o.value.clone();
+                    return Ok(pointer);
+                }
+                slot
+            }
+            _ => {
+                return Err(format!(
+                    "cannot set `{}`: `{}` is not a mapping",
+                    o.path.join("."),
+                    o.path[..i].join(".")
+                ));
+            }
+        };
+    }
+    Err("an override needs a key".to_string())
+}
+
+/// The JSON Schema of job files and its compiled validator, built once per process.
+fn validator() -> &'static Validator {
+    static VALIDATOR: OnceLock<Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        jsonschema::validator_for(schema())
+            .expect("the schema derived from JobSpec is a valid JSON Schema")
+    })
+}
+
+fn schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(super::json_schema)
+}
+
+/// Turns one schema violation into user-facing problems.
+fn describe(
+    error: &ValidationError<'_>,
+    instance: &Value,
+    src: &SpecSource,
+    out: &mut Vec<Problem>,
+    prunes: &mut Vec<Prune>,
+) {
+    let at = error.instance_path().as_str().to_string();
+    let schema_node = |suffix_len: usize| {
+        let p = error.schema_path().as_str();
+        schema().pointer(&p[..p.len().saturating_sub(suffix_len)])
+    };
+    match error.kind() {
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            let branches = schema_node(0).and_then(Value::as_array);
+            if let Some(kind) = discriminator(instance.pointer(&at), branches) {
+                let kind_path = format!("{at}/kind");
+                let matching = context
+                    .iter()
+                    .find(|errs| !errs.iter().any(|e| e.instance_path().as_str() == kind_path));
+                match (kind, matching) {
+                    (Some(_), Some(errs)) => {
+                        for e in errs {
+                            describe(e, instance, src, out, prunes);
+                        }
+                    }
+                    (Some(k), None) => {
+                        prunes.push(Prune::Remove(at.clone()));
+                        out.push(src.at_value(
+                            &kind_path,
+                            format!(
+                                "unknown kind `{k}`; expected one of: {}",
+                                kinds(branches).join(", ")
+                            ),
+                        ))
+                    }
+                    (None, _) => {
+                        prunes.push(Prune::Remove(at.clone()));
+                        out.push(src.at_value(
+                            &at,
+                            format!("missing key `kind`, one of: {}", kinds(branches).join(", ")),
+                        ))
+                    }
+                }
+                return;
+            }
+            let weir_type = schema_node("/anyOf".len())
+                .or_else(|| schema_node("/oneOf".len()))
+                .and_then(|s| s.get("x-weir-type"))
+                .and_then(Value::as_str);
+            let value = short(error.instance());
+            if weir_type.is_some() {
+                prunes.push(Prune::Remove(at.clone()));
+            }
+            match weir_type {
+                Some("duration") => out.push(src.at_value(
+                    &at,
+                    format!("{value} is not a duration; write a number and a unit, like 100ms, 10s or 5m"),
+                )),
+                Some("byte-size") => out.push(src.at_value(
+                    &at,
+                    format!("{value} is not a byte size; write a number of bytes or e.g. 64MiB"),
+                )),
+                _ => {
+                    // Report the branch that came closest.
+                    if let Some(best) = context.iter().min_by_key(|errs| errs.len()) {
+                        for e in best {
+                            describe(e, instance, src, out, prunes);
+                        }
+                    } else {
+                        prunes.push(Prune::Remove(at.clone()));
+                        out.push(src.at_value(&at, error.to_string()));
+                    }
+                }
+            }
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            prunes.push(Prune::RemoveKeys(at.clone(), unexpected.clone()));
+            let known: Vec<&str> = schema_node("/additionalProperties".len())
+                .and_then(|s| s.get("properties"))
+                .and_then(Value::as_object)
+                .map(|p| p.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            for key in unexpected {
+                let mut message = format!("unknown key `{key}`");
+                if let Some(best) = closest(key, known.iter().copied()) {
+                    message.push_str(&format!("; did you mean `{best}`?"));
+                } else if !known.is_empty() {
+                    message.push_str(&format!("; expected one of: {}", known.join(", ")));
+                }
+                out.push(src.at_key(&format!("{at}/{}", escape_segment(key)), message));
+            }
+        }
+        ValidationErrorKind::Required { property } => {
+            let name = property.as_str().unwrap_or_default();
+            prunes.push(Prune::Required(at.clone(), name.to_string()));
+            out.push(src.at_value(&at, format!("missing required key `{name}`")));
+        }
+        ValidationErrorKind::Type { .. } => {
+            prunes.push(Prune::Remove(at.clone()));
+            let expected = schema_node(0)
+                .map(|t| match t {
+                    Value::Array(types) => types
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .filter(|t| *t != "null")
+                        .collect::<Vec<_>>()
+                        .join(" or "),
+                    other => other.as_str().unwrap_or("another type").to_string(),
+                })
+                .unwrap_or_else(|| "another type".to_string());
+            out.push(src.at_value(
+                &at,
+                format!(
+                    "expected {}, found {}",
+                    article(&expected),
+                    short(error.instance())
+                ),
+            ));
+        }
+        ValidationErrorKind::Enum { options } => {
+            prunes.push(Prune::Remove(at.clone()));
+            let options: Vec<String> = options
+                .as_array()
+                .map(|o| o.iter().map(short).collect())
+                .unwrap_or_default();
+            out.push(src.at_value(
+                &at,
+                format!(
+                    "{} is not one of: {}",
+                    short(error.instance()),
+                    options.join(", ")
+                ),
+            ));
+        }
+        _ => {
+            prunes.push(Prune::Remove(at.clone()));
+            out.push(src.at_value(&at, error.to_string()));
+        }
+    }
+}
+
+/// For a tagged union (every branch has a constant `kind`): `Some(kind)` of the instance
+/// (`Some(None)` when it lacks one); `None` when this is not a tagged union.
+fn discriminator(
+    instance: Option<&Value>,
+    branches: Option<&Vec<Value>>,
+) -> Option<Option<String>> {
+    let branches = branches?;
+    let tagged = !branches.is_empty()
+        && branches
+            .iter()
+            .all(|b| b.pointer("/properties/kind/const").is_some());
+    if !tagged {
+        return None;
+    }
+    Some(
+        instance
+            .and_then(|i| i.get("kind"))
+            .map(|k| k.as_str().map_or_else(|| k.to_string(), str::to_string)),
+    )
+}
+
+fn kinds(branches: Option<&Vec<Value>>) -> Vec<String> {
+    branches
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b.pointer("/properties/kind/const"))
+        .filter_map(|k| k.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The known name closest to `name`, if close enough to be a likely typo.
+pub fn closest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .into_iter()
+        .map(|k| {
+            (
+                strsim::damerau_levenshtein(&name.to_lowercase(), &k.to_lowercase()),
+                k,
+            )
+        })
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn article(expected: &str) -> String {
+    match expected {
+        "object" => "a mapping".to_string(),
+        "array" => "a list".to_string(),
+        "integer" => "an integer".to_string(),
+        other => format!("a {other}"),
+    }
+}
+
+/// A value for a message, shortened.
+fn short(v: &Value) -> String {
+    let text = match v {
+        Value::String(s) => format!("`{s}`"),
+        Value::Object(_) => "a mapping".to_string(),
+        Value::Array(_) => "a list".to_string(),
+        Value::Null => "nothing (null)".to_string(),
+        other => format!("`{other}`"),
+    };
+    if text.chars().count() > 60 {
+        let cut: String = text.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}
+
+fn path_to_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("/{index}")),
+            Segment::Map { key } => out.push_str(&format!("/{}", escape_segment(key))),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+name: demo
+sources:
+  gen:
+    kind: nexmark
+    events: 1000
+transforms:
+  cheap:
+    kind: filter
+    from: gen.bid
+    where: price < 100
+sinks:
+  out:
+    kind: blackhole
+    from: cheap
+";
+
+    fn problems(text: &str) -> Vec<Problem> {
+        match parse_str("job.yaml", text, &[]) {
+            Ok(loaded) => loaded.problems,
+            Err(e) => e.problems,
+        }
+    }
+
+    #[test]
+    fn a_good_job_parses_with_defaults() {
+        let job = parse_str("job.yaml", GOOD, &[]).unwrap();
+        assert!(job.problems.is_empty(), "{:#?}", job.problems);
+        assert_eq!(job.spec.parallelism, 1);
+        assert!(job.spec.chaining);
+        assert_eq!(job.spec.key_groups, 128);
+        assert_eq!(job.spec.transforms.len(), 1);
+    }
+
+    #[test]
+    fn a_typo_in_a_key_names_the_key_its_position_and_a_suggestion() {
+        let p = problems(&GOOD.replace("where:", "wher:"));
+        assert_eq!(p.len(), 2, "{p:#?}");
+        let unknown = p
+            .iter()
+            .find(|p| p.message.starts_with("unknown key"))
+            .unwrap();
+        assert_eq!(unknown.path, "transforms.cheap.wher");
+        assert_eq!((unknown.line, unknown.column), (Some(10), Some(5)));
+        assert!(
+            unknown.message.contains("did you mean `where`"),
+            "{}",
+            unknown.message
+        );
+        let missing = p.iter().find(|p| p.message.contains("missing")).unwrap();
+        assert_eq!(missing.message, "missing required key `where`");
+        assert_eq!(missing.path, "transforms.cheap");
+    }
+
+    #[test]
+    fn several_errors_in_one_file_are_all_reported() {
+        let text = GOOD
+            .replace("events: 1000", "events: lots")
+            .replace("kind: blackhole", "kind: blackhoel")
+            .replace("name: demo", "name: demo\nparalelism: 2");
+        let p = problems(&text);
+        let messages: Vec<String> = p
+            .iter()
+            .map(|p| format!("{}: {}", p.path, p.message))
+            .collect();
+        assert_eq!(p.len(), 3, "{messages:#?}");
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("paralelism") && m.contains("did you mean `parallelism`")),
+            "{messages:#?}"
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.starts_with("sources.gen.events: expected an integer")),
+            "{messages:#?}"
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.starts_with("sinks.out.kind: unknown kind `blackhoel`")),
+            "{messages:#?}"
+        );
+    }
+
+    #[test]
+    fn a_bad_duration_gets_a_message_about_units() {
+        let text = GOOD.replace(
+            "events: 1000",
+            "events: 1000\n    inter-event-delay: 10 parsecs",
+        );
+        let p = problems(&text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].message.contains("is not a duration"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(p[0].line, Some(6));
+    }
+
+    #[test]
+    fn yaml_syntax_errors_have_a_position() {
+        let p = problems("name: [unclosed\nsources: {}\n");
+        assert_eq!(p.len(), 1);
+        assert!(p[0].line.is_some());
+        assert!(
+            p[0].message.starts_with("not valid YAML"),
+            "{}",
+            p[0].message
+        );
+    }
+
+    #[test]
+    fn overrides_replace_values_and_are_reported_as_overrides() {
+        let set: Override = "sources.gen.events=5".parse().unwrap();
+        let job = parse_str("job.yaml", GOOD, &[set]).unwrap();
+        match &job.spec.sources["gen"] {
+            super::super::SourceSpec::Nexmark(n) => assert_eq!(n.events, Some(5)),
+            other => panic!("{other:?}"),
+        }
+        let bad: Override = "sources.gen.events=many".parse().unwrap();
+        let loaded = parse_str("job.yaml", GOOD, &[bad]).unwrap();
+        assert_eq!(
+            loaded.problems[0].origin.as_deref(),
+            Some("--set sources.gen.events")
+        );
+        assert_eq!(loaded.problems[0].line, None);
+    }
+}

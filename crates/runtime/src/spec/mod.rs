@@ -1,0 +1,570 @@
+//! The job file: what a user writes in YAML, as strict, documented serde types.
+//!
+//! A job is a DAG of named nodes in three sections (`sources`, `transforms`, `sinks`) wired by name
+//! with `from:`. Every struct denies unknown keys, every key is kebab-case, and every default lives
+//! next to its field so that `weir schema` (a JSON Schema derived from these types) documents it.
+//! Loading a file ([`load`]) reports every problem at once with its line, column and key path.
+//!
+//! # Layout
+//! - [`units`]: durations (`100ms`) and byte sizes (`64MiB`).
+//! - [`load`]: YAML text → [`JobSpec`]: syntax, `--set` overrides, schema validation, decoding.
+//! - [`positions`]: where each key and value sits in the YAML text.
+//! - [`problems`]: the error type that lists every problem with its position.
+//!
+//! # Example
+//! ```
+//! let text = "name: demo\nsources:\n  gen: {kind: nexmark, events: 1000}\n\
+//!             sinks:\n  out: {kind: blackhole, from: gen.bid}\n";
+//! let job = weir_runtime::spec::load::parse_str("demo.yaml", text, &[]).unwrap();
+//! assert!(job.problems.is_empty());
+//! assert_eq!(job.spec.name, "demo");
+//! ```
+
+pub mod load;
+pub mod positions;
+pub mod problems;
+pub mod units;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use self::problems::{Problem, SpecError};
+pub use self::units::{ByteSize, HumanDuration};
+use crate::format::json::JsonType;
+
+/// The default number of key groups: the unit in which keyed state is hashed, stored and rescaled.
+pub const DEFAULT_KEY_GROUPS: u32 = 128;
+
+/// A streaming job.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[schemars(title = "weir job")]
+pub struct JobSpec {
+    /// The job's name, shown in logs, summaries and the dashboard.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// A sentence on what the job computes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Subtasks per operator unless the operator says otherwise.
+    #[serde(default = "default_parallelism")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: u32,
+    /// Run operators joined by forward edges of equal parallelism in one task (no channel hop).
+    /// Turn off to compare, or to see every operator as its own task.
+    #[serde(default = "default_true")]
+    pub chaining: bool,
+    /// Most records in one batch moved between tasks.
+    #[serde(default = "default_batch_size")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub batch_size: u32,
+    /// Batches buffered on each channel between two subtasks before the sender waits
+    /// (backpressure). Small keeps memory and latency bounded; too small starves the receiver.
+    #[serde(default = "default_channel_capacity")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub channel_capacity: u32,
+    /// Key groups (the maximum parallelism of keyed operators): keys hash into this many groups,
+    /// and keyed state is split, stored and rescaled by group.
+    #[serde(default = "default_key_groups")]
+    #[schemars(range(min = 1, max = 32768))]
+    pub key_groups: u32,
+    /// Where records come from, by name.
+    #[schemars(length(min = 1))]
+    pub sources: IndexMap<String, SourceSpec>,
+    /// Operators between sources and sinks, by name.
+    #[serde(default)]
+    pub transforms: IndexMap<String, TransformSpec>,
+    /// Where results go, by name.
+    #[schemars(length(min = 1))]
+    pub sinks: IndexMap<String, SinkSpec>,
+    /// Periodic checkpoints (used once checkpointing lands; validated now).
+    #[serde(default)]
+    pub checkpoint: CheckpointSpec,
+    /// Keyed state backend settings.
+    #[serde(default)]
+    pub state: StateSpec,
+}
+
+fn default_parallelism() -> u32 {
+    1
+}
+fn default_true() -> bool {
+    true
+}
+fn default_batch_size() -> u32 {
+    1024
+}
+fn default_channel_capacity() -> u32 {
+    8
+}
+fn default_key_groups() -> u32 {
+    DEFAULT_KEY_GROUPS
+}
+
+/// A source of records.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SourceSpec {
+    /// The Nexmark auction generator. Output ports: `person`, `auction`, `bid`.
+    Nexmark(NexmarkSourceSpec),
+    /// JSON lines from files, one object per line, decoded by a declared schema.
+    Jsonl(JsonlSourceSpec),
+}
+
+impl SourceSpec {
+    pub fn parallelism(&self) -> Option<u32> {
+        match self {
+            SourceSpec::Nexmark(s) => s.parallelism,
+            SourceSpec::Jsonl(s) => s.parallelism,
+        }
+    }
+
+    pub fn event_time(&self) -> &EventTimeSpec {
+        match self {
+            SourceSpec::Nexmark(s) => &s.event_time,
+            SourceSpec::Jsonl(s) => &s.event_time,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceSpec::Nexmark(_) => "nexmark",
+            SourceSpec::Jsonl(_) => "jsonl",
+        }
+    }
+}
+
+/// The Nexmark generator (the Apache Beam / Flink model): people, auctions and bids in the
+/// proportions 1:3:46, a pure function of the seed and the event number, so parallel subtasks
+/// split the sequence without duplicating or skipping an event.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct NexmarkSourceSpec {
+    /// Events to generate in total (all subtasks); leave out for an unbounded source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<u64>,
+    /// Seed of the generator: the same seed gives the same events.
+    #[serde(default)]
+    pub seed: u64,
+    /// Event time of the first event, in epoch milliseconds.
+    #[serde(default = "default_base_time")]
+    pub base_time: i64,
+    /// Event time between consecutive events (10,000 events per second of event time by default).
+    #[serde(default = "default_inter_event_delay")]
+    pub inter_event_delay: HumanDuration,
+    /// Most events per second of wall-clock time, over all subtasks; leave out to run flat out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub rate: Option<u64>,
+    /// People active at any time (bids and auctions pick among them).
+    #[serde(default = "default_active_people")]
+    #[schemars(range(min = 1))]
+    pub active_people: u64,
+    /// Auctions open at any time (bids pick among them).
+    #[serde(default = "default_in_flight_auctions")]
+    #[schemars(range(min = 1))]
+    pub in_flight_auctions: u64,
+    /// Subtasks of this source (default: the job's parallelism).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+    /// Watermarks: event time comes from each event's `dateTime`.
+    #[serde(default = "EventTimeSpec::nexmark")]
+    pub event_time: EventTimeSpec,
+}
+
+fn default_base_time() -> i64 {
+    1_700_000_000_000
+}
+fn default_inter_event_delay() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_micros(100))
+}
+fn default_active_people() -> u64 {
+    1000
+}
+fn default_in_flight_auctions() -> u64 {
+    100
+}
+
+/// JSON lines read from one file or from every file of a directory (in name order), split into
+/// chunks that parallel subtasks read round-robin.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct JsonlSourceSpec {
+    /// A file, or a directory whose files are all read. Relative paths are relative to the
+    /// working directory.
+    #[schemars(length(min = 1))]
+    pub path: String,
+    /// One shape for every line: field name → type (`int`, `float`, `string`, `bool`,
+    /// `timestamp`) or a nested map for a nested object (read as columns `outer.inner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<IndexMap<String, JsonType>>,
+    /// Lines that hold one object under a key naming its variant (Nexmark's
+    /// `{"type":"bid","bid":{...}}`): variant → its fields. Each variant is an output port;
+    /// lines of undeclared variants are skipped and counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variants: Option<IndexMap<String, IndexMap<String, JsonType>>>,
+    /// What a line that does not parse or does not fit the schema does: fail the job (naming
+    /// the file and byte offset), or skip it and count it.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Size of the file chunks handed to subtasks.
+    #[serde(default = "default_chunk_size")]
+    pub chunk_size: ByteSize,
+    /// Subtasks of this source (default: the job's parallelism).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+    /// Watermarks; set `column` to the timestamp field that carries event time.
+    #[serde(default)]
+    pub event_time: EventTimeSpec,
+}
+
+fn default_chunk_size() -> ByteSize {
+    ByteSize(4 * 1024 * 1024)
+}
+
+/// What to do with a record that cannot be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    #[default]
+    Fail,
+    Skip,
+}
+
+/// How a source derives event time and watermarks.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct EventTimeSpec {
+    /// The timestamp column that carries event time (in every output port). Without it the
+    /// source emits no watermarks until it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+    /// Bounded out-of-orderness: the watermark trails the largest event time seen by this much
+    /// (plus 1 ms), so records up to this late are still on time.
+    #[serde(default)]
+    pub max_out_of_orderness: HumanDuration,
+    /// A subtask that produces nothing for this long is marked idle and stops holding back
+    /// the watermark downstream until it produces again. Leave out to never go idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<HumanDuration>,
+}
+
+impl EventTimeSpec {
+    fn nexmark() -> Self {
+        Self {
+            column: Some("dateTime".to_string()),
+            max_out_of_orderness: HumanDuration::ZERO,
+            idle_timeout: None,
+        }
+    }
+}
+
+/// An operator.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TransformSpec {
+    /// Keep the records for which a SQL condition is true.
+    Filter(FilterSpec),
+    /// Compute new columns from SQL expressions (also projection and renaming).
+    Map(MapSpec),
+    /// Partition the stream by key: downstream keyed operators see every record of a key on the
+    /// same subtask. Not a task of its own: it becomes the hash exchange of its output edges.
+    KeyBy(KeyBySpec),
+    /// Merge streams with the same columns.
+    Union(UnionSpec),
+    /// A running (non-windowed) aggregation per key of a `key-by` input, emitting each key's new
+    /// values once per input batch in which the key changed.
+    Aggregate(AggregateSpec),
+}
+
+impl TransformSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TransformSpec::Filter(_) => "filter",
+            TransformSpec::Map(_) => "map",
+            TransformSpec::KeyBy(_) => "key-by",
+            TransformSpec::Union(_) => "union",
+            TransformSpec::Aggregate(_) => "aggregate",
+        }
+    }
+
+    /// The names this node reads from, with the key under which each is written.
+    pub fn inputs(&self) -> Vec<(String, &str)> {
+        match self {
+            TransformSpec::Filter(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::Map(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::KeyBy(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::Aggregate(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::Union(s) => s
+                .from
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (format!("from.{i}"), f.as_str()))
+                .collect(),
+        }
+    }
+
+    pub fn parallelism(&self) -> Option<u32> {
+        match self {
+            TransformSpec::Filter(s) => s.parallelism,
+            TransformSpec::Map(s) => s.parallelism,
+            TransformSpec::Aggregate(s) => s.parallelism,
+            TransformSpec::KeyBy(_) | TransformSpec::Union(_) => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FilterSpec {
+    /// The input: a node name, or `node.port` for a source with several ports.
+    pub from: String,
+    /// A SQL boolean expression, e.g. `auction % 123 = 0`. NULL counts as false.
+    #[serde(rename = "where")]
+    pub predicate: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct MapSpec {
+    /// The input: a node name, or `node.port`.
+    pub from: String,
+    /// Output columns in order: name → SQL expression (`price: price * 0.908`).
+    #[schemars(length(min = 1))]
+    pub columns: IndexMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct KeyBySpec {
+    /// The input: a node name, or `node.port`.
+    pub from: String,
+    /// Key expressions: columns (`auction`) or SQL expressions with a name (`lower(city) AS city`).
+    #[schemars(length(min = 1))]
+    pub keys: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct UnionSpec {
+    /// The inputs, which must have the same column names and types.
+    #[schemars(length(min = 2))]
+    pub from: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct AggregateSpec {
+    /// A `key-by` node.
+    pub from: String,
+    /// Output columns after the key columns: name → aggregate call, one of `count(*)`,
+    /// `count(x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`.
+    #[schemars(length(min = 1))]
+    pub aggregates: IndexMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+/// Where results go.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SinkSpec {
+    /// Discards records, counting them: for benchmarks.
+    Blackhole(BlackholeSinkSpec),
+    /// JSON lines on standard output.
+    Stdout(StdoutSinkSpec),
+    /// JSON lines in files `part-<subtask>.jsonl` of a directory, each written to a temporary
+    /// file and renamed into place when complete.
+    File(FileSinkSpec),
+}
+
+impl SinkSpec {
+    pub fn from(&self) -> &str {
+        match self {
+            SinkSpec::Blackhole(s) => &s.from,
+            SinkSpec::Stdout(s) => &s.from,
+            SinkSpec::File(s) => &s.from,
+        }
+    }
+
+    pub fn parallelism(&self) -> Option<u32> {
+        match self {
+            SinkSpec::Blackhole(s) => s.parallelism,
+            SinkSpec::Stdout(_) => Some(1),
+            SinkSpec::File(s) => s.parallelism,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkSpec::Blackhole(_) => "blackhole",
+            SinkSpec::Stdout(_) => "stdout",
+            SinkSpec::File(_) => "file",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct BlackholeSinkSpec {
+    /// The input: a node name, or `node.port`.
+    pub from: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StdoutSinkSpec {
+    /// The input: a node name, or `node.port`. Standard output has one writer: parallelism 1.
+    pub from: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FileSinkSpec {
+    /// The input: a node name, or `node.port`.
+    pub from: String,
+    /// The output directory (created if missing).
+    #[schemars(length(min = 1))]
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+/// Periodic checkpoints. Validated now; taken once checkpointing lands.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// Time between checkpoint triggers; leave out to disable checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<HumanDuration>,
+    /// A checkpoint not complete after this long is abandoned.
+    #[serde(default = "default_checkpoint_timeout")]
+    pub timeout: HumanDuration,
+    /// Least time between the end of one checkpoint and the start of the next.
+    #[serde(default)]
+    pub min_pause: HumanDuration,
+    /// Checkpoints in flight at once.
+    #[serde(default = "default_max_concurrent")]
+    #[schemars(range(min = 1, max = 16))]
+    pub max_concurrent: u32,
+    /// Completed checkpoints kept.
+    #[serde(default = "default_retained")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub retained: u32,
+    /// Where checkpoints are stored: a `file://` URL or a path (default: `checkpoints/` under
+    /// the data directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+    /// Exactly-once (aligned barriers) or at-least-once.
+    #[serde(default)]
+    pub mode: CheckpointMode,
+}
+
+impl Default for CheckpointSpec {
+    fn default() -> Self {
+        Self {
+            interval: None,
+            timeout: default_checkpoint_timeout(),
+            min_pause: HumanDuration::ZERO,
+            max_concurrent: default_max_concurrent(),
+            retained: default_retained(),
+            storage: None,
+            mode: CheckpointMode::default(),
+        }
+    }
+}
+
+fn default_checkpoint_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(600))
+}
+fn default_max_concurrent() -> u32 {
+    1
+}
+fn default_retained() -> u32 {
+    3
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckpointMode {
+    #[default]
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+/// Keyed state backend settings.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StateSpec {
+    /// `heap` keeps state in memory; `rocksdb` keeps it on local disk.
+    #[serde(default)]
+    pub backend: StateBackendKind,
+    /// Directory of the RocksDB backend (default: `state/` under the data directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// RocksDB block cache shared by the job's states.
+    #[serde(default = "default_block_cache")]
+    pub block_cache: ByteSize,
+    /// RocksDB write buffer (memtable) size per column family.
+    #[serde(default = "default_write_buffer")]
+    pub write_buffer: ByteSize,
+    /// Compression of RocksDB files.
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+impl Default for StateSpec {
+    fn default() -> Self {
+        Self {
+            backend: StateBackendKind::default(),
+            path: None,
+            block_cache: default_block_cache(),
+            write_buffer: default_write_buffer(),
+            compression: Compression::default(),
+        }
+    }
+}
+
+fn default_block_cache() -> ByteSize {
+    ByteSize(64 * 1024 * 1024)
+}
+fn default_write_buffer() -> ByteSize {
+    ByteSize(64 * 1024 * 1024)
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum StateBackendKind {
+    #[default]
+    Heap,
+    Rocksdb,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compression {
+    None,
+    #[default]
+    Lz4,
+    Zstd,
+}
+
+/// The JSON Schema of job files, as `weir schema` prints it.
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(JobSpec))
+        .expect("a derived JSON Schema always serializes")
+}

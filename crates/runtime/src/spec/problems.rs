@@ -1,0 +1,177 @@
+//! Problems found in a job file, each with its file, line, column and key path.
+
+use std::fmt;
+
+use super::positions::PositionIndex;
+
+/// One thing wrong with a job file.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Dotted key path, e.g. `transforms.q1.columns.price` or `transforms.u.from[1]`.
+    pub path: String,
+    /// 1-based line in the file; `None` when the value came from a `--set` override.
+    pub line: Option<usize>,
+    /// 1-based column in the file.
+    pub column: Option<usize>,
+    /// What is wrong, and what would be right.
+    pub message: String,
+    /// `--set` when the offending value came from a command-line override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+/// Every problem found in one job file; nothing runs while there is one.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SpecError {
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl std::error::Error for SpecError {}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "{} has {n} problem{}:",
+            self.file,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            write!(f, "\n  {}", self.file)?;
+            if let (Some(line), Some(col)) = (p.line, p.column) {
+                write!(f, ":{line}:{col}")?;
+            }
+            if let Some(origin) = &p.origin {
+                write!(f, " ({origin})")?;
+            }
+            if p.path.is_empty() {
+                write!(f, ": {}", p.message)?;
+            } else {
+                write!(f, ": {}: {}", p.path, p.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The text a job came from: its name, where its nodes sit, and which paths `--set` replaced.
+#[derive(Debug, Default)]
+pub struct SpecSource {
+    pub file: String,
+    pub(crate) index: PositionIndex,
+    /// JSON pointers replaced by `--set` overrides (positions in the file would be misleading).
+    pub(crate) overridden: Vec<String>,
+}
+
+impl SpecSource {
+    pub fn new(file: impl Into<String>, text: &str) -> Self {
+        Self {
+            file: file.into(),
+            index: PositionIndex::build(text),
+            overridden: Vec::new(),
+        }
+    }
+
+    /// A problem located at the value of `pointer`.
+    pub fn at_value(&self, pointer: &str, message: impl Into<String>) -> Problem {
+        self.locate(pointer, message.into(), false)
+    }
+
+    /// A problem located at the key of the entry `pointer` (for unknown keys).
+    pub fn at_key(&self, pointer: &str, message: impl Into<String>) -> Problem {
+        self.locate(pointer, message.into(), true)
+    }
+
+    fn locate(&self, pointer: &str, message: String, key: bool) -> Problem {
+        let overridden = self
+            .overridden
+            .iter()
+            .find(|o| pointer == o.as_str() || pointer.starts_with(&format!("{o}/")));
+        let (position, origin) = match overridden {
+            Some(o) => (None, Some(format!("--set {}", dotted_path(o)))),
+            None if key => (self.index.key(pointer), None),
+            None => (self.index.value(pointer), None),
+        };
+        Problem {
+            path: dotted_path(pointer),
+            line: position.map(|p| p.line),
+            column: position.map(|p| p.column),
+            message,
+            origin,
+        }
+    }
+
+    /// All `problems`, sorted by position, as one error.
+    pub fn error(&self, mut problems: Vec<Problem>) -> SpecError {
+        problems.sort_by_key(|p| (p.line.unwrap_or(usize::MAX), p.column.unwrap_or(0)));
+        problems.dedup();
+        SpecError {
+            file: self.file.clone(),
+            problems,
+        }
+    }
+}
+
+/// `/transforms/u/from/1` → `transforms.u.from[1]`.
+pub fn dotted_path(pointer: &str) -> String {
+    let mut out = String::new();
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            out.push('[');
+            out.push_str(&segment);
+            out.push(']');
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(&segment);
+        }
+    }
+    out
+}
+
+/// A JSON pointer from plain segments.
+pub fn pointer(segments: &[&str]) -> String {
+    let mut out = String::new();
+    for s in segments {
+        out.push('/');
+        out.push_str(&super::positions::escape_segment(s));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_become_dotted_paths() {
+        assert_eq!(dotted_path(""), "");
+        assert_eq!(dotted_path("/transforms/q1/where"), "transforms.q1.where");
+        assert_eq!(dotted_path("/transforms/u/from/1"), "transforms.u.from[1]");
+        assert_eq!(pointer(&["a/b", "c"]), "/a~1b/c");
+    }
+
+    #[test]
+    fn display_lists_every_problem_with_file_line_and_column() {
+        let src = SpecSource::new("job.yaml", "name: x\nparallelism: 0\n");
+        let err = src.error(vec![
+            src.at_value("/parallelism", "must be at least 1"),
+            src.at_value("/name", "bad"),
+        ]);
+        let text = err.to_string();
+        assert!(text.starts_with("job.yaml has 2 problems:"), "{text}");
+        assert!(text.contains("job.yaml:1:7: name: bad"), "{text}");
+        assert!(
+            text.contains("job.yaml:2:14: parallelism: must be at least 1"),
+            "{text}"
+        );
+        assert!(
+            text.find("name: bad") < text.find("parallelism"),
+            "sorted by line"
+        );
+    }
+}
