@@ -1,0 +1,468 @@
+//! Timestamps and intervals: `TIMESTAMP '...'` and `INTERVAL '...'` literals, `EXTRACT` /
+//! `date_part`, `date_trunc`, `to_timestamp_millis`.
+//!
+//! TIMESTAMP values are epoch milliseconds in UTC (`Timestamp(Millisecond, None)`). INTERVALs are
+//! compile-time constants of a fixed number of milliseconds; months and years, whose length
+//! varies, are rejected with a hint to use days.
+
+use std::sync::Arc;
+
+use arrow_arith::temporal::{DatePart, date_part};
+use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMillisecondArray};
+use chrono::{DateTime, Datelike, NaiveDate};
+use sqlparser::ast::{self, DateTimeField, TimezoneInfo, TypedString, Value as SqlValue};
+
+use super::cast;
+use super::compile::Origin;
+use super::error::{EvalError, ExprError};
+use super::node::{Node, Operator};
+use super::types::{Decimal, Literal, SqlType, Value, primitive};
+
+const SECOND: i64 = 1_000;
+const MINUTE: i64 = 60 * SECOND;
+const HOUR: i64 = 60 * MINUTE;
+const DAY: i64 = 24 * HOUR;
+const WEEK: i64 = 7 * DAY;
+
+/// Reads `2023-11-14 22:13:20[.fff]`, `2023-11-14T22:13:20Z`, `2023-11-14T22:13:20+01:00` or a
+/// bare date as epoch milliseconds; text without an offset is UTC.
+pub(crate) fn parse_timestamp(text: &str) -> Result<i64, String> {
+    arrow_cast::parse::string_to_datetime(&chrono::Utc, text.trim())
+        .map(|datetime| datetime.timestamp_millis())
+        .map_err(|_| {
+            "expected 'YYYY-MM-DD HH:MM:SS[.fff]' (UTC) or RFC 3339 such as \
+             '2023-11-14T22:13:20Z'"
+                .to_owned()
+        })
+}
+
+/// `TIMESTAMP '2023-11-14 22:13:20'`.
+pub(crate) fn typed_string(typed: &TypedString, origin: &Origin) -> Result<Node, ExprError> {
+    let is_timestamp = matches!(
+        &typed.data_type,
+        ast::DataType::Timestamp(_, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone)
+    );
+    if !is_timestamp {
+        return Err(origin.unsupported(format!(
+            "{} literals are not supported; weir has TIMESTAMP '2023-11-14 22:13:20' (UTC)",
+            typed.data_type
+        )));
+    }
+    let Some(text) = string_value(&typed.value.value) else {
+        return Err(origin.invalid_literal("a TIMESTAMP literal needs a quoted string"));
+    };
+    let millis = parse_timestamp(text).map_err(|message| {
+        origin.invalid_literal(format!("invalid TIMESTAMP '{text}': {message}"))
+    })?;
+    Ok(Node::literal(
+        Literal::timestamp(millis),
+        SqlType::Timestamp,
+        origin.sql.clone(),
+    ))
+}
+
+fn string_value(value: &SqlValue) -> Option<&str> {
+    match value {
+        SqlValue::SingleQuotedString(text) | SqlValue::EscapedStringLiteral(text) => Some(text),
+        _ => None,
+    }
+}
+
+/// `INTERVAL '10' SECOND`, `INTERVAL 10 SECOND`, `INTERVAL '2 seconds'`,
+/// `INTERVAL '1 hour 30 minutes'`, `INTERVAL '1.5' SECOND`.
+pub(crate) fn interval(interval: &ast::Interval, origin: &Origin) -> Result<Node, ExprError> {
+    if interval.last_field.is_some() {
+        return Err(origin.unsupported(
+            "INTERVAL ... TO ... ranges are not supported; write INTERVAL '90' MINUTE or \
+             INTERVAL '1 hour 30 minutes'",
+        ));
+    }
+    let text = match interval.value.as_ref() {
+        ast::Expr::Value(value) => match &value.value {
+            SqlValue::Number(digits, _) => digits.clone(),
+            other => string_value(other).map(str::to_owned).unwrap_or_default(),
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
+            ast::Expr::Value(value) => match &value.value {
+                SqlValue::Number(digits, _) => format!("-{digits}"),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    let millis = match &interval.leading_field {
+        Some(field) => {
+            let unit = field_unit(field).map_err(|message| origin.invalid_literal(message))?;
+            amount_to_millis(text.trim(), unit)
+        }
+        None => parse_interval_text(&text),
+    }
+    .map_err(|message| {
+        origin.invalid_literal(format!("invalid INTERVAL `{}`: {message}", origin.sql))
+    })?;
+    Ok(Node::literal(
+        Literal::int(millis),
+        SqlType::Interval,
+        origin.sql.clone(),
+    ))
+}
+
+const INTERVAL_UNITS: &str = "MILLISECOND, SECOND, MINUTE, HOUR, DAY, WEEK";
+
+fn field_unit(field: &DateTimeField) -> Result<i64, String> {
+    use DateTimeField as F;
+    match field {
+        F::Millisecond | F::Milliseconds => Ok(1),
+        F::Second | F::Seconds => Ok(SECOND),
+        F::Minute | F::Minutes => Ok(MINUTE),
+        F::Hour | F::Hours => Ok(HOUR),
+        F::Day | F::Days => Ok(DAY),
+        F::Week(_) | F::Weeks => Ok(WEEK),
+        F::Custom(name) => unit_named(&name.value),
+        other => unit_named(&other.to_string()),
+    }
+}
+
+fn unit_named(name: &str) -> Result<i64, String> {
+    match name.to_ascii_lowercase().as_str() {
+        "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => Ok(1),
+        "s" | "sec" | "secs" | "second" | "seconds" => Ok(SECOND),
+        "m" | "min" | "mins" | "minute" | "minutes" => Ok(MINUTE),
+        "h" | "hr" | "hrs" | "hour" | "hours" => Ok(HOUR),
+        "d" | "day" | "days" => Ok(DAY),
+        "w" | "week" | "weeks" => Ok(WEEK),
+        "month" | "months" | "mon" | "mons" | "year" | "years" | "quarter" | "quarters"
+        | "decade" | "century" => Err(format!(
+            "{name} has no fixed length, so it cannot be an interval; use days, e.g. \
+             INTERVAL '30' DAY"
+        )),
+        _ => Err(format!(
+            "unknown interval unit '{name}'; use {INTERVAL_UNITS}"
+        )),
+    }
+}
+
+/// `'2 seconds'`, `'1 hour 30 minutes'`, `'1.5s'`.
+fn parse_interval_text(text: &str) -> Result<i64, String> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(format!(
+            "expected an amount and a unit, e.g. INTERVAL '10' SECOND or INTERVAL '10 seconds' \
+             (units: {INTERVAL_UNITS})"
+        ));
+    }
+    let mut total: i64 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let after = after.trim_start();
+        let unit_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        if number.is_empty() || unit.is_empty() {
+            return Err(format!(
+                "expected an amount and a unit such as '10 seconds' (units: {INTERVAL_UNITS})"
+            ));
+        }
+        let millis = amount_to_millis(number, unit_named(unit)?)?;
+        total = total
+            .checked_add(millis)
+            .ok_or_else(|| "the interval is too large".to_owned())?;
+        rest = after.trim_start();
+    }
+    Ok(total)
+}
+
+/// `amount` units of `unit_millis` each, which must come to whole milliseconds.
+fn amount_to_millis(amount: &str, unit_millis: i64) -> Result<i64, String> {
+    let amount = amount.strip_prefix('+').unwrap_or(amount);
+    let too_large = || "the interval is too large".to_owned();
+    if let Ok(whole) = amount.parse::<i64>() {
+        return whole.checked_mul(unit_millis).ok_or_else(too_large);
+    }
+    let Some(decimal) = Decimal::parse(amount) else {
+        return Err(format!("'{amount}' is not a number"));
+    };
+    let scaled = decimal
+        .mantissa
+        .checked_mul(unit_millis)
+        .ok_or_else(too_large)?;
+    let divisor = 10_i64.pow(decimal.scale);
+    if scaled % divisor != 0 {
+        return Err("intervals are whole milliseconds".to_owned());
+    }
+    Ok(scaled / divisor)
+}
+
+/// A field `EXTRACT` and `date_part` read from a TIMESTAMP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimePart {
+    /// Answered by Arrow's `date_part` kernel.
+    Calendar(DatePart),
+    /// Whole seconds since the epoch, rounded down.
+    Epoch,
+}
+
+const TIME_PARTS: &str =
+    "YEAR, QUARTER, MONTH, WEEK, DAY, HOUR, MINUTE, SECOND, MILLISECOND, DOW, ISODOW, DOY, EPOCH";
+
+fn time_part_named(name: &str) -> Option<TimePart> {
+    use DatePart as P;
+    let part = match name.to_ascii_lowercase().as_str() {
+        "year" | "years" => P::Year,
+        "quarter" | "quarters" => P::Quarter,
+        "month" | "months" => P::Month,
+        "week" | "weeks" => P::Week,
+        "day" | "days" => P::Day,
+        "hour" | "hours" => P::Hour,
+        "minute" | "minutes" => P::Minute,
+        "second" | "seconds" => P::Second,
+        "millisecond" | "milliseconds" | "ms" => P::Millisecond,
+        "dow" | "dayofweek" => P::DayOfWeekSunday0,
+        "isodow" => P::DayOfWeekMonday1,
+        "doy" | "dayofyear" => P::DayOfYear,
+        "epoch" => return Some(TimePart::Epoch),
+        _ => return None,
+    };
+    Some(TimePart::Calendar(part))
+}
+
+/// `EXTRACT(field FROM ts)` → INT.
+///
+/// SECOND is the whole second of the minute (0–59) and MILLISECOND the millisecond of the second
+/// (0–999), as Arrow defines them; DOW counts from Sunday = 0, ISODOW from Monday = 1; WEEK is the
+/// ISO week; EPOCH is whole seconds since 1970-01-01, rounded down.
+pub(crate) fn extract(
+    input: Node,
+    field: &DateTimeField,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let name = match field {
+        DateTimeField::Custom(ident) => ident.value.clone(),
+        DateTimeField::Week(_) => "week".to_owned(),
+        other => other.to_string(),
+    };
+    let Some(part) = time_part_named(&name) else {
+        return Err(origin.unsupported(format!(
+            "EXTRACT({name} ...) is not supported; supported fields: {TIME_PARTS}"
+        )));
+    };
+    extract_part(input, part, origin)
+}
+
+/// `date_part('hour', ts)`: the same as `EXTRACT(HOUR FROM ts)`.
+pub(crate) fn date_part_named(
+    unit: Option<&str>,
+    input: Node,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let Some(unit) = unit else {
+        return Ok(Node::literal(
+            Literal::null(SqlType::Int),
+            SqlType::Int,
+            origin.sql.clone(),
+        ));
+    };
+    let Some(part) = time_part_named(unit) else {
+        return Err(origin.type_error(format!(
+            "date_part('{unit}', ...) is not supported; supported: {}",
+            TIME_PARTS.to_ascii_lowercase()
+        )));
+    };
+    extract_part(input, part, origin)
+}
+
+fn extract_part(input: Node, part: TimePart, origin: &Origin) -> Result<Node, ExprError> {
+    let input = timestamp_operand(input, "EXTRACT / date_part", origin)?;
+    Ok(Node::op(
+        SqlType::Int,
+        origin.sql.clone(),
+        ExtractOp { input, part },
+    ))
+}
+
+/// Accepts a TIMESTAMP (or NULL) operand.
+fn timestamp_operand(input: Node, what: &str, origin: &Origin) -> Result<Node, ExprError> {
+    match input.ty {
+        SqlType::Timestamp => Ok(input),
+        SqlType::Null => Ok(cast::implicit(input, SqlType::Timestamp)),
+        other => Err(origin.type_error(format!(
+            "{what} needs a TIMESTAMP, but `{}` is {other}{}",
+            input.sql,
+            match other {
+                SqlType::String => "; CAST it: CAST(x AS TIMESTAMP)",
+                SqlType::Int => "; to_timestamp_millis(x) reads epoch milliseconds",
+                _ => "",
+            }
+        ))),
+    }
+}
+
+#[derive(Debug)]
+struct ExtractOp {
+    input: Node,
+    part: TimePart,
+}
+
+impl Operator for ExtractOp {
+    fn eval(&self, batch: &RecordBatch, sql: &str) -> Result<Value, EvalError> {
+        let part = self.part;
+        self.input.eval(batch)?.map(|array| {
+            let timestamps = primitive::<TimestampMillisecondType>(array, sql)?;
+            let result: Int64Array = match part {
+                TimePart::Epoch => timestamps.unary(|millis| millis.div_euclid(SECOND)),
+                TimePart::Calendar(part) => {
+                    let parts =
+                        date_part(timestamps, part).map_err(|e| EvalError::from_arrow(sql, e))?;
+                    primitive::<Int32Type>(parts.as_ref(), sql)?.unary(i64::from)
+                }
+            };
+            Ok(Arc::new(result) as ArrayRef)
+        })
+    }
+
+    fn children(&self) -> Vec<&Node> {
+        vec![&self.input]
+    }
+}
+
+/// The unit `date_trunc` rounds down to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TruncUnit {
+    /// A fixed number of milliseconds (millisecond ... day), aligned to the epoch.
+    Fixed(i64),
+    /// Monday 00:00 of the ISO week.
+    Week,
+    Month,
+    Quarter,
+    Year,
+}
+
+const TRUNC_UNITS: &str = "millisecond, second, minute, hour, day, week, month, quarter, year";
+
+/// `date_trunc('hour', ts)` → TIMESTAMP rounded down to the unit (UTC).
+pub(crate) fn date_trunc(
+    unit: Option<&str>,
+    input: Node,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let input = timestamp_operand(input, "date_trunc", origin)?;
+    let Some(unit) = unit else {
+        return Ok(Node::literal(
+            Literal::null(SqlType::Timestamp),
+            SqlType::Timestamp,
+            origin.sql.clone(),
+        ));
+    };
+    let unit = match unit.to_ascii_lowercase().as_str() {
+        "millisecond" | "milliseconds" => TruncUnit::Fixed(1),
+        "second" | "seconds" => TruncUnit::Fixed(SECOND),
+        "minute" | "minutes" => TruncUnit::Fixed(MINUTE),
+        "hour" | "hours" => TruncUnit::Fixed(HOUR),
+        "day" | "days" => TruncUnit::Fixed(DAY),
+        "week" | "weeks" => TruncUnit::Week,
+        "month" | "months" => TruncUnit::Month,
+        "quarter" | "quarters" => TruncUnit::Quarter,
+        "year" | "years" => TruncUnit::Year,
+        _ => {
+            return Err(origin.type_error(format!(
+                "date_trunc('{unit}', ...) is not supported; supported units: {TRUNC_UNITS}"
+            )));
+        }
+    };
+    Ok(Node::op(
+        SqlType::Timestamp,
+        origin.sql.clone(),
+        TruncOp { input, unit },
+    ))
+}
+
+#[derive(Debug)]
+struct TruncOp {
+    input: Node,
+    unit: TruncUnit,
+}
+
+impl Operator for TruncOp {
+    fn eval(&self, batch: &RecordBatch, sql: &str) -> Result<Value, EvalError> {
+        let unit = self.unit;
+        self.input.eval(batch)?.map(|array| {
+            let timestamps = primitive::<TimestampMillisecondType>(array, sql)?;
+            let truncated: TimestampMillisecondArray = match unit {
+                TruncUnit::Fixed(step) => timestamps.unary(|t| t - t.rem_euclid(step)),
+                TruncUnit::Week => timestamps.unary(|t| {
+                    let day = t.div_euclid(DAY);
+                    // 1970-01-01 was a Thursday: Monday-based weekday = (day + 3) mod 7.
+                    (day - (day + 3).rem_euclid(7)) * DAY
+                }),
+                TruncUnit::Month => timestamps.unary_opt(|t| truncate_calendar(t, |m| m)),
+                TruncUnit::Quarter => {
+                    timestamps.unary_opt(|t| truncate_calendar(t, |m| (m - 1) / 3 * 3 + 1))
+                }
+                TruncUnit::Year => timestamps.unary_opt(|t| truncate_calendar(t, |_| 1)),
+            };
+            Ok(Arc::new(truncated) as ArrayRef)
+        })
+    }
+
+    fn children(&self) -> Vec<&Node> {
+        vec![&self.input]
+    }
+}
+
+/// The first day (00:00 UTC) of the month `month_of(month)` in the year of `millis`.
+fn truncate_calendar(millis: i64, month_of: impl Fn(u32) -> u32) -> Option<i64> {
+    let date = DateTime::from_timestamp_millis(millis)?.date_naive();
+    let first = NaiveDate::from_ymd_opt(date.year(), month_of(date.month()), 1)?;
+    Some(first.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis())
+}
+
+/// `to_timestamp_millis(x)`: INT epoch milliseconds → TIMESTAMP (a zero-copy reinterpretation).
+pub(crate) fn to_timestamp_millis(input: Node, origin: &Origin) -> Result<Node, ExprError> {
+    match input.ty {
+        SqlType::Int | SqlType::Null => Ok(cast::implicit(input, SqlType::Timestamp)),
+        SqlType::Timestamp => Ok(input),
+        other => Err(origin.type_error(format!(
+            "to_timestamp_millis needs an INT of epoch milliseconds, but `{}` is {other}",
+            input.sql
+        ))),
+    }
+}
+
+/// Views TIMESTAMP values as their epoch milliseconds (zero-copy).
+pub(crate) fn timestamps_as_millis(array: &dyn Array, sql: &str) -> Result<ArrayRef, EvalError> {
+    let timestamps = primitive::<TimestampMillisecondType>(array, sql)?;
+    Ok(Arc::new(timestamps.reinterpret_cast::<Int64Type>()))
+}
+
+/// Views epoch milliseconds as TIMESTAMP values (zero-copy).
+pub(crate) fn millis_as_timestamps(array: &dyn Array, sql: &str) -> Result<ArrayRef, EvalError> {
+    let millis = primitive::<Int64Type>(array, sql)?;
+    Ok(Arc::new(
+        millis.reinterpret_cast::<TimestampMillisecondType>(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_text_accepts_several_amounts_and_units() {
+        assert_eq!(parse_interval_text("2 seconds"), Ok(2_000));
+        assert_eq!(parse_interval_text("1 hour 30 minutes"), Ok(90 * MINUTE));
+        assert_eq!(parse_interval_text("1.5s"), Ok(1_500));
+        assert_eq!(parse_interval_text("250 ms"), Ok(250));
+        assert!(parse_interval_text("1 month").is_err());
+        assert!(parse_interval_text("10").is_err());
+        assert!(parse_interval_text("0.0001 s").is_err());
+    }
+}

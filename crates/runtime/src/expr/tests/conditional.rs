@@ -1,0 +1,130 @@
+use super::*;
+
+#[test]
+fn searched_case_picks_the_first_true_branch() {
+    assert_eq!(
+        strs("CASE WHEN i > 5 THEN 'big' WHEN i > 0 THEN 'small' ELSE 'neg' END"),
+        some_strs(&[Some("small"), Some("neg"), Some("neg"), Some("big")])
+    );
+}
+
+#[test]
+fn case_without_else_is_null() {
+    assert_eq!(
+        ints("CASE WHEN i > 5 THEN 1 END"),
+        [None, None, None, Some(1)]
+    );
+}
+
+#[test]
+fn simple_case_compares_the_operand() {
+    assert_eq!(
+        strs("CASE j WHEN 0 THEN 'zero' WHEN 2 THEN 'two' ELSE 'other' END"),
+        some_strs(&[Some("two"), Some("zero"), Some("other"), Some("other")])
+    );
+    assert!(
+        compile_error("CASE j WHEN 'x' THEN 1 END")
+            .to_string()
+            .contains("cannot be compared")
+    );
+}
+
+#[test]
+fn case_branches_unify_to_float_and_null_fits_anything() {
+    assert_eq!(
+        floats("CASE WHEN b THEN i ELSE f END"),
+        [Some(1.0), Some(-0.25), None, Some(10.0)]
+    );
+    assert_eq!(
+        ints("CASE WHEN b THEN NULL ELSE 1 END"),
+        [None, Some(1), Some(1), None]
+    );
+    assert_eq!(
+        compile("CASE WHEN b THEN NULL END").data_type(),
+        &DataType::Null
+    );
+    assert_eq!(
+        compile_error("CASE WHEN b THEN 1 ELSE 'x' END").to_string(),
+        "CASE branches have incompatible types INT and STRING; CAST one of them"
+    );
+    assert!(
+        compile_error("CASE WHEN i THEN 1 END")
+            .to_string()
+            .contains("CASE WHEN needs a BOOL")
+    );
+}
+
+#[test]
+fn case_evaluates_a_failing_branch_only_where_it_is_chosen() {
+    assert_eq!(
+        ints("CASE WHEN j = 0 THEN -1 ELSE i / j END"),
+        [Some(0), Some(-1), None, None]
+    );
+    // A failing condition is evaluated only on rows no earlier branch took.
+    assert_eq!(
+        ints("CASE WHEN j = 0 THEN 0 WHEN i / j > 0 THEN 1 ELSE 2 END"),
+        [Some(2), Some(0), Some(2), Some(2)]
+    );
+    assert_eq!(
+        ints("CASE WHEN j <> 0 THEN i / j WHEN i > 0 THEN 100 / i END"),
+        [Some(0), None, None, Some(10)]
+    );
+    assert!(matches!(
+        eval_error("CASE WHEN i > 0 THEN 1 ELSE i / j END"),
+        EvalError::DivisionByZero { .. }
+    ));
+}
+
+#[test]
+fn coalesce_returns_the_first_non_null_argument() {
+    assert_eq!(
+        ints("coalesce(i, j, 0)"),
+        [Some(1), Some(-7), Some(3), Some(10)]
+    );
+    assert_eq!(
+        floats("coalesce(f, i)"),
+        [Some(1.5), Some(-0.25), None, Some(2.0)]
+    );
+    assert_eq!(ints("coalesce(NULL, 5)"), [Some(5); 4]);
+    // `100 / j` would divide by zero in row 1, but i is not NULL there.
+    assert_eq!(
+        ints("coalesce(i, 100 / j)"),
+        [Some(1), Some(-7), Some(33), Some(10)]
+    );
+    assert_eq!(compile("coalesce(NULL)").data_type(), &DataType::Null);
+}
+
+#[test]
+fn nullif_turns_equal_values_into_null() {
+    assert_eq!(ints("nullif(j, 0)"), [Some(2), None, Some(3), None]);
+    assert_eq!(
+        strs("nullif(s, 'Hello')"),
+        some_strs(&[None, Some("wörld"), None, Some("  pad  ")])
+    );
+    assert_eq!(floats("nullif(f, 2)"), [Some(1.5), Some(-0.25), None, None]);
+}
+
+#[test]
+fn greatest_and_least_skip_nulls() {
+    assert_eq!(
+        ints("greatest(i, j)"),
+        [Some(2), Some(0), Some(3), Some(10)]
+    );
+    assert_eq!(
+        ints("least(i, j, 5)"),
+        [Some(1), Some(-7), Some(3), Some(5)]
+    );
+    assert_eq!(
+        floats("greatest(i, f)"),
+        [Some(1.5), Some(-0.25), None, Some(10.0)]
+    );
+    assert_eq!(
+        strs("least(s, 'b')"),
+        some_strs(&[Some("Hello"), Some("b"), Some("b"), Some("  pad  ")])
+    );
+    assert!(
+        compile_error("greatest(i, s)")
+            .to_string()
+            .contains("incompatible types")
+    );
+}
