@@ -1,0 +1,21 @@
+//! `blackhole`: discards records. The task counts them in the sink's metrics, which is all a
+//! benchmark needs.
+
+use arrow_array::RecordBatch;
+use futures::future::BoxFuture;
+
+use super::sink::Sink;
+use crate::error::OperatorError;
+
+pub struct Blackhole;
+
+impl Sink for Blackhole {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>> {
+        drop(batch);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn finish(&mut self) -> BoxFuture<'_, Result<(), OperatorError>> {
+        Box::pin(async { Ok(()) })
+    }
+}

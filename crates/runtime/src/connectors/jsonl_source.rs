@@ -1,0 +1,197 @@
+//! JSON lines from files, decoded by a declared schema, as a parallel source.
+//!
+//! The files are cut into chunks (`chunk-size`) handed to subtasks round-robin, so the
+//! subtasks' positions in event time stay close and their watermarks advance together. A line
+//! belongs to the chunk holding its first byte, so chunks partition the lines exactly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use futures::future::BoxFuture;
+
+use super::source::{Source, SourceEvent};
+use crate::error::OperatorError;
+use crate::exec::metrics::SubtaskMetrics;
+use crate::format::json::{Decoded, JsonDecoder, JsonLayout};
+use crate::format::lines::{LineReader, plan_chunks};
+use crate::spec::{JsonlSourceSpec, OnError};
+
+/// Read buffer per subtask.
+const READ_BUFFER: usize = 1 << 20;
+
+/// The layout a source spec declares, or a message saying what is missing.
+pub fn layout(spec: &JsonlSourceSpec) -> Result<JsonLayout, String> {
+    let layout = match (&spec.schema, &spec.variants) {
+        (Some(schema), None) => JsonLayout::Single(schema.clone()),
+        (None, Some(variants)) => JsonLayout::Variants(variants.clone()),
+        (Some(_), Some(_)) => return Err("declare either `schema` or `variants`, not both".into()),
+        (None, None) => {
+            return Err(
+                "declare the lines' fields with `schema` (one shape) or `variants` (tagged lines)"
+                    .into(),
+            );
+        }
+    };
+    layout.validate().map_err(|e| e.to_string())?;
+    Ok(layout)
+}
+
+/// The files a source reads, with their sizes, in name order.
+pub fn list_files(path: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
+    let meta = std::fs::metadata(path)?;
+    if meta.is_file() {
+        return Ok(vec![(path.to_path_buf(), meta.len())]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            files.push((entry.path(), meta.len()));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+pub struct JsonlSource {
+    reader: LineReader,
+    decoder: JsonDecoder,
+    on_error: OnError,
+    batch_size: usize,
+    pending: Vec<(usize, RecordBatch)>,
+    metrics: Arc<SubtaskMetrics>,
+}
+
+impl JsonlSource {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        spec: &JsonlSourceSpec,
+        layout: &JsonLayout,
+        files: &[(PathBuf, u64)],
+        subtask: usize,
+        parallelism: usize,
+        want: &[bool],
+        batch_size: usize,
+        metrics: Arc<SubtaskMetrics>,
+    ) -> Self {
+        let chunks = plan_chunks(files, spec.chunk_size.0.max(1), subtask, parallelism);
+        Self {
+            reader: LineReader::new(chunks, READ_BUFFER),
+            decoder: JsonDecoder::new(layout, want, batch_size),
+            on_error: spec.on_error,
+            batch_size: batch_size.max(1),
+            pending: Vec::new(),
+            metrics,
+        }
+    }
+}
+
+impl Source for JsonlSource {
+    fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>> {
+        Box::pin(async move {
+            loop {
+                if !self.pending.is_empty() {
+                    return Ok(SourceEvent::Batches(std::mem::take(&mut self.pending)));
+                }
+                let decoder = &mut self.decoder;
+                let pending = &mut self.pending;
+                let metrics = &self.metrics;
+                let on_error = self.on_error;
+                let batch_size = self.batch_size;
+                let mut lines = 0u64;
+                let more = self
+                    .reader
+                    .next_lines(|line: &[u8], offset: u64, path: &Path| {
+                        lines += 1;
+                        match decoder.decode_line(line) {
+                            Ok(Decoded::Row { port }) => {
+                                if decoder.buffered(port) >= batch_size {
+                                    pending.extend(decoder.flush());
+                                }
+                            }
+                            Ok(Decoded::Skipped) => SubtaskMetrics::add(&metrics.skipped, 1),
+                            Err(e) => match on_error {
+                                OnError::Skip => SubtaskMetrics::add(&metrics.skipped, 1),
+                                OnError::Fail => {
+                                    return Err(OperatorError::Data(format!(
+                                        "{} at byte {offset}: {e} (set `on-error: skip` to skip such lines)",
+                                        path.display()
+                                    )));
+                                }
+                            },
+                        }
+                        Ok(())
+                    })
+                    .await?;
+                SubtaskMetrics::add(&self.metrics.events, lines);
+                self.metrics.progress.store(
+                    self.reader.bytes_read(),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                self.pending.extend(self.decoder.flush());
+                if !more && self.pending.is_empty() {
+                    return Ok(SourceEvent::End);
+                }
+            }
+        })
+    }
+}
+
+/// Makes the subtasks of a JSON-lines source. The file list is taken once per run, in
+/// `prepare`, so every subtask plans its chunks over the same files.
+pub struct JsonlSourceFactory {
+    spec: JsonlSourceSpec,
+    layout: JsonLayout,
+    files: std::sync::Mutex<Vec<(PathBuf, u64)>>,
+}
+
+impl JsonlSourceFactory {
+    pub fn new(spec: &JsonlSourceSpec, layout: JsonLayout) -> Self {
+        Self {
+            spec: spec.clone(),
+            layout,
+            files: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl super::source::SourceFactory for JsonlSourceFactory {
+    fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
+        let path = Path::new(&self.spec.path);
+        let files = list_files(path).map_err(|e| {
+            OperatorError::external(format!("reading the input {}", path.display()), e)
+        })?;
+        let total = files.iter().map(|(_, len)| len).sum();
+        *self
+            .files
+            .lock()
+            .map_err(|_| OperatorError::Internal("file list lock poisoned".into()))? = files;
+        Ok(Some(total))
+    }
+
+    fn create(
+        &self,
+        ctx: &super::source::SubtaskContext,
+    ) -> Result<Box<dyn Source>, OperatorError> {
+        let files = self
+            .files
+            .lock()
+            .map_err(|_| OperatorError::Internal("file list lock poisoned".into()))?;
+        Ok(Box::new(JsonlSource::new(
+            &self.spec,
+            &self.layout,
+            &files,
+            ctx.subtask,
+            ctx.parallelism,
+            &ctx.want,
+            ctx.batch_size,
+            ctx.metrics.clone(),
+        )))
+    }
+}

@@ -1,0 +1,164 @@
+//! The Nexmark generator as a parallel source with ports `person`, `auction` and `bid`.
+//!
+//! Subtask `i` of `p` emits the events numbered `i, i + p, i + 2p, ...`: every subtask's event
+//! time advances at the same pace, so their watermarks stay together. Only the kinds some
+//! operator reads are built into batches; the others are skipped without being materialised.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_schema::SchemaRef;
+use futures::future::BoxFuture;
+
+use super::nexmark::{
+    Generator, GeneratorConfig, Kinds, Split, auction_schema, bid_schema, person_schema,
+};
+use super::source::{Source, SourceEvent};
+use crate::error::OperatorError;
+use crate::exec::metrics::SubtaskMetrics;
+use crate::spec::NexmarkSourceSpec;
+
+/// Port names in port order.
+pub const PORTS: [&str; 3] = ["person", "auction", "bid"];
+
+/// The schema of each port, in port order.
+pub fn port_schemas() -> Vec<(String, SchemaRef)> {
+    vec![
+        (PORTS[0].to_string(), person_schema()),
+        (PORTS[1].to_string(), auction_schema()),
+        (PORTS[2].to_string(), bid_schema()),
+    ]
+}
+
+/// The generator configuration a source spec describes.
+pub fn generator_config(spec: &NexmarkSourceSpec) -> GeneratorConfig {
+    GeneratorConfig {
+        seed: spec.seed,
+        base_time_ms: spec.base_time,
+        inter_event_delay_ns: u64::try_from(spec.inter_event_delay.0.as_nanos())
+            .unwrap_or(u64::MAX),
+        num_active_people: spec.active_people,
+        num_in_flight_auctions: spec.in_flight_auctions,
+        ..GeneratorConfig::default()
+    }
+}
+
+pub struct NexmarkSource {
+    split: Split,
+    want: Kinds,
+    batch_size: usize,
+    /// Events per second for this subtask, if rate-limited.
+    rate: Option<f64>,
+    /// When this subtask emitted its first event in this run, and how many since.
+    started: Option<Instant>,
+    emitted: u64,
+    metrics: Arc<SubtaskMetrics>,
+}
+
+impl NexmarkSource {
+    /// `want[port]` says which ports are read downstream.
+    pub fn new(
+        generator: Arc<Generator>,
+        spec: &NexmarkSourceSpec,
+        subtask: usize,
+        parallelism: usize,
+        want: &[bool],
+        batch_size: usize,
+        metrics: Arc<SubtaskMetrics>,
+    ) -> Self {
+        let at = |i: usize| want.get(i).copied().unwrap_or(false);
+        Self {
+            split: Split::new(generator, subtask, parallelism, spec.events),
+            want: Kinds {
+                person: at(0),
+                auction: at(1),
+                bid: at(2),
+            },
+            batch_size: batch_size.max(1),
+            rate: spec.rate.map(|r| r as f64 / parallelism as f64),
+            started: None,
+            emitted: 0,
+            metrics,
+        }
+    }
+
+    /// How many events may go out now, waiting until at least one may.
+    async fn allowance(&mut self) -> usize {
+        let Some(rate) = self.rate else {
+            return self.batch_size;
+        };
+        let started = *self.started.get_or_insert_with(Instant::now);
+        loop {
+            let due = (started.elapsed().as_secs_f64() * rate) as u64;
+            if due > self.emitted {
+                return ((due - self.emitted) as usize).min(self.batch_size);
+            }
+            let next = Duration::from_secs_f64((self.emitted + 1) as f64 / rate);
+            tokio::time::sleep_until((started + next).into()).await;
+        }
+    }
+}
+
+impl Source for NexmarkSource {
+    fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>> {
+        Box::pin(async move {
+            if self.split.is_done() {
+                return Ok(SourceEvent::End);
+            }
+            // Waiting happens before any state changes: dropping this future loses nothing.
+            let n = self.allowance().await;
+            let batch = self.split.next_batch(n, self.want);
+            self.emitted += batch.events;
+            SubtaskMetrics::add(&self.metrics.events, batch.events);
+            SubtaskMetrics::add(&self.metrics.progress, batch.events);
+            let mut out = Vec::with_capacity(3);
+            for (port, b) in [batch.person, batch.auction, batch.bid]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(b) = b {
+                    out.push((port, b));
+                }
+            }
+            Ok(SourceEvent::Batches(out))
+        })
+    }
+}
+
+/// Makes the subtasks of a Nexmark source; they share one generator (and its text buffer).
+pub struct NexmarkSourceFactory {
+    spec: NexmarkSourceSpec,
+    generator: Arc<Generator>,
+}
+
+impl NexmarkSourceFactory {
+    /// Fails with a message when the spec's generator settings are inconsistent.
+    pub fn new(spec: &NexmarkSourceSpec) -> Result<Self, String> {
+        let generator = Generator::try_new(generator_config(spec)).map_err(|e| e.to_string())?;
+        Ok(Self {
+            generator: Arc::new(generator),
+            spec: spec.clone(),
+        })
+    }
+}
+
+impl super::source::SourceFactory for NexmarkSourceFactory {
+    fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
+        Ok(self.spec.events)
+    }
+
+    fn create(
+        &self,
+        ctx: &super::source::SubtaskContext,
+    ) -> Result<Box<dyn Source>, OperatorError> {
+        Ok(Box::new(NexmarkSource::new(
+            self.generator.clone(),
+            &self.spec,
+            ctx.subtask,
+            ctx.parallelism,
+            &ctx.want,
+            ctx.batch_size,
+            ctx.metrics.clone(),
+        )))
+    }
+}

@@ -1,0 +1,138 @@
+//! Live counters of a running job, owned by the runtime and read by anyone.
+//!
+//! Tasks update them once per batch (never per record) with relaxed atomics; the progress bar,
+//! the summary and (later) the HTTP API read them without locking or entering any task.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::message::BEGINNING_OF_TIME;
+
+/// Counters of one subtask of one node.
+#[derive(Debug)]
+pub struct SubtaskMetrics {
+    pub records_in: AtomicU64,
+    pub records_out: AtomicU64,
+    pub batches_in: AtomicU64,
+    /// The subtask's current input watermark (epoch ms; `i64::MIN` before the first).
+    pub watermark: AtomicI64,
+    /// Nanoseconds spent waiting for room in full output channels: the time this subtask was
+    /// slowed by a slower consumer (backpressure).
+    pub backpressure_ns: AtomicU64,
+    /// Source subtasks: input units consumed (events generated, lines read, skipped included).
+    pub events: AtomicU64,
+    /// Source subtasks: records dropped by `on-error: skip` or not declared (undeclared variants).
+    pub skipped: AtomicU64,
+    /// Source subtasks: progress in source units (bytes for files, events for the generator).
+    pub progress: AtomicU64,
+    pub finished: AtomicBool,
+}
+
+impl Default for SubtaskMetrics {
+    fn default() -> Self {
+        Self {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            batches_in: AtomicU64::new(0),
+            watermark: AtomicI64::new(BEGINNING_OF_TIME),
+            backpressure_ns: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
+        }
+    }
+}
+
+impl SubtaskMetrics {
+    #[inline]
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// What kind of node a metrics entry describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeRole {
+    Source,
+    Operator,
+    Sink,
+}
+
+/// Counters of every subtask of one node.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    pub name: String,
+    /// The node's `kind` in the job file (`nexmark`, `filter`, `file`...).
+    pub kind: String,
+    pub role: NodeRole,
+    /// The task (chain) this node runs in: nodes with the same chain id share a task.
+    pub chain: usize,
+    pub subtasks: Vec<Arc<SubtaskMetrics>>,
+    /// Source nodes: the total of `progress` when the input is bounded and its size known.
+    pub progress_total: Option<u64>,
+}
+
+impl NodeMetrics {
+    /// The counters of subtask `s`, shared with the task that updates them.
+    pub fn subtask(&self, s: usize) -> Arc<SubtaskMetrics> {
+        self.subtasks[s].clone()
+    }
+
+    pub fn sum(&self, f: impl Fn(&SubtaskMetrics) -> &AtomicU64) -> u64 {
+        self.subtasks
+            .iter()
+            .map(|s| f(s).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The node's watermark: the least over its subtasks.
+    pub fn watermark(&self) -> i64 {
+        self.subtasks
+            .iter()
+            .map(|s| s.watermark.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(BEGINNING_OF_TIME)
+    }
+}
+
+/// Counters of a whole job.
+#[derive(Debug)]
+pub struct JobMetrics {
+    pub job: String,
+    pub started: Instant,
+    pub nodes: Vec<Arc<NodeMetrics>>,
+}
+
+impl JobMetrics {
+    pub fn sources(&self) -> impl Iterator<Item = &Arc<NodeMetrics>> {
+        self.nodes.iter().filter(|n| n.role == NodeRole::Source)
+    }
+
+    /// Input units consumed by all sources.
+    pub fn events(&self) -> u64 {
+        self.sources().map(|n| n.sum(|s| &s.events)).sum()
+    }
+
+    /// Progress over all sources, and its total when every source is bounded and sized.
+    pub fn progress(&self) -> (u64, Option<u64>) {
+        let done = self.sources().map(|n| n.sum(|s| &s.progress)).sum();
+        let total = self
+            .sources()
+            .map(|n| n.progress_total)
+            .try_fold(0u64, |acc, t| t.map(|t| acc + t));
+        (done, total)
+    }
+
+    /// The job's output watermark: the least over its sinks' input watermarks.
+    pub fn watermark(&self) -> i64 {
+        self.nodes
+            .iter()
+            .filter(|n| n.role == NodeRole::Sink)
+            .map(|n| n.watermark())
+            .min()
+            .unwrap_or(BEGINNING_OF_TIME)
+    }
+}

@@ -1,0 +1,919 @@
+//! Spec → [`Plan`]: wiring, cycles, schemas and expressions, every problem reported together.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use sqlparser::ast::SelectItem;
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+
+use super::{Factory, Plan, PlanEdge, PlanNode};
+use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
+use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
+use crate::connectors::sink;
+use crate::connectors::source::SourceFactory;
+use crate::exec::metrics::NodeRole;
+use crate::exec::task::EventTime;
+use crate::expr::Expr;
+use crate::operators::aggregate::{AggCall, Aggregate};
+use crate::operators::filter::Filter;
+use crate::operators::key_by::KeySelector;
+use crate::operators::map::Map;
+use crate::spec::load::{Dropped, LoadedJob, closest};
+use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
+use crate::spec::{JobSpec, SinkSpec, SourceSpec, StateBackendKind, TransformSpec};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Section {
+    Source,
+    Transform,
+    Sink,
+}
+
+impl Section {
+    fn key(self) -> &'static str {
+        match self {
+            Section::Source => "sources",
+            Section::Transform => "transforms",
+            Section::Sink => "sinks",
+        }
+    }
+}
+
+/// A node of the job file before planning.
+struct Def<'a> {
+    name: &'a str,
+    section: Section,
+    source: Option<&'a SourceSpec>,
+    transform: Option<&'a TransformSpec>,
+    sink: Option<&'a SinkSpec>,
+    /// Resolved inputs: (pointer of the `from` value, producing def, port).
+    inputs: Vec<(String, usize, usize)>,
+}
+
+impl Def<'_> {
+    fn pointer(&self) -> String {
+        pointer(&[self.section.key(), self.name])
+    }
+
+    fn kind(&self) -> &'static str {
+        if let Some(s) = self.source {
+            s.kind()
+        } else if let Some(t) = self.transform {
+            t.kind()
+        } else if let Some(s) = self.sink {
+            s.kind()
+        } else {
+            "?"
+        }
+    }
+}
+
+/// What planning learned about a def.
+enum Compiled {
+    Source {
+        ports: Vec<(String, SchemaRef)>,
+        factory: Arc<dyn SourceFactory>,
+        event_time: EventTime,
+    },
+    Filter {
+        schema: SchemaRef,
+        predicate: Arc<Expr>,
+    },
+    Map {
+        schema: SchemaRef,
+        columns: Arc<[Expr]>,
+    },
+    KeyBy {
+        schema: SchemaRef,
+        keys: Arc<KeySelector>,
+    },
+    Union {
+        schema: SchemaRef,
+    },
+    Aggregate {
+        schema: SchemaRef,
+        keys: Arc<KeySelector>,
+        calls: Arc<[AggCall]>,
+    },
+    Sink,
+    /// Planning this def failed (its problems are reported); its consumers are skipped.
+    Failed,
+}
+
+impl Compiled {
+    fn schema(&self, port: usize) -> Option<&SchemaRef> {
+        match self {
+            Compiled::Source { ports, .. } => ports.get(port).map(|(_, s)| s),
+            Compiled::Filter { schema, .. }
+            | Compiled::Map { schema, .. }
+            | Compiled::KeyBy { schema, .. }
+            | Compiled::Union { schema }
+            | Compiled::Aggregate { schema, .. } => Some(schema),
+            Compiled::Sink | Compiled::Failed => None,
+        }
+    }
+}
+
+/// Plans a loaded job.
+pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
+    let spec = &loaded.spec;
+    let src = &loaded.source;
+    let mut problems = loaded.problems.clone();
+
+    let mut defs = collect_defs(spec, src, &mut problems);
+    resolve_inputs(&mut defs, src, &loaded.dropped, &mut problems);
+    let order = topological_order(&defs, src, &mut problems);
+    if loaded.dropped.is_empty() {
+        // With nodes left out, "feeds no sink" would mostly repeat their problems.
+        check_reaches_a_sink(&defs, src, &mut problems);
+    }
+    if spec.state.backend == StateBackendKind::Rocksdb
+        && spec
+            .transforms
+            .values()
+            .any(|t| matches!(t, TransformSpec::Aggregate(_)))
+    {
+        problems.push(src.at_value(
+            "/state/backend",
+            "the rocksdb backend is not available in this version of weir; use `heap`",
+        ));
+    }
+
+    let mut compiled: Vec<Compiled> = (0..defs.len()).map(|_| Compiled::Failed).collect();
+    for &i in &order {
+        compiled[i] = compile(spec, &defs, &compiled, i, src, &mut problems);
+    }
+    if !problems.is_empty() {
+        return Err(src.error(problems));
+    }
+    Ok(assemble(spec, &defs, compiled, &order))
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn collect_defs<'a>(
+    spec: &'a JobSpec,
+    src: &SpecSource,
+    problems: &mut Vec<Problem>,
+) -> Vec<Def<'a>> {
+    let mut defs: Vec<Def<'a>> = Vec::new();
+    let mut seen: HashMap<&str, Section> = HashMap::new();
+    let mut add = |def: Def<'a>, problems: &mut Vec<Problem>| {
+        if !valid_name(def.name) {
+            problems.push(src.at_key(
+                &def.pointer(),
+                format!(
+                    "`{}` is not a valid name: use letters, digits, `_` and `-` (a `.` would be read as a port)",
+                    def.name
+                ),
+            ));
+        }
+        if let Some(first) = seen.insert(def.name, def.section) {
+            problems.push(src.at_key(
+                &def.pointer(),
+                format!(
+                    "the name `{}` is already used in `{}`: names are shared by sources, transforms and sinks",
+                    def.name,
+                    first.key()
+                ),
+            ));
+            return;
+        }
+        defs.push(def);
+    };
+    for (name, s) in &spec.sources {
+        add(
+            Def {
+                name,
+                section: Section::Source,
+                source: Some(s),
+                transform: None,
+                sink: None,
+                inputs: vec![],
+            },
+            problems,
+        );
+    }
+    for (name, t) in &spec.transforms {
+        add(
+            Def {
+                name,
+                section: Section::Transform,
+                source: None,
+                transform: Some(t),
+                sink: None,
+                inputs: vec![],
+            },
+            problems,
+        );
+    }
+    for (name, s) in &spec.sinks {
+        add(
+            Def {
+                name,
+                section: Section::Sink,
+                source: None,
+                transform: None,
+                sink: Some(s),
+                inputs: vec![],
+            },
+            problems,
+        );
+    }
+    defs
+}
+
+/// Output port names of a source (empty for single-port nodes).
+fn source_ports(s: &SourceSpec) -> Vec<String> {
+    match s {
+        SourceSpec::Nexmark(_) => nexmark_source::PORTS
+            .iter()
+            .map(|p| p.to_string())
+            .collect(),
+        SourceSpec::Jsonl(j) => j
+            .variants
+            .as_ref()
+            .map(|v| v.keys().cloned().collect())
+            .unwrap_or_default(),
+    }
+}
+
+fn resolve_inputs(
+    defs: &mut [Def<'_>],
+    src: &SpecSource,
+    dropped: &Dropped,
+    problems: &mut Vec<Problem>,
+) {
+    let index: HashMap<&str, usize> = defs.iter().enumerate().map(|(i, d)| (d.name, i)).collect();
+    let producers: Vec<&str> = defs
+        .iter()
+        .filter(|d| d.section != Section::Sink)
+        .map(|d| d.name)
+        .collect();
+    let mut resolved = Vec::new();
+    for def in defs.iter() {
+        let refs: Vec<(String, String)> = if let Some(t) = def.transform {
+            t.inputs()
+                .into_iter()
+                .map(|(key, r)| (key, r.to_string()))
+                .collect()
+        } else if let Some(s) = def.sink {
+            vec![("from".to_string(), s.from().to_string())]
+        } else {
+            vec![]
+        };
+        let mut inputs = Vec::new();
+        for (key, reference) in refs {
+            let at = format!(
+                "{}/{}",
+                def.pointer(),
+                key.split('.').collect::<Vec<_>>().join("/")
+            );
+            let (node, port) = match reference.split_once('.') {
+                Some((n, p)) => (n, Some(p)),
+                None => (reference.as_str(), None),
+            };
+            let Some(&j) = index.get(node) else {
+                if dropped.contains(node) {
+                    // Left out for a problem already reported.
+                    continue;
+                }
+                let mut message = format!("unknown input `{node}`");
+                if let Some(best) = closest(node, producers.iter().copied()) {
+                    message.push_str(&format!("; did you mean `{best}`?"));
+                } else {
+                    message.push_str(&format!("; nodes: {}", producers.join(", ")));
+                }
+                problems.push(src.at_value(&at, message));
+                continue;
+            };
+            let target = &defs[j];
+            if target.section == Section::Sink {
+                problems.push(src.at_value(
+                    &at,
+                    format!("`{node}` is a sink: sinks have no output to read"),
+                ));
+                continue;
+            }
+            let ports = target.source.map(source_ports).unwrap_or_default();
+            let port_index = match (port, ports.is_empty()) {
+                (None, true) => 0,
+                (None, false) => {
+                    problems.push(src.at_value(
+                        &at,
+                        format!(
+                            "`{node}` has several outputs ({}); write e.g. `{node}.{}`",
+                            ports.join(", "),
+                            ports[ports.len() - 1]
+                        ),
+                    ));
+                    continue;
+                }
+                (Some(p), true) => {
+                    problems.push(src.at_value(
+                        &at,
+                        format!("`{node}` has one output and no port `{p}`; write `{node}`"),
+                    ));
+                    continue;
+                }
+                (Some(p), false) => match ports.iter().position(|x| x == p) {
+                    Some(k) => k,
+                    None => {
+                        problems.push(src.at_value(
+                            &at,
+                            format!(
+                                "`{node}` has no port `{p}`; its ports are {}",
+                                ports.join(", ")
+                            ),
+                        ));
+                        continue;
+                    }
+                },
+            };
+            if j == index[def.name] {
+                problems.push(src.at_value(&at, format!("`{node}` reads from itself")));
+                continue;
+            }
+            inputs.push((at, j, port_index));
+        }
+        resolved.push(inputs);
+    }
+    for (def, inputs) in defs.iter_mut().zip(resolved) {
+        def.inputs = inputs;
+    }
+}
+
+/// Kahn's algorithm; defs on a cycle are reported and left out of the order.
+fn topological_order(
+    defs: &[Def<'_>],
+    src: &SpecSource,
+    problems: &mut Vec<Problem>,
+) -> Vec<usize> {
+    let n = defs.len();
+    let mut indegree = vec![0usize; n];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, d) in defs.iter().enumerate() {
+        for (_, j, _) in &d.inputs {
+            indegree[i] += 1;
+            consumers[*j].push(i);
+        }
+    }
+    let mut queue: VecDeque<usize> = (0..n).filter(|i| indegree[*i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = queue.pop_front() {
+        order.push(i);
+        for &c in &consumers[i] {
+            indegree[c] -= 1;
+            if indegree[c] == 0 {
+                queue.push_back(c);
+            }
+        }
+    }
+    if order.len() < n {
+        let stuck: HashSet<usize> = (0..n).filter(|i| indegree[*i] > 0).collect();
+        for &i in &stuck {
+            // Report each edge that stays inside the stuck set: those close the cycle.
+            for (at, j, _) in &defs[i].inputs {
+                if stuck.contains(j) && reaches(defs, i, *j) {
+                    problems.push(src.at_value(
+                        at,
+                        format!(
+                            "reading `{}` here makes a cycle: {}",
+                            defs[*j].name,
+                            cycle_path(defs, i, *j)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    order
+}
+
+/// Whether `to` depends, through its inputs (transitively), on `from`.
+fn reaches(defs: &[Def<'_>], from: usize, to: usize) -> bool {
+    let mut stack = vec![to];
+    let mut seen = HashSet::new();
+    while let Some(k) = stack.pop() {
+        if k == from {
+            return true;
+        }
+        if seen.insert(k) {
+            stack.extend(defs[k].inputs.iter().map(|(_, j, _)| *j));
+        }
+    }
+    false
+}
+
+/// The names along a cycle through the edge `j → i`.
+fn cycle_path(defs: &[Def<'_>], i: usize, j: usize) -> String {
+    // Breadth-first from j backwards along inputs until i, remembering the way.
+    let mut prev: HashMap<usize, usize> = HashMap::new();
+    let mut queue = VecDeque::from([j]);
+    let mut seen = HashSet::from([j]);
+    while let Some(k) = queue.pop_front() {
+        if k == i {
+            break;
+        }
+        for (_, p, _) in &defs[k].inputs {
+            if seen.insert(*p) {
+                prev.insert(*p, k);
+                queue.push_back(*p);
+            }
+        }
+    }
+    let mut names = vec![defs[i].name];
+    let mut k = i;
+    while let Some(&next) = prev.get(&k) {
+        names.push(defs[next].name);
+        k = next;
+        if k == j {
+            break;
+        }
+    }
+    names.reverse();
+    names.push(defs[j].name);
+    names.join(" → ")
+}
+
+/// Every source and transform must lead to a sink: a dangling node is almost always a mistake.
+fn check_reaches_a_sink(defs: &[Def<'_>], src: &SpecSource, problems: &mut Vec<Problem>) {
+    let mut live = vec![false; defs.len()];
+    let mut stack: Vec<usize> = (0..defs.len())
+        .filter(|i| defs[*i].section == Section::Sink)
+        .collect();
+    while let Some(k) = stack.pop() {
+        if live[k] {
+            continue;
+        }
+        live[k] = true;
+        stack.extend(defs[k].inputs.iter().map(|(_, j, _)| *j));
+    }
+    for (i, d) in defs.iter().enumerate() {
+        if !live[i] && d.section != Section::Sink {
+            problems.push(src.at_key(
+                &d.pointer(),
+                format!(
+                    "`{}` feeds no sink; read it from a sink or remove it",
+                    d.name
+                ),
+            ));
+        }
+    }
+}
+
+fn input_schema(compiled: &[Compiled], defs: &[Def<'_>], i: usize, k: usize) -> Option<SchemaRef> {
+    let (_, j, port) = defs[i].inputs.get(k)?;
+    compiled[*j].schema(*port).cloned()
+}
+
+fn compile(
+    spec: &JobSpec,
+    defs: &[Def<'_>],
+    compiled: &[Compiled],
+    i: usize,
+    src: &SpecSource,
+    problems: &mut Vec<Problem>,
+) -> Compiled {
+    let def = &defs[i];
+    let at = def.pointer();
+    let before = problems.len();
+    if let Some(s) = def.source {
+        return compile_source(s, &at, src, problems);
+    }
+    // Inputs that failed have reported their own problems: skip quietly.
+    let Some(schema) = input_schema(compiled, defs, i, 0) else {
+        return Compiled::Failed;
+    };
+    if def.sink.is_some() {
+        return Compiled::Sink;
+    }
+    let Some(transform) = def.transform else {
+        return Compiled::Failed;
+    };
+    let result = match transform {
+        TransformSpec::Filter(f) => match Expr::compile(&f.predicate, &schema) {
+            Ok(e) if matches!(e.data_type(), DataType::Boolean | DataType::Null) => {
+                Compiled::Filter {
+                    schema,
+                    predicate: Arc::new(e),
+                }
+            }
+            Ok(e) => {
+                problems.push(src.at_value(
+                    &format!("{at}/where"),
+                    format!(
+                        "a condition must be BOOL, but `{}` is {}",
+                        f.predicate,
+                        sql_type(e.data_type())
+                    ),
+                ));
+                Compiled::Failed
+            }
+            Err(e) => {
+                problems.push(src.at_value(&format!("{at}/where"), e.to_string()));
+                Compiled::Failed
+            }
+        },
+        TransformSpec::Map(m) => {
+            let mut exprs = Vec::new();
+            let mut fields = Vec::new();
+            for (name, sql) in &m.columns {
+                match Expr::compile(sql, &schema) {
+                    Ok(e) => {
+                        fields.push(Field::new(name, e.data_type().clone(), true));
+                        exprs.push(e);
+                    }
+                    Err(e) => problems.push(src.at_value(
+                        &format!(
+                            "{at}/columns/{}",
+                            crate::spec::positions::escape_segment(name)
+                        ),
+                        e.to_string(),
+                    )),
+                }
+            }
+            Compiled::Map {
+                schema: Arc::new(Schema::new(fields)),
+                columns: exprs.into(),
+            }
+        }
+        TransformSpec::KeyBy(k) => {
+            let mut exprs = Vec::new();
+            let mut names = Vec::new();
+            for (n, key) in k.keys.iter().enumerate() {
+                let key_at = format!("{at}/keys/{n}");
+                match compile_key(key, &schema) {
+                    Ok((name, e)) => {
+                        if names.contains(&name) {
+                            problems.push(src.at_value(
+                                &key_at,
+                                format!("two keys are named `{name}`; rename one with `AS`"),
+                            ));
+                        }
+                        names.push(name);
+                        exprs.push(e);
+                    }
+                    Err(message) => problems.push(src.at_value(&key_at, message)),
+                }
+            }
+            Compiled::KeyBy {
+                schema,
+                keys: Arc::new(KeySelector::new(exprs, names, spec.key_groups)),
+            }
+        }
+        TransformSpec::Union(_) => {
+            for k in 1..def.inputs.len() {
+                if let Some(other) = input_schema(compiled, defs, i, k) {
+                    if let Some(diff) = schema_difference(&schema, &other) {
+                        problems.push(src.at_value(
+                            &def.inputs[k].0,
+                            format!(
+                                "`{}` does not have the same columns as `{}`: {diff}",
+                                defs[def.inputs[k].1].name, defs[def.inputs[0].1].name
+                            ),
+                        ));
+                    }
+                }
+            }
+            Compiled::Union { schema }
+        }
+        TransformSpec::Aggregate(a) => {
+            let (_, j, _) = &def.inputs[0];
+            let keys = match &compiled[*j] {
+                Compiled::KeyBy { keys, .. } => keys.clone(),
+                _ => {
+                    problems.push(src.at_value(
+                        &format!("{at}/from"),
+                        format!(
+                            "an aggregate reads a `key-by` node, and `{}` is a {}; add a key-by between them",
+                            defs[*j].name,
+                            defs[*j].kind()
+                        ),
+                    ));
+                    return Compiled::Failed;
+                }
+            };
+            let mut calls = Vec::new();
+            let mut names = Vec::new();
+            for (name, sql) in &a.aggregates {
+                if keys.names().contains(name) {
+                    problems.push(src.at_key(
+                        &format!(
+                            "{at}/aggregates/{}",
+                            crate::spec::positions::escape_segment(name)
+                        ),
+                        format!("`{name}` is already a key column; choose another name"),
+                    ));
+                }
+                match AggCall::compile(sql, &schema) {
+                    Ok(c) => {
+                        calls.push(c);
+                        names.push(name.clone());
+                    }
+                    Err(message) => problems.push(src.at_value(
+                        &format!(
+                            "{at}/aggregates/{}",
+                            crate::spec::positions::escape_segment(name)
+                        ),
+                        message,
+                    )),
+                }
+            }
+            Compiled::Aggregate {
+                schema: Aggregate::output_schema(&keys, &names, &calls),
+                keys,
+                calls: calls.into(),
+            }
+        }
+    };
+    if problems.len() > before {
+        Compiled::Failed
+    } else {
+        result
+    }
+}
+
+fn compile_source(
+    s: &SourceSpec,
+    at: &str,
+    src: &SpecSource,
+    problems: &mut Vec<Problem>,
+) -> Compiled {
+    let (ports, factory): (Vec<(String, SchemaRef)>, Arc<dyn SourceFactory>) = match s {
+        SourceSpec::Nexmark(n) => match NexmarkSourceFactory::new(n) {
+            Ok(factory) => (nexmark_source::port_schemas(), Arc::new(factory)),
+            Err(message) => {
+                problems.push(src.at_value(at, message));
+                return Compiled::Failed;
+            }
+        },
+        SourceSpec::Jsonl(j) => match jsonl_source::layout(j) {
+            Ok(layout) => (layout.ports(), Arc::new(JsonlSourceFactory::new(j, layout))),
+            Err(message) => {
+                problems.push(src.at_value(at, message));
+                return Compiled::Failed;
+            }
+        },
+    };
+    let et = s.event_time();
+    let mut columns = Vec::new();
+    if let Some(column) = &et.column {
+        for (port, schema) in &ports {
+            match schema.index_of(column) {
+                Ok(idx) => match schema.field(idx).data_type() {
+                    DataType::Timestamp(_, _) | DataType::Int64 => columns.push(Some(idx)),
+                    other => {
+                        problems.push(src.at_value(
+                            &format!("{at}/event-time/column"),
+                            format!(
+                                "the event-time column `{column}` must be a timestamp, not {}",
+                                sql_type(other)
+                            ),
+                        ));
+                        return Compiled::Failed;
+                    }
+                },
+                Err(_) => {
+                    let names: Vec<&str> =
+                        schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    let place = if port.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" of port `{port}`")
+                    };
+                    problems.push(src.at_value(
+                        &format!("{at}/event-time/column"),
+                        format!(
+                            "no column `{column}` in the fields{place}: {}",
+                            names.join(", ")
+                        ),
+                    ));
+                    return Compiled::Failed;
+                }
+            }
+        }
+    } else {
+        columns = vec![None; ports.len()];
+    }
+    Compiled::Source {
+        ports,
+        factory,
+        event_time: EventTime {
+            columns,
+            out_of_orderness_ms: et.max_out_of_orderness.as_millis_i64(),
+            idle_timeout: et.idle_timeout.map(|d| d.0),
+        },
+    }
+}
+
+/// A key: `expr` or `expr AS name`; a plain column names itself.
+fn compile_key(sql: &str, schema: &Schema) -> Result<(String, Expr), String> {
+    let item = Parser::new(&GenericDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| {
+            let item = p.parse_select_item()?;
+            match p.peek_token().token {
+                sqlparser::tokenizer::Token::EOF => Ok(item),
+                other => Err(sqlparser::parser::ParserError::ParserError(format!(
+                    "unexpected `{other}` after the key"
+                ))),
+            }
+        })
+        .map_err(|e| format!("cannot parse the key `{sql}`: {e}"))?;
+    let (ast, alias) = match item {
+        SelectItem::UnnamedExpr(e) => (e, None),
+        SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value)),
+        _ => {
+            return Err(format!(
+                "`{sql}` is not a key: write a column or `expression AS name`"
+            ));
+        }
+    };
+    let e = Expr::compile_ast(&ast, schema).map_err(|e| e.to_string())?;
+    let name = match (alias, e.as_column()) {
+        (Some(a), _) => a,
+        (None, Some(_)) => e.default_name(),
+        (None, None) => return Err(format!("name the key `{sql}`: write `{sql} AS name`")),
+    };
+    Ok((name, e))
+}
+
+fn sql_type(t: &DataType) -> &'static str {
+    match t {
+        DataType::Int64 => "INT",
+        DataType::Float64 => "FLOAT",
+        DataType::Utf8 => "STRING",
+        DataType::Boolean => "BOOL",
+        DataType::Timestamp(_, _) => "TIMESTAMP",
+        DataType::Null => "NULL",
+        _ => "an unsupported type",
+    }
+}
+
+/// Why two schemas differ for a union, if they do.
+fn schema_difference(a: &Schema, b: &Schema) -> Option<String> {
+    let describe = |s: &Schema| {
+        s.fields()
+            .iter()
+            .map(|f| format!("{} {}", f.name(), sql_type(f.data_type())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let same = a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type());
+    (!same).then(|| format!("({}) versus ({})", describe(a), describe(b)))
+}
+
+/// Builds the plan's real nodes and edges, dissolving `key-by` and `union` into edges.
+fn assemble(
+    spec: &JobSpec,
+    defs: &[Def<'_>],
+    mut compiled: Vec<Compiled>,
+    order: &[usize],
+) -> Plan {
+    let job_parallelism = spec.parallelism as usize;
+    let virtual_def = |c: &Compiled| matches!(c, Compiled::KeyBy { .. } | Compiled::Union { .. });
+
+    // The real producers behind an input (def, port), and the key partitioning on the way.
+    fn resolve(
+        defs: &[Def<'_>],
+        compiled: &[Compiled],
+        def: usize,
+        port: usize,
+        key: Option<Arc<KeySelector>>,
+        out: &mut Vec<(usize, usize, Option<Arc<KeySelector>>)>,
+    ) {
+        match &compiled[def] {
+            Compiled::KeyBy { keys, .. } => {
+                let (_, j, p) = &defs[def].inputs[0];
+                // The key-by closest to the consumer decides the partitioning.
+                resolve(
+                    defs,
+                    compiled,
+                    *j,
+                    *p,
+                    key.or_else(|| Some(keys.clone())),
+                    out,
+                );
+            }
+            Compiled::Union { .. } => {
+                for (_, j, p) in &defs[def].inputs {
+                    resolve(defs, compiled, *j, *p, key.clone(), out);
+                }
+            }
+            _ => out.push((def, port, key)),
+        }
+    }
+
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut nodes: Vec<PlanNode> = Vec::new();
+    for &i in order {
+        if virtual_def(&compiled[i]) {
+            continue;
+        }
+        let def = &defs[i];
+        let mut inputs = Vec::new();
+        for (_, j, p) in &def.inputs {
+            let mut producers = Vec::new();
+            resolve(defs, &compiled, *j, *p, None, &mut producers);
+            for (producer, port, key) in producers {
+                inputs.push(PlanEdge {
+                    from: index[&producer],
+                    port,
+                    input: 0,
+                    key,
+                });
+            }
+        }
+        let taken = std::mem::replace(&mut compiled[i], Compiled::Failed);
+        let (role, parallelism, ports, factory) = match taken {
+            Compiled::Source {
+                ports,
+                factory,
+                event_time,
+            } => (
+                NodeRole::Source,
+                def.source.and_then(|s| s.parallelism()),
+                ports,
+                Factory::Source {
+                    factory,
+                    event_time,
+                },
+            ),
+            Compiled::Filter { schema, predicate } => (
+                NodeRole::Operator,
+                def.transform.and_then(|t| t.parallelism()),
+                vec![(String::new(), schema)],
+                Factory::Operator(Arc::new(move |_| {
+                    Ok(Box::new(Filter::new(predicate.clone())))
+                })),
+            ),
+            Compiled::Map { schema, columns } => {
+                let out = schema.clone();
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), schema)],
+                    Factory::Operator(Arc::new(move |_| {
+                        Ok(Box::new(Map::new(columns.clone(), out.clone())))
+                    })),
+                )
+            }
+            Compiled::Aggregate {
+                schema,
+                keys,
+                calls,
+            } => {
+                let out = schema.clone();
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), schema)],
+                    Factory::Operator(Arc::new(move |_| {
+                        Ok(Box::new(Aggregate::new(
+                            keys.clone(),
+                            calls.clone(),
+                            out.clone(),
+                        )?))
+                    })),
+                )
+            }
+            Compiled::Sink => {
+                let s = def.sink.map(sink::factory);
+                let Some(f) = s else { continue };
+                (
+                    NodeRole::Sink,
+                    def.sink.and_then(|s| s.parallelism()),
+                    vec![],
+                    Factory::Sink(f),
+                )
+            }
+            Compiled::KeyBy { .. } | Compiled::Union { .. } | Compiled::Failed => continue,
+        };
+        index.insert(i, nodes.len());
+        nodes.push(PlanNode {
+            name: def.name.to_string(),
+            kind: def.kind(),
+            role,
+            parallelism: parallelism.map_or(job_parallelism, |p| p as usize),
+            inputs,
+            ports,
+            factory,
+        });
+    }
+    Plan {
+        spec: spec.clone(),
+        nodes,
+    }
+}

@@ -1,0 +1,97 @@
+//! From a checked job spec to an executable graph.
+//!
+//! Planning resolves the wiring (`from: gen.bid`), orders the nodes topologically, computes
+//! every node's output schema and compiles every expression against its input, reporting all
+//! problems at once with their positions in the job file. `key-by` and `union` nodes do not
+//! survive planning: a `key-by` becomes the hash partitioning of its consumers' input edges and
+//! a `union` merges its inputs into its consumers' input gates.
+//!
+//! # Layout
+//! - [`build`]: spec → [`Plan`] (wiring, cycles, schemas, expressions).
+//! - [`physical`]: [`Plan`] → tasks: chaining, channels, subtasks.
+
+pub mod build;
+pub mod physical;
+
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+
+use crate::connectors::sink::SinkFactory;
+use crate::connectors::source::{SourceFactory, SubtaskContext};
+use crate::error::OperatorError;
+use crate::exec::metrics::NodeRole;
+use crate::exec::task::EventTime;
+use crate::operators::Operator;
+use crate::operators::key_by::KeySelector;
+use crate::spec::JobSpec;
+
+pub use build::build;
+
+use crate::spec::SpecError;
+use crate::spec::load::{Override, load_file, parse_str};
+
+/// Loads and plans a job file, reporting every problem of the file at once.
+pub fn check_file(path: &std::path::Path, overrides: &[Override]) -> Result<Plan, SpecError> {
+    build(&load_file(path, overrides)?)
+}
+
+/// Loads and plans a job given as text; `file` names it in messages.
+pub fn check_str(file: &str, text: &str, overrides: &[Override]) -> Result<Plan, SpecError> {
+    build(&parse_str(file, text, overrides)?)
+}
+
+/// Makes one subtask of an operator.
+pub type OperatorFactory =
+    Arc<dyn Fn(&SubtaskContext) -> Result<Box<dyn Operator>, OperatorError> + Send + Sync>;
+
+/// How the subtasks of a node are made.
+#[derive(Clone)]
+pub enum Factory {
+    Source {
+        factory: Arc<dyn SourceFactory>,
+        event_time: EventTime,
+    },
+    Operator(OperatorFactory),
+    Sink(Arc<dyn SinkFactory>),
+}
+
+/// An edge into a node.
+#[derive(Clone, Debug)]
+pub struct PlanEdge {
+    /// Index of the producing node in [`Plan::nodes`].
+    pub from: usize,
+    /// The producer's output port.
+    pub port: usize,
+    /// The consumer's logical input (0 for single-input operators).
+    pub input: usize,
+    /// `Some` when a `key-by` partitions this edge by key.
+    pub key: Option<Arc<KeySelector>>,
+}
+
+/// A node that runs: a source, an operator or a sink.
+#[derive(Clone)]
+pub struct PlanNode {
+    pub name: String,
+    /// The `kind` from the job file.
+    pub kind: &'static str,
+    pub role: NodeRole,
+    pub parallelism: usize,
+    pub inputs: Vec<PlanEdge>,
+    /// Output ports with their schemas (one unnamed port except for multi-port sources).
+    pub ports: Vec<(String, SchemaRef)>,
+    pub factory: Factory,
+}
+
+/// A planned job: nodes in topological order (every edge goes from a lower to a higher index).
+#[derive(Clone)]
+pub struct Plan {
+    pub spec: JobSpec,
+    pub nodes: Vec<PlanNode>,
+}
+
+impl Plan {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+}

@@ -1,0 +1,308 @@
+//! [`Plan`] → tasks: which nodes chain into one task, which edges become channels.
+//!
+//! An edge `u → v` is *chained* when chaining is on, the edge is not partitioned by key, `u`
+//! and `v` have the same parallelism, and `v` reads nothing else. Chained nodes run in the same
+//! task, one call apart. Every other edge becomes bounded channels: one per pair of subtasks that
+//! can exchange records (`i → i` for forward edges, all pairs otherwise).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_channel::{Receiver, Sender};
+use tokio_util::sync::CancellationToken;
+
+use super::{Factory, Plan};
+use crate::connectors::source::SubtaskContext;
+use crate::error::{JobError, OperatorError};
+use crate::exec::exchange::{ExchangeWriter, Partitioning};
+use crate::exec::gate::InputGate;
+use crate::exec::message::Message;
+use crate::exec::metrics::{JobMetrics, NodeMetrics, SubtaskMetrics};
+use crate::exec::task::{Chain, ChainExchange, ChainOp, ChainSink, Target, Task, TaskInput};
+
+/// A receiving end of a channel and the logical input it feeds.
+type GateInput = (Receiver<Message>, usize);
+
+/// Which task each node runs in.
+#[derive(Clone, Debug)]
+pub struct Chaining {
+    /// Per node: its chain.
+    pub chain_of: Vec<usize>,
+    /// Per chain: its nodes in topological order (the first is the root).
+    pub members: Vec<Vec<usize>>,
+    /// Per node, per input edge: whether the edge is chained.
+    pub chained: Vec<Vec<bool>>,
+}
+
+/// Decides the chains of a plan.
+pub fn chaining(plan: &Plan) -> Chaining {
+    let mut chain_of = vec![0; plan.nodes.len()];
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    let mut chained = Vec::with_capacity(plan.nodes.len());
+    for (v, node) in plan.nodes.iter().enumerate() {
+        let edge_chained: Vec<bool> = node
+            .inputs
+            .iter()
+            .map(|e| {
+                plan.spec.chaining
+                    && node.inputs.len() == 1
+                    && e.key.is_none()
+                    && plan.nodes[e.from].parallelism == node.parallelism
+            })
+            .collect();
+        if let (Some(true), Some(e)) = (edge_chained.first(), node.inputs.first()) {
+            chain_of[v] = chain_of[e.from];
+            members[chain_of[v]].push(v);
+        } else {
+            chain_of[v] = members.len();
+            members.push(vec![v]);
+        }
+        chained.push(edge_chained);
+    }
+    Chaining {
+        chain_of,
+        members,
+        chained,
+    }
+}
+
+/// One subtask of one chain, ready to spawn.
+pub struct SubtaskTask {
+    /// The chain's node names and the subtask, e.g. `gen → q1 → out (2/4)`.
+    pub name: String,
+    pub subtask: usize,
+    pub parallelism: usize,
+    pub task: Task,
+}
+
+/// The tasks of a job, ready to spawn, and the metrics they update.
+pub struct Instantiated {
+    pub tasks: Vec<SubtaskTask>,
+    pub metrics: Arc<JobMetrics>,
+}
+
+/// Prepares every source and sink (list inputs, create output directories), then makes every
+/// subtask of every chain with its channels.
+pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated, JobError> {
+    let chains = chaining(plan);
+    let nodes = &plan.nodes;
+    let capacity = plan.spec.channel_capacity as usize;
+    let batch_size = plan.spec.batch_size as usize;
+
+    // Prepare sources and sinks once per run.
+    let mut progress_total = vec![None; nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        let prepared = match &node.factory {
+            Factory::Source { factory, .. } => factory.prepare(node.parallelism).map(|t| {
+                progress_total[i] = t;
+            }),
+            Factory::Sink(factory) => factory.prepare(node.parallelism),
+            Factory::Operator(_) => Ok(()),
+        };
+        prepared.map_err(|error| job_error(plan, i, 0, error))?;
+    }
+
+    let metrics = Arc::new(JobMetrics {
+        job: plan.spec.name.clone(),
+        started: Instant::now(),
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                Arc::new(NodeMetrics {
+                    name: n.name.clone(),
+                    kind: n.kind.to_string(),
+                    role: n.role,
+                    chain: chains.chain_of[i],
+                    subtasks: (0..n.parallelism)
+                        .map(|_| Arc::new(SubtaskMetrics::default()))
+                        .collect(),
+                    progress_total: progress_total[i],
+                })
+            })
+            .collect(),
+    });
+    // Consumers of each node: (consumer, input edge index).
+    let mut consumers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nodes.len()];
+    for (v, node) in nodes.iter().enumerate() {
+        for (k, e) in node.inputs.iter().enumerate() {
+            consumers[e.from].push((v, k));
+        }
+    }
+
+    // Channels of every unchained edge: senders[(v, k)][from subtask] lists one sender per
+    // receiving subtask; receivers[v][subtask] collects (receiver, logical input).
+    let mut senders: HashMap<(usize, usize), Vec<Vec<Sender<Message>>>> = HashMap::new();
+    let mut receivers: Vec<Vec<Vec<GateInput>>> = nodes
+        .iter()
+        .map(|n| (0..n.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    for (v, node) in nodes.iter().enumerate() {
+        for (k, e) in node.inputs.iter().enumerate() {
+            if chains.chained[v][k] {
+                continue;
+            }
+            let up = nodes[e.from].parallelism;
+            let forward = e.key.is_none() && up == node.parallelism;
+            let mut per_sender: Vec<Vec<Sender<Message>>> = vec![Vec::new(); up];
+            for (i, list) in per_sender.iter_mut().enumerate() {
+                let targets: Vec<usize> = if forward {
+                    vec![i]
+                } else {
+                    (0..node.parallelism).collect()
+                };
+                for t in targets {
+                    let (tx, rx) = async_channel::bounded(capacity);
+                    list.push(tx);
+                    receivers[v][t].push((rx, e.input));
+                }
+            }
+            senders.insert((v, k), per_sender);
+        }
+    }
+
+    let mut tasks = Vec::new();
+    for members in &chains.members {
+        let root = members[0];
+        let parallelism = nodes[root].parallelism;
+        for s in 0..parallelism {
+            let mut chain = Chain::default();
+            // Where each member sits in the chain.
+            let mut target_of: HashMap<usize, Target> = HashMap::new();
+            let mut op_index = 0;
+            let mut sink_index = 0;
+            for &m in members {
+                match &nodes[m].factory {
+                    Factory::Operator(_) => {
+                        target_of.insert(m, Target::Op(op_index));
+                        op_index += 1;
+                    }
+                    Factory::Sink(_) => {
+                        target_of.insert(m, Target::Sink(sink_index));
+                        sink_index += 1;
+                    }
+                    Factory::Source { .. } => {}
+                }
+            }
+            // Output targets of member `m` for each of its ports.
+            let mut outputs_of = |m: usize, chain: &mut Chain| -> Vec<Vec<Target>> {
+                let mut per_port = vec![Vec::new(); nodes[m].ports.len().max(1)];
+                for &(v, k) in &consumers[m] {
+                    let edge = &nodes[v].inputs[k];
+                    let target = if chains.chained[v][k] {
+                        target_of[&v]
+                    } else {
+                        let list = senders
+                            .get_mut(&(v, k))
+                            .map(|per| std::mem::take(&mut per[s]))
+                            .unwrap_or_default();
+                        let partitioning = match &edge.key {
+                            Some(key) => Partitioning::Hash(key.clone()),
+                            None if list.len() == 1 => Partitioning::Forward,
+                            None => Partitioning::Rebalance,
+                        };
+                        chain.exchanges.push(ChainExchange {
+                            node: nodes[m].name.clone(),
+                            writer: ExchangeWriter::new(
+                                list,
+                                partitioning,
+                                metrics.nodes[m].subtask(s),
+                            ),
+                        });
+                        Target::Exchange(chain.exchanges.len() - 1)
+                    };
+                    per_port[edge.port].push(target);
+                }
+                per_port
+            };
+            let ctx = |m: usize, want: Vec<bool>| SubtaskContext {
+                subtask: s,
+                parallelism,
+                batch_size,
+                metrics: metrics.nodes[m].subtask(s),
+                want,
+            };
+            let mut source_input = None;
+            for &m in members {
+                let node = &nodes[m];
+                match &node.factory {
+                    Factory::Operator(factory) => {
+                        let outputs = outputs_of(m, &mut chain).into_iter().flatten().collect();
+                        let op = factory(&ctx(m, vec![])).map_err(|e| job_error(plan, m, s, e))?;
+                        chain.ops.push(ChainOp {
+                            node: node.name.clone(),
+                            op,
+                            metrics: metrics.nodes[m].subtask(s),
+                            outputs,
+                        });
+                    }
+                    Factory::Sink(factory) => {
+                        let sink = factory
+                            .create(&ctx(m, vec![]))
+                            .map_err(|e| job_error(plan, m, s, e))?;
+                        chain.sinks.push(ChainSink {
+                            node: node.name.clone(),
+                            sink,
+                            metrics: metrics.nodes[m].subtask(s),
+                        });
+                    }
+                    Factory::Source {
+                        factory,
+                        event_time,
+                    } => {
+                        let ports = outputs_of(m, &mut chain);
+                        let want = ports.iter().map(|t| !t.is_empty()).collect();
+                        let source = factory
+                            .create(&ctx(m, want))
+                            .map_err(|e| job_error(plan, m, s, e))?;
+                        source_input = Some(TaskInput::Source {
+                            node: node.name.clone(),
+                            source,
+                            ports,
+                            metrics: metrics.nodes[m].subtask(s),
+                            event_time: event_time.clone(),
+                        });
+                    }
+                }
+            }
+            let input = match source_input {
+                Some(input) => input,
+                None => TaskInput::Gate {
+                    gate: InputGate::new(std::mem::take(&mut receivers[root][s])),
+                    head: target_of[&root],
+                },
+            };
+            let name = format!(
+                "{} ({}/{})",
+                members
+                    .iter()
+                    .map(|m| nodes[*m].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" → "),
+                s + 1,
+                parallelism
+            );
+            tasks.push(SubtaskTask {
+                name,
+                subtask: s,
+                parallelism,
+                task: Task {
+                    input,
+                    chain,
+                    stop: stop.clone(),
+                },
+            });
+        }
+    }
+    Ok(Instantiated { tasks, metrics })
+}
+
+fn job_error(plan: &Plan, node: usize, subtask: usize, error: OperatorError) -> JobError {
+    JobError {
+        node: plan.nodes[node].name.clone(),
+        subtask,
+        parallelism: plan.nodes[node].parallelism,
+        error,
+    }
+}
