@@ -1,0 +1,165 @@
+//! `weir`: run YAML-defined streaming jobs.
+//!
+//! # Layout
+//! - `main.rs`: the command line.
+//! - `run.rs`: `weir run`: a job with a progress bar, Ctrl-C handling and a summary.
+//! - `bench.rs`: `weir bench`: the benchmarks `make bench` prints.
+
+mod bench;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use weir_runtime::spec::load::Override;
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "A miniature stream-processing engine: YAML jobs, event time, exactly-once state."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a job until its bounded sources end (or Ctrl-C), then print a summary.
+    Run {
+        /// The job file.
+        job: PathBuf,
+        /// Override a field of the job: `--set sources.gen.events=1000000`, `--set parallelism=2`.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<Override>,
+        /// No progress bar (the summary is still printed).
+        #[arg(long)]
+        quiet: bool,
+        /// Also write the summary as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        summary_json: Option<PathBuf>,
+    },
+    /// Check a job file and report every problem with its line, column and key.
+    Validate {
+        job: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<Override>,
+    },
+    /// Print the JSON Schema of job files (for editors).
+    Schema,
+    /// Nexmark tools.
+    Nexmark {
+        #[command(subcommand)]
+        command: NexmarkCommand,
+    },
+    /// Run benchmarks and print tables (see BENCHMARKS.md).
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Subcommand)]
+enum NexmarkCommand {
+    /// Write Nexmark events as JSON lines (the format of shared/nexmark/SCHEMA.md).
+    Generate {
+        /// Number of events.
+        #[arg(long)]
+        events: u64,
+        /// Output file (written to a temporary file, then renamed into place).
+        #[arg(long)]
+        out: PathBuf,
+        /// Generator seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Event time between events.
+        #[arg(long, default_value = "100us", value_parser = humantime::parse_duration)]
+        inter_event_delay: std::time::Duration,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Run {
+            job,
+            overrides,
+            quiet,
+            summary_json,
+        } => run::run(&job, &overrides, quiet, summary_json.as_deref()),
+        Command::Validate { job, overrides } => validate(&job, &overrides),
+        Command::Schema => match serde_json::to_string_pretty(&weir_runtime::spec::json_schema()) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Nexmark {
+            command:
+                NexmarkCommand::Generate {
+                    events,
+                    out,
+                    seed,
+                    inter_event_delay,
+                },
+        } => generate(events, &out, seed, inter_event_delay),
+        Command::Bench(args) => bench::main(args),
+    }
+}
+
+/// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn validate(job: &std::path::Path, overrides: &[Override]) -> ExitCode {
+    let checked = weir_runtime::plan::check_file(job, overrides);
+    match checked {
+        Ok(plan) => {
+            println!(
+                "{} is valid: job `{}` with {} nodes",
+                job.display(),
+                plan.name(),
+                plan.nodes.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn generate(events: u64, out: &std::path::Path, seed: u64, delay: std::time::Duration) -> ExitCode {
+    use weir_runtime::connectors::nexmark::{Generator, GeneratorConfig, write_file};
+    let config = GeneratorConfig {
+        seed,
+        inter_event_delay_ns: u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX),
+        ..GeneratorConfig::default()
+    };
+    let started = std::time::Instant::now();
+    match write_file(&Generator::new(config), events, out) {
+        Ok(()) => {
+            eprintln!(
+                "wrote {events} events to {} in {:.2} s",
+                out.display(),
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: writing {}: {e}", out.display());
+            ExitCode::FAILURE
+        }
+    }
+}

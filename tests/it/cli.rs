@@ -1,0 +1,254 @@
+//! The `weir` binary: validate, schema, nexmark generate, run (with Ctrl-C), and the example job.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+fn weir() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+    c.current_dir(repo());
+    c
+}
+
+#[test]
+fn validate_accepts_every_shipped_job() {
+    let mut jobs = Vec::new();
+    for dir in ["jobs/nexmark", "jobs/examples"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                jobs.push(p);
+            }
+        }
+    }
+    assert!(jobs.len() >= 7, "{jobs:?}");
+    for job in jobs {
+        let out = weir().arg("validate").arg(&job).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            job.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn validate_reports_every_problem_with_file_line_column_and_key() {
+    let dir = out_dir();
+    let job = dir.path().join("bad.yaml");
+    std::fs::write(
+        &job,
+        "name: bad\nsources:\n  g: {kind: nexmark, events: -3}\ntransforms:\n  f: {kind: filter, from: g.bid, where: price >}\nsinks:\n  o: {kind: blackhole, from: f, paralelism: 2}\n",
+    )
+    .unwrap();
+    let out = weir().arg("validate").arg(&job).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = job.display().to_string();
+    assert!(stderr.contains("has 3 problems"), "{stderr}");
+    assert!(stderr.contains(&format!("{file}:3:")), "{stderr}");
+    assert!(stderr.contains("sources.g.events"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{file}:5:")) && stderr.contains("transforms.f.where"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .contains("sinks.o.paralelism: unknown key `paralelism`; did you mean `parallelism`?"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn schema_prints_a_json_schema_of_job_files() {
+    let out = weir().arg("schema").output().unwrap();
+    assert!(out.status.success());
+    let schema: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(schema["title"], "weir job");
+    assert!(schema["properties"]["sources"].is_object());
+    let validator = jsonschema_accepts(&schema, "jobs/nexmark/q1.yaml");
+    assert!(
+        validator,
+        "the shipped job validates against the printed schema"
+    );
+}
+
+/// Whether the job file, read as YAML, validates against `schema` (structure only).
+fn jsonschema_accepts(schema: &Value, job: &str) -> bool {
+    let text = std::fs::read_to_string(repo().join(job)).unwrap();
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let instance = serde_json::to_value(yaml).unwrap();
+    jsonschema::validator_for(schema)
+        .unwrap()
+        .is_valid(&instance)
+}
+
+#[test]
+fn nexmark_generate_writes_the_requested_events() {
+    let dir = out_dir();
+    let file = dir.path().join("events.jsonl");
+    let out = weir()
+        .args(["nexmark", "generate", "--events", "5000", "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut kinds = BTreeMap::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let kind = v["type"].as_str().unwrap().to_string();
+        assert!(v[&kind].is_object(), "{line}");
+        *kinds.entry(kind).or_insert(0) += 1;
+    }
+    assert_eq!(kinds["person"], 100);
+    assert_eq!(kinds["auction"], 300);
+    assert_eq!(kinds["bid"], 4600);
+}
+
+/// Reference for the clicks example: per user, the totals over all qualifying clicks.
+fn clicks_reference() -> BTreeMap<String, (i64, i64, f64, f64)> {
+    let text = std::fs::read_to_string(repo().join("jobs/examples/clicks.jsonl")).unwrap();
+    let mut totals: BTreeMap<String, (i64, i64, f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let duration = v["duration_ms"].as_i64().unwrap();
+        let page = v["page"].as_str().unwrap();
+        if duration <= 0 || page.starts_with("/admin") {
+            continue;
+        }
+        let user = v["user"].as_str().unwrap().to_lowercase();
+        let mobile = ["phone", "tablet"].contains(&v["device"]["kind"].as_str().unwrap()) as i64;
+        let seconds = duration as f64 / 1000.0;
+        let t = totals.entry(user).or_insert((0, 0, 0.0, f64::MIN));
+        t.0 += 1;
+        t.1 += mobile;
+        t.2 += seconds;
+        t.3 = t.3.max(seconds);
+    }
+    totals
+}
+
+#[test]
+fn the_example_job_ends_with_each_users_totals() {
+    let dir = out_dir();
+    let out = weir()
+        .args(["run", "--quiet", "jobs/examples/clicks.yaml", "--set"])
+        .arg(format!(
+            "sinks.console={{kind: file, from: per-user, path: {}}}",
+            dir.path().display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An upsert stream: a user's rows all come from the subtask owning their key, in order,
+    // so the last row per user holds the final totals.
+    let mut last: BTreeMap<String, Value> = BTreeMap::new();
+    for row in read_parts(dir.path()) {
+        last.insert(row["user"].as_str().unwrap().to_string(), row);
+    }
+    let expected = clicks_reference();
+    assert_eq!(
+        last.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (user, (views, mobile, seconds, longest)) in expected {
+        let row = &last[&user];
+        assert_eq!(row["views"], views, "{user}");
+        assert_eq!(row["mobile_views"], mobile, "{user}");
+        assert!(
+            (row["seconds"].as_f64().unwrap() - seconds).abs() < 1e-6,
+            "{user}: {row}"
+        );
+        assert_eq!(row["longest"].as_f64().unwrap(), longest, "{user}");
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_sources_drains_and_flushes() {
+    let dir = out_dir();
+    let summary = dir.path().join("summary.json");
+    let sink = dir.path().join("out");
+    let child = weir()
+        .args([
+            "run",
+            "--quiet",
+            "jobs/nexmark/q1.yaml",
+            "--set",
+            "sources.nexmark.events=null",
+        ])
+        .args([
+            "--set",
+            "sources.nexmark.rate=50000",
+            "--set",
+            "parallelism=2",
+            "--set",
+        ])
+        .arg(format!(
+            "sinks.out={{kind: file, from: q1, path: {}}}",
+            sink.display()
+        ))
+        .arg("--summary-json")
+        .arg(&summary)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until output is flowing: a part file in progress exists.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !has_inprogress(&sink) {
+        assert!(Instant::now() < deadline, "no output after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    let sink_in = summary["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "out")
+        .unwrap()["records_in"]
+        .as_u64()
+        .unwrap();
+    let rows = read_parts(&sink);
+    assert!(sink_in > 0);
+    assert_eq!(
+        rows.len() as u64,
+        sink_in,
+        "every record that reached the sink was flushed"
+    );
+    let bids = summary["nodes"][0]["records_out"].as_u64().unwrap();
+    assert_eq!(bids, sink_in, "nothing in flight was lost on the way");
+}
+
+fn has_inprogress(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().ends_with(".inprogress"))
+    })
+}

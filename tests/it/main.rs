@@ -1,0 +1,14 @@
+//! End-to-end tests of weir's jobs and binary, built as one test binary so linking stays fast.
+//!
+//! # Layout
+//! - `support`: running jobs in-process, reading sink output, the shared Nexmark input file.
+//! - `nexmark_stateless`: q0, q1, q2 against a plain-loop reference, every way they can run.
+//! - `spec_errors`: bad job files report every problem with line, column and key.
+//! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli;
+mod nexmark_stateless;
+mod spec_errors;
+mod support;

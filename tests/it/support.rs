@@ -1,0 +1,123 @@
+//! Helpers shared by the end-to-end tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use weir_runtime::exec::job::JobSummary;
+use weir_runtime::spec::load::Override;
+
+/// The repository root (where `jobs/` lives).
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn job_file(rel: &str) -> PathBuf {
+    repo().join(rel)
+}
+
+/// Runs a job file in this process with `--set`-style overrides.
+pub fn run_job(job: &Path, overrides: &[String]) -> JobSummary {
+    let overrides: Vec<Override> = overrides.iter().map(|o| o.parse().unwrap()).collect();
+    let plan = weir_runtime::plan::check_file(job, &overrides).unwrap_or_else(|e| panic!("{e}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(async { weir_runtime::exec::job::start(&plan)?.wait().await })
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every line of every `part-*.jsonl` in `dir`, parsed.
+pub fn read_parts(dir: &Path) -> Vec<Value> {
+    let mut rows = Vec::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    for path in names {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            !name.ends_with(".inprogress"),
+            "an unfinished part file was left: {name}"
+        );
+        if !(name.starts_with("part-") && name.ends_with(".jsonl")) {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            rows.push(serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}: {line}")));
+        }
+    }
+    rows
+}
+
+/// Rows as a multiset of their canonical JSON text.
+pub fn multiset(rows: impl IntoIterator<Item = Value>) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for r in rows {
+        *m.entry(serde_json::to_string(&r).unwrap()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Asserts two multisets are equal, showing a few differences if not.
+pub fn assert_same_rows(
+    what: &str,
+    actual: &BTreeMap<String, usize>,
+    expected: &BTreeMap<String, usize>,
+) {
+    if actual == expected {
+        return;
+    }
+    let count = |m: &BTreeMap<String, usize>| m.values().sum::<usize>();
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|(k, n)| actual.get(*k) != Some(n))
+        .take(3)
+        .collect();
+    let extra: Vec<_> = actual
+        .iter()
+        .filter(|(k, n)| expected.get(*k) != Some(n))
+        .take(3)
+        .collect();
+    panic!(
+        "{what}: {} rows, expected {}\n  expected but not (as often) produced: {missing:#?}\n  produced but not (as often) expected: {extra:#?}",
+        count(actual),
+        count(expected)
+    );
+}
+
+/// Events in the shared Nexmark JSON-lines input.
+pub const JSONL_EVENTS: u64 = 200_000;
+
+/// A Nexmark JSON-lines file of [`JSONL_EVENTS`] events, written once per test run by
+/// `weir nexmark generate`'s code path.
+pub fn nexmark_jsonl() -> &'static Path {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        use weir_runtime::connectors::nexmark::{Generator, GeneratorConfig, write_file};
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "nexmark-{JSONL_EVENTS}-{}.jsonl",
+            std::process::id()
+        ));
+        write_file(
+            &Generator::new(GeneratorConfig::default()),
+            JSONL_EVENTS,
+            &path,
+        )
+        .unwrap();
+        path
+    })
+}
+
+/// A fresh, empty directory for a sink, removed when the value is dropped.
+pub fn out_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("weir-out-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
