@@ -296,9 +296,12 @@ impl Generator {
 
 /// Beam's `PriceGenerator.nextPrice`: `round(10^(6u) × 100)` cents for uniform `u`, so prices
 /// range from $1 to $1,000,000, log-uniformly.
+///
+/// `10^x` is computed as `e^(x ln 10)`: a profile of Nexmark q1 showed `pow` taking a third of
+/// the generator's time, and `exp` gives the same distribution at about a third of the cost.
 #[inline]
 fn next_price(rng: &mut Rng) -> i64 {
-    (10f64.powf(rng.next_f64() * 6.0) * 100.0).round() as i64
+    ((rng.next_f64() * 6.0 * std::f64::consts::LN_10).exp() * 100.0).round() as i64
 }
 
 /// Beam's `lastBase0PersonId`: the 0-based id of the last person generated at or before event `n`.
