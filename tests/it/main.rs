@@ -5,6 +5,7 @@
 //! - `nexmark_stateless`: q0, q1, q2 against a plain-loop reference, every way they can run.
 //! - `spec_errors`: bad job files report every problem with line, column and key.
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
+//! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,3 +13,4 @@ mod cli;
 mod nexmark_stateless;
 mod spec_errors;
 mod support;
+mod topology;

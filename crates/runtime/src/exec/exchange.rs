@@ -134,3 +134,88 @@ impl ExchangeWriter {
 fn downstream_gone() -> OperatorError {
     OperatorError::Cancelled(DownstreamGone.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Int64Array;
+    use arrow_schema::{DataType, Field, Schema};
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::expr::Expr;
+
+    fn batch(values: Vec<i64>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values))]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_full_channel_holds_the_sender_until_the_receiver_reads() {
+        let (tx, rx) = async_channel::bounded(1);
+        let metrics = Arc::new(SubtaskMetrics::default());
+        let mut writer = ExchangeWriter::new(vec![tx], Partitioning::Forward, metrics.clone());
+        writer.send_batch(batch(vec![1])).await.unwrap();
+        {
+            // The channel holds one batch: the next send cannot complete.
+            let pending = writer.send_batch(batch(vec![2]));
+            futures::pin_mut!(pending);
+            assert!(
+                pending.as_mut().now_or_never().is_none(),
+                "the sender must wait"
+            );
+            assert!(rx.recv().await.is_ok());
+            pending.await.unwrap();
+        }
+        assert!(rx.recv().await.is_ok());
+        assert!(
+            metrics
+                .backpressure_ns
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0,
+            "time blocked is counted as backpressure"
+        );
+    }
+
+    #[tokio::test]
+    async fn hash_partitioning_sends_each_key_to_the_subtask_owning_its_group() {
+        let schema = batch(vec![]).schema();
+        let keys = Arc::new(KeySelector::new(
+            vec![Expr::compile("k", &schema).unwrap()],
+            vec!["k".into()],
+            128,
+        ));
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| async_channel::bounded(16)).unzip();
+        let mut writer = ExchangeWriter::new(
+            txs,
+            Partitioning::Hash(keys.clone()),
+            Arc::new(SubtaskMetrics::default()),
+        );
+        let values: Vec<i64> = (0..500).map(|i| i % 97).collect();
+        writer.send_batch(batch(values.clone())).await.unwrap();
+        writer.send_batch(batch(values)).await.unwrap();
+        let mut owner: std::collections::HashMap<i64, usize> = Default::default();
+        let mut total = 0;
+        for (subtask, rx) in rxs.iter().enumerate() {
+            while let Ok(Message::Batch(b)) = rx.try_recv() {
+                let mut hashes = Vec::new();
+                let mut groups = Vec::new();
+                keys.key_groups_of(&b, &mut hashes, &mut groups).unwrap();
+                let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                for (row, g) in groups.iter().enumerate() {
+                    assert_eq!(subtask_for_key_group(*g, 128, 3), subtask);
+                    let prev = owner.insert(col.value(row), subtask);
+                    assert!(prev.is_none_or(|p| p == subtask), "a key on two subtasks");
+                    total += 1;
+                }
+            }
+        }
+        assert_eq!(total, 1000, "every row delivered exactly once");
+        assert!(
+            owner
+                .values()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                > 1
+        );
+    }
+}

@@ -403,3 +403,184 @@ fn finish_column<'a>(
     };
     Ok(array)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow_array::{Float64Array, Int64Array, StringArray};
+
+    use super::*;
+
+    /// A small deterministic generator (xorshift) so the test needs no extra crates.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    fn input_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("f", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]))
+    }
+
+    #[derive(Default, Debug, PartialEq)]
+    struct Naive {
+        count_star: i64,
+        count_v: i64,
+        sum_v: Option<i64>,
+        min_v: Option<i64>,
+        max_s: Option<String>,
+        avg_f: (f64, i64),
+    }
+
+    #[test]
+    fn running_aggregates_match_a_naive_fold_over_random_batches() {
+        let schema = input_schema();
+        let keys = Arc::new(KeySelector::new(
+            vec![Expr::compile("k", &schema).unwrap()],
+            vec!["k".into()],
+            128,
+        ));
+        let sqls = [
+            "count(*)", "count(v)", "sum(v)", "min(v)", "max(s)", "avg(f)",
+        ];
+        let calls: Vec<AggCall> = sqls
+            .iter()
+            .map(|s| AggCall::compile(s, &schema).unwrap())
+            .collect();
+        let names: Vec<String> = ["n", "nv", "sv", "minv", "maxs", "avgf"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let out_schema = Aggregate::output_schema(&keys, &names, &calls);
+        let mut op = Aggregate::new(keys, calls.into(), out_schema).unwrap();
+
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut naive: BTreeMap<Option<i64>, Naive> = BTreeMap::new();
+        let mut last: BTreeMap<Option<i64>, Vec<String>> = BTreeMap::new();
+        for _batch in 0..40 {
+            let rows = 1 + (rng.next() % 300) as usize;
+            let mut k = Vec::new();
+            let mut v = Vec::new();
+            let mut f = Vec::new();
+            let mut s = Vec::new();
+            for _ in 0..rows {
+                let key = (rng.next() % 10 != 0).then(|| (rng.next() % 25) as i64);
+                let val = (rng.next() % 5 != 0).then(|| (rng.next() % 2001) as i64 - 1000);
+                let fl = (rng.next() % 7 != 0).then(|| (rng.next() % 1000) as f64 / 8.0);
+                let st = (rng.next() % 3 != 0).then(|| format!("s{}", rng.next() % 50));
+                let n = naive.entry(key).or_default();
+                n.count_star += 1;
+                if let Some(x) = val {
+                    n.count_v += 1;
+                    n.sum_v = Some(n.sum_v.unwrap_or(0) + x);
+                    n.min_v = Some(n.min_v.map_or(x, |m| m.min(x)));
+                }
+                if let Some(x) = &st {
+                    if n.max_s.as_ref().is_none_or(|m| x > m) {
+                        n.max_s = Some(x.clone());
+                    }
+                }
+                if let Some(x) = fl {
+                    n.avg_f.0 += x;
+                    n.avg_f.1 += 1;
+                }
+                k.push(key);
+                v.push(val);
+                f.push(fl);
+                s.push(st);
+            }
+            let batch = RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    Arc::new(Int64Array::from(k)),
+                    Arc::new(Int64Array::from(v)),
+                    Arc::new(Float64Array::from(f)),
+                    Arc::new(StringArray::from(s)),
+                ],
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            op.process_batch(0, batch, &mut out).unwrap();
+            for b in out {
+                let key = b.column(0).as_primitive::<Int64Type>();
+                for row in 0..b.num_rows() {
+                    let k = key.is_valid(row).then(|| key.value(row));
+                    let cells = (1..b.num_columns())
+                        .map(|c| {
+                            arrow_cast::display::array_value_to_string(b.column(c), row).unwrap()
+                        })
+                        .collect();
+                    last.insert(k, cells);
+                }
+            }
+        }
+        assert_eq!(
+            last.len(),
+            naive.len(),
+            "one output key per input key, NULL included"
+        );
+        for (k, n) in &naive {
+            let show = |o: Option<String>| o.unwrap_or_default();
+            let avg = (n.avg_f.1 > 0).then(|| (n.avg_f.0 / n.avg_f.1 as f64).to_string());
+            let expected = vec![
+                n.count_star.to_string(),
+                n.count_v.to_string(),
+                show(n.sum_v.map(|x| x.to_string())),
+                show(n.min_v.map(|x| x.to_string())),
+                show(n.max_s.clone()),
+                show(avg),
+            ];
+            assert_eq!(last[k], expected, "key {k:?}");
+        }
+    }
+
+    #[test]
+    fn a_batch_emits_one_row_per_changed_key() {
+        let schema = input_schema();
+        let keys = Arc::new(KeySelector::new(
+            vec![Expr::compile("k", &schema).unwrap()],
+            vec!["k".into()],
+            128,
+        ));
+        let calls: Arc<[AggCall]> = vec![AggCall::compile("count(*)", &schema).unwrap()].into();
+        let out_schema = Aggregate::output_schema(&keys, &["n".into()], &calls);
+        let mut op = Aggregate::new(keys, calls, out_schema).unwrap();
+        let batch = RecordBatch::try_new(
+            input_schema(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 1, 1])),
+                Arc::new(Int64Array::from(vec![None::<i64>; 4])),
+                Arc::new(Float64Array::from(vec![None::<f64>; 4])),
+                Arc::new(StringArray::from(vec![None::<&str>; 4])),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        op.process_batch(0, batch, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        let counts = out[0].column(1).as_primitive::<Int64Type>();
+        assert_eq!(out[0].num_rows(), 2);
+        assert_eq!(counts.values().to_vec(), vec![3, 1]);
+    }
+
+    #[test]
+    fn non_aggregate_calls_are_refused_with_a_hint() {
+        let schema = input_schema();
+        let e = AggCall::compile("median(v)", &schema).unwrap_err();
+        assert!(e.contains("unknown aggregate function `median`"), "{e}");
+        let e = AggCall::compile("v + 1", &schema).unwrap_err();
+        assert!(e.contains("is not an aggregate call"), "{e}");
+        let e = AggCall::compile("sum(s)", &schema).unwrap_err();
+        assert!(e.contains("sum needs a number"), "{e}");
+    }
+}

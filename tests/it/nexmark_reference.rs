@@ -1,0 +1,1089 @@
+//! Reference implementations of Nexmark q3, q4, q5, q6, q7, q8, q9 and q11, written as plain
+//! loops over a slice of events, that weir's end-to-end tests compare the engine's output with.
+//!
+//! Each query follows the "Query semantics" table of `SCHEMA.md` (windows aligned to the epoch,
+//! the end of the input fires every open window) and returns its rows as JSON objects with
+//! exactly the schema's output column names, in no particular order: callers compare multisets.
+//! Every result is a function of the *multiset* of events, never of their order, so the same
+//! reference checks a job however its input was ordered; [`shuffle_within`] makes such input.
+//!
+//! # Why this must stay independent of weir
+//!
+//! A reference that shares code with the engine shares its bugs, and the comparison then proves
+//! nothing. So nothing here uses weir's operators, expressions, planner or JSON decoder: only
+//! `std` collections, sorting and `serde_json`. The one thing taken from `weir_runtime` is the
+//! generator's plain data model ([`Event`], [`Person`], [`Auction`], [`Bid`]) and, in the tests,
+//! the generator itself and its JSON-lines writer (to check that [`parse_line`] reads that
+//! format). Keep it that way: when a query here and the engine disagree, the disagreement must be
+//! worth investigating from both sides.
+//!
+//! # Layout
+//!
+//! - Input: [`parse_line`] (one `SCHEMA.md` JSON line to an [`Event`], by hand) and
+//!   [`shuffle_within`] (seeded, bounded out-of-orderness).
+//! - Queries: [`q3`] to [`q9`] and [`q11`], each one function; q4, q6 and q9 share
+//!   `auctions_with_valid_bids`, the "bids that count for an auction" rule.
+//! - `tests`: hand-made inputs with hand-computed rows for every query and edge the table
+//!   names, then the shuffle's properties and order independence on generated events.
+//!
+//! # Decisions the table leaves open
+//!
+//! - Ids are not assumed unique: q3 emits one row per matching (auction event, person event)
+//!   pair, and q4, q6 and q9 treat every auction event as its own auction. The generator's ids
+//!   are unique, so this only matters for hand-made input.
+//! - Bids, auctions and people referring to ids that never appear are simply unmatched: q4, q6
+//!   and q9 ignore bids on unknown auctions, q3 and q8 drop auctions of unknown sellers. q5, q7
+//!   and q11 read bids only and never look at auctions or people.
+//! - q8 emits distinct `(id, name, starttime)` rows (a person is registered "once per w").
+//! - q9: after price, earliest `dateTime` and lowest bidder, remaining ties go to the bid with
+//!   the smallest `(extra, channel, url)`, so the winner depends on the bids' contents, not on
+//!   their order. Bids tied on all of those are identical in every output column.
+//! - Window starts use floor division (`div_euclid`), so times before the epoch land in the
+//!   window that contains them; averages are floors of exact integer means (`i128` sums).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use serde_json::{Value, json};
+use weir_runtime::connectors::nexmark::{Auction, Bid, Event, Person};
+
+/// q3 keeps auctions of this category.
+const Q3_CATEGORY: i64 = 10;
+/// q3 keeps sellers from these states.
+const Q3_STATES: [&str; 3] = ["OR", "ID", "CA"];
+/// q5's window length.
+const Q5_SIZE_MS: i64 = 10_000;
+/// q5's window slide: window starts are multiples of this.
+const Q5_SLIDE_MS: i64 = 2_000;
+/// q6 averages over a seller's last this-many closed auctions.
+const Q6_LAST_AUCTIONS: usize = 10;
+/// The tumbling window length of q7 and q8.
+const TUMBLE_MS: i64 = 10_000;
+/// q11's session gap: a bid more than this after the previous one opens a new session.
+const SESSION_GAP_MS: i64 = 10_000;
+
+// ---------------------------------------------------------------------------------------------
+// Input
+// ---------------------------------------------------------------------------------------------
+
+/// Parses one line of `SCHEMA.md`'s JSON-lines format (`{"type":"bid","bid":{...}}`) into an
+/// [`Event`], field by field through [`serde_json::Value`], without weir's decoder.
+///
+/// Strict on purpose, since it reads what weir writes: every field must be present with its
+/// JSON type, and unknown keys are rejected. Panics with the offending line otherwise.
+pub fn parse_line(line: &str) -> Event {
+    let value: Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    let top = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not a JSON object: {line}"));
+    let kind = top
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no string \"type\": {line}"));
+    let fields: &[&str] = match kind {
+        "person" => &[
+            "id",
+            "name",
+            "emailAddress",
+            "creditCard",
+            "city",
+            "state",
+            "dateTime",
+            "extra",
+        ],
+        "auction" => &[
+            "id",
+            "itemName",
+            "description",
+            "initialBid",
+            "reserve",
+            "dateTime",
+            "expires",
+            "seller",
+            "category",
+            "extra",
+        ],
+        "bid" => &[
+            "auction", "bidder", "price", "channel", "url", "dateTime", "extra",
+        ],
+        other => panic!("unknown event type {other:?}: {line}"),
+    };
+    if let Some(key) = top.keys().find(|k| *k != "type" && *k != kind) {
+        panic!("unexpected key {key:?} next to \"type\": {line}");
+    }
+    let body = top
+        .get(kind)
+        .and_then(Value::as_object)
+        .unwrap_or_else(|| panic!("no {kind:?} object: {line}"));
+    if let Some(key) = body.keys().find(|k| !fields.contains(&k.as_str())) {
+        panic!("unexpected {kind} field {key:?}: {line}");
+    }
+    let int = |name: &str| -> i64 {
+        body.get(name)
+            .and_then(Value::as_i64)
+            .unwrap_or_else(|| panic!("{kind}.{name} is not an integer: {line}"))
+    };
+    let text = |name: &str| -> String {
+        body.get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{kind}.{name} is not a string: {line}"))
+            .to_owned()
+    };
+    match kind {
+        "person" => Event::Person(Person {
+            id: int("id"),
+            name: text("name"),
+            email_address: text("emailAddress"),
+            credit_card: text("creditCard"),
+            city: text("city"),
+            state: text("state"),
+            date_time: int("dateTime"),
+            extra: text("extra"),
+        }),
+        "auction" => Event::Auction(Auction {
+            id: int("id"),
+            item_name: text("itemName"),
+            description: text("description"),
+            initial_bid: int("initialBid"),
+            reserve: int("reserve"),
+            date_time: int("dateTime"),
+            expires: int("expires"),
+            seller: int("seller"),
+            category: int("category"),
+            extra: text("extra"),
+        }),
+        _ => Event::Bid(Bid {
+            auction: int("auction"),
+            bidder: int("bidder"),
+            price: int("price"),
+            channel: text("channel"),
+            url: text("url"),
+            date_time: int("dateTime"),
+            extra: text("extra"),
+        }),
+    }
+}
+
+/// Reorders `events` with bounded out-of-orderness `max_delay_ms`: each event gets a seeded
+/// jitter drawn uniformly from `[0, max_delay_ms]`, and events are sorted by
+/// `date_time + jitter` (ties by input position). Then every event's time is at least the
+/// largest time seen before it minus `max_delay_ms`: if `e'` comes before `e`,
+/// `t' + j' <= t + j`, so `t' <= t + j - j' <= t + max_delay_ms`. The same `(events,
+/// max_delay_ms, seed)` always gives the same order; `max_delay_ms = 0` sorts stably by time.
+pub fn shuffle_within(events: Vec<Event>, max_delay_ms: i64, seed: u64) -> Vec<Event> {
+    assert!(
+        max_delay_ms >= 0,
+        "max_delay_ms must not be negative, got {max_delay_ms}"
+    );
+    // `max_delay_ms + 1` values: fits in u64 even for i64::MAX.
+    let choices = max_delay_ms.unsigned_abs() + 1;
+    let mut rng = SplitMix64(seed);
+    let mut keyed: Vec<(i128, usize, Event)> = events
+        .into_iter()
+        .enumerate()
+        .map(|(position, event)| {
+            let jitter = rng.below(choices);
+            (
+                i128::from(event.date_time()) + i128::from(jitter),
+                position,
+                event,
+            )
+        })
+        .collect();
+    keyed.sort_unstable_by_key(|(key, position, _)| (*key, *position));
+    keyed.into_iter().map(|(_, _, event)| event).collect()
+}
+
+/// SplitMix64 (Steele, Lea and Flood): a tiny, well-mixed, seedable generator, written out here
+/// so the shuffle depends on nothing but this file.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, n)` by multiply-shift (bias below `n / 2^64`, irrelevant here).
+    fn below(&mut self, n: u64) -> u64 {
+        let wide = u128::from(self.next()) * u128::from(n);
+        u64::try_from(wide >> 64).expect("a 64-bit by 64-bit product shifted by 64 fits")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------------------------
+
+fn people(events: &[Event]) -> impl Iterator<Item = &Person> {
+    events.iter().filter_map(|e| match e {
+        Event::Person(p) => Some(p),
+        _ => None,
+    })
+}
+
+fn auctions(events: &[Event]) -> impl Iterator<Item = &Auction> {
+    events.iter().filter_map(|e| match e {
+        Event::Auction(a) => Some(a),
+        _ => None,
+    })
+}
+
+fn bids(events: &[Event]) -> impl Iterator<Item = &Bid> {
+    events.iter().filter_map(|e| match e {
+        Event::Bid(b) => Some(b),
+        _ => None,
+    })
+}
+
+/// The start of the epoch-aligned window of length (or slide) `size` that contains `time`.
+fn window_start(time: i64, size: i64) -> i64 {
+    time.div_euclid(size) * size
+}
+
+/// The integer floor of `sum / count` (`count > 0`).
+fn floor_mean(sum: i128, count: usize) -> i64 {
+    let count = i128::try_from(count).expect("a count fits in i128");
+    i64::try_from(sum.div_euclid(count)).expect("a mean of i64 values fits in i64")
+}
+
+/// Every auction event with the bids that count for it: `bid.auction == auction.id` and
+/// `auction.dateTime <= bid.dateTime <= auction.expires`, both ends inclusive. Auctions with no
+/// such bid are left out, as q4, q6 and q9 drop them.
+fn auctions_with_valid_bids(events: &[Event]) -> Vec<(&Auction, Vec<&Bid>)> {
+    let mut by_auction: HashMap<i64, Vec<&Bid>> = HashMap::new();
+    for bid in bids(events) {
+        by_auction.entry(bid.auction).or_default().push(bid);
+    }
+    auctions(events)
+        .filter_map(|auction| {
+            let valid: Vec<&Bid> = by_auction
+                .get(&auction.id)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|b| auction.date_time <= b.date_time && b.date_time <= auction.expires)
+                .collect();
+            (!valid.is_empty()).then_some((auction, valid))
+        })
+        .collect()
+}
+
+/// The highest price among `bids` (non-empty).
+fn final_price(bids: &[&Bid]) -> i64 {
+    bids.iter()
+        .map(|b| b.price)
+        .max()
+        .expect("auctions_with_valid_bids keeps only auctions with bids")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+// ---------------------------------------------------------------------------------------------
+
+/// q3 `{name, city, state, id}`: auctions of category 10 joined with their seller
+/// (`person.id = auction.seller`) when the seller's state is OR, ID or CA; one row per
+/// matching (auction, person) pair, `id` being the auction's. No time bound, so a seller who
+/// registers after the auction still joins.
+pub fn q3(events: &[Event]) -> Vec<Value> {
+    let mut sellers: HashMap<i64, Vec<&Person>> = HashMap::new();
+    for person in people(events).filter(|p| Q3_STATES.contains(&p.state.as_str())) {
+        sellers.entry(person.id).or_default().push(person);
+    }
+    let mut rows = Vec::new();
+    for auction in auctions(events).filter(|a| a.category == Q3_CATEGORY) {
+        for person in sellers.get(&auction.seller).into_iter().flatten() {
+            rows.push(json!({
+                "name": person.name,
+                "city": person.city,
+                "state": person.state,
+                "id": auction.id,
+            }));
+        }
+    }
+    rows
+}
+
+/// q4 `{category, avg_final}`: one row per category with at least one auction that has a final
+/// price (see `auctions_with_valid_bids`); `avg_final` is the floor of the mean final price.
+pub fn q4(events: &[Event]) -> Vec<Value> {
+    let mut per_category: BTreeMap<i64, (i128, usize)> = BTreeMap::new();
+    for (auction, bids) in auctions_with_valid_bids(events) {
+        let (sum, count) = per_category.entry(auction.category).or_default();
+        *sum += i128::from(final_price(&bids));
+        *count += 1;
+    }
+    per_category
+        .into_iter()
+        .map(|(category, (sum, count))| {
+            json!({"category": category, "avg_final": floor_mean(sum, count)})
+        })
+        .collect()
+}
+
+/// q5 `{auction, num, starttime, endtime}`: sliding windows `[s, s + 10 s)` with `s` a multiple
+/// of 2 s, so each bid is in exactly 5 windows; per window with bids, every auction whose bid
+/// count equals the window's largest count (ties kept).
+pub fn q5(events: &[Event]) -> Vec<Value> {
+    // window start -> auction -> bids
+    let mut counts: BTreeMap<i64, BTreeMap<i64, u64>> = BTreeMap::new();
+    for bid in bids(events) {
+        // The windows containing t: s <= t < s + size, i.e. every slide multiple in (t - size, t].
+        let mut start = window_start(bid.date_time, Q5_SLIDE_MS);
+        while start > bid.date_time - Q5_SIZE_MS {
+            *counts
+                .entry(start)
+                .or_default()
+                .entry(bid.auction)
+                .or_default() += 1;
+            start -= Q5_SLIDE_MS;
+        }
+    }
+    let mut rows = Vec::new();
+    for (start, per_auction) in counts {
+        let max = per_auction.values().copied().max().unwrap_or(0);
+        for (auction, num) in per_auction {
+            if num == max {
+                rows.push(json!({
+                    "auction": auction,
+                    "num": num,
+                    "starttime": start,
+                    "endtime": start + Q5_SIZE_MS,
+                }));
+            }
+        }
+    }
+    rows
+}
+
+/// q6 `{seller, avg_price}`: for each seller, their auctions with a final price (as in q4) in
+/// closing order, `(expires, auction id)`; one row per such auction, averaging (floor) the final
+/// prices of the seller's last 10 (or fewer) auctions up to and including it.
+pub fn q6(events: &[Event]) -> Vec<Value> {
+    // seller -> (expires, auction id, final price)
+    let mut closed: BTreeMap<i64, Vec<(i64, i64, i64)>> = BTreeMap::new();
+    for (auction, bids) in auctions_with_valid_bids(events) {
+        closed.entry(auction.seller).or_default().push((
+            auction.expires,
+            auction.id,
+            final_price(&bids),
+        ));
+    }
+    let mut rows = Vec::new();
+    for (seller, mut auctions) in closed {
+        auctions.sort_unstable();
+        let mut last: VecDeque<i64> = VecDeque::with_capacity(Q6_LAST_AUCTIONS + 1);
+        for (_, _, price) in auctions {
+            last.push_back(price);
+            if last.len() > Q6_LAST_AUCTIONS {
+                last.pop_front();
+            }
+            let sum: i128 = last.iter().map(|&p| i128::from(p)).sum();
+            rows.push(json!({"seller": seller, "avg_price": floor_mean(sum, last.len())}));
+        }
+    }
+    rows
+}
+
+/// q7 `{auction, price, bidder, dateTime, extra}`: tumbling 10 s windows; every bid whose price
+/// equals its window's highest price (ties kept).
+pub fn q7(events: &[Event]) -> Vec<Value> {
+    let mut windows: BTreeMap<i64, Vec<&Bid>> = BTreeMap::new();
+    for bid in bids(events) {
+        windows
+            .entry(window_start(bid.date_time, TUMBLE_MS))
+            .or_default()
+            .push(bid);
+    }
+    let mut rows = Vec::new();
+    for bids in windows.values() {
+        let max = bids.iter().map(|b| b.price).max().unwrap_or(i64::MIN);
+        for bid in bids.iter().filter(|b| b.price == max) {
+            rows.push(json!({
+                "auction": bid.auction,
+                "price": bid.price,
+                "bidder": bid.bidder,
+                "dateTime": bid.date_time,
+                "extra": bid.extra,
+            }));
+        }
+    }
+    rows
+}
+
+/// q8 `{id, name, starttime}`: tumbling 10 s windows; each person registered in window `w` who
+/// also opened an auction (`auction.seller = person.id`) with `auction.dateTime` in `w`; one row
+/// per distinct `(id, name, w)`, `starttime` being `w`'s start.
+pub fn q8(events: &[Event]) -> Vec<Value> {
+    let selling: HashSet<(i64, i64)> = auctions(events)
+        .map(|a| (a.seller, window_start(a.date_time, TUMBLE_MS)))
+        .collect();
+    let mut rows: BTreeSet<(i64, &str, i64)> = BTreeSet::new();
+    for person in people(events) {
+        let start = window_start(person.date_time, TUMBLE_MS);
+        if selling.contains(&(person.id, start)) {
+            rows.insert((person.id, &person.name, start));
+        }
+    }
+    rows.into_iter()
+        .map(|(id, name, start)| json!({"id": id, "name": name, "starttime": start}))
+        .collect()
+}
+
+/// q9: each auction with its winning bid among the bids that count for it (as in q4): the
+/// highest price, then the earliest `dateTime`, then the lowest bidder, then (so the result does
+/// not depend on input order) the smallest `(extra, channel, url)`. Auctions without such a bid
+/// are dropped. Columns: the auction's `id, itemName, description, initialBid, reserve,
+/// dateTime, expires, seller, category, extra`, then the bid's `auction, bidder, price,
+/// bid_dateTime, bid_extra`.
+pub fn q9(events: &[Event]) -> Vec<Value> {
+    auctions_with_valid_bids(events)
+        .into_iter()
+        .map(|(a, bids)| {
+            let winner = bids
+                .iter()
+                .min_by(|x, y| {
+                    y.price
+                        .cmp(&x.price)
+                        .then(x.date_time.cmp(&y.date_time))
+                        .then(x.bidder.cmp(&y.bidder))
+                        .then_with(|| (&x.extra, &x.channel, &x.url).cmp(&(&y.extra, &y.channel, &y.url)))
+                })
+                .expect("auctions_with_valid_bids keeps only auctions with bids");
+            json!({
+                "id": a.id,
+                "itemName": a.item_name,
+                "description": a.description,
+                "initialBid": a.initial_bid,
+                "reserve": a.reserve,
+                "dateTime": a.date_time,
+                "expires": a.expires,
+                "seller": a.seller,
+                "category": a.category,
+                "extra": a.extra,
+                "auction": winner.auction,
+                "bidder": winner.bidder,
+                "price": winner.price,
+                "bid_dateTime": winner.date_time,
+                "bid_extra": winner.extra,
+            })
+        })
+        .collect()
+}
+
+/// q11 `{bidder, bid_count, starttime, endtime}`: session windows per bidder with a 10 s gap.
+/// With the bidder's bid times sorted, a bid more than 10,000 ms after the previous one starts a
+/// new session (exactly 10,000 ms still merges); `starttime` is the session's first bid time,
+/// `endtime` its last bid time + 10,000.
+pub fn q11(events: &[Event]) -> Vec<Value> {
+    let mut times: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for bid in bids(events) {
+        times.entry(bid.bidder).or_default().push(bid.date_time);
+    }
+    let mut rows = Vec::new();
+    let session = |bidder: i64, count: usize, first: i64, last: i64| {
+        json!({
+            "bidder": bidder,
+            "bid_count": count,
+            "starttime": first,
+            "endtime": last + SESSION_GAP_MS,
+        })
+    };
+    for (bidder, mut times) in times {
+        times.sort_unstable();
+        let (mut first, mut last, mut count) = (times[0], times[0], 0);
+        for t in times {
+            if t - last > SESSION_GAP_MS {
+                rows.push(session(bidder, count, first, last));
+                (first, count) = (t, 0);
+            }
+            last = t;
+            count += 1;
+        }
+        rows.push(session(bidder, count, first, last));
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::connectors::nexmark::{Generator, GeneratorConfig, write_json_line};
+
+    // --- hand-made events -------------------------------------------------------------------
+
+    fn person(id: i64, name: &str, state: &str, date_time: i64) -> Event {
+        Event::Person(Person {
+            id,
+            name: name.to_owned(),
+            email_address: format!("{id}@example.com"),
+            credit_card: "1111 2222 3333 4444".to_owned(),
+            city: format!("city-{id}"),
+            state: state.to_owned(),
+            date_time,
+            extra: String::new(),
+        })
+    }
+
+    fn auction(id: i64, seller: i64, category: i64, date_time: i64, expires: i64) -> Event {
+        Event::Auction(Auction {
+            id,
+            item_name: format!("item-{id}"),
+            description: format!("description of {id}"),
+            initial_bid: 1,
+            reserve: 2,
+            date_time,
+            expires,
+            seller,
+            category,
+            extra: format!("auction-extra-{id}"),
+        })
+    }
+
+    fn bid(auction: i64, bidder: i64, price: i64, date_time: i64) -> Event {
+        bid_with_extra(auction, bidder, price, date_time, "")
+    }
+
+    fn bid_with_extra(auction: i64, bidder: i64, price: i64, date_time: i64, extra: &str) -> Event {
+        Event::Bid(Bid {
+            auction,
+            bidder,
+            price,
+            channel: "Google".to_owned(),
+            url: "https://www.nexmark.com/item.htm".to_owned(),
+            date_time,
+            extra: extra.to_owned(),
+        })
+    }
+
+    /// `rows` in a canonical order (objects' keys sorted), so multisets compare with `==`.
+    fn sorted(mut rows: Vec<Value>) -> Vec<Value> {
+        fn canonical(value: &Value) -> String {
+            match value {
+                Value::Object(map) => {
+                    let sorted: BTreeMap<&String, String> =
+                        map.iter().map(|(k, v)| (k, canonical(v))).collect();
+                    format!("{sorted:?}")
+                }
+                other => other.to_string(),
+            }
+        }
+        rows.sort_by_cached_key(canonical);
+        rows
+    }
+
+    #[track_caller]
+    fn assert_rows(actual: Vec<Value>, expected: Vec<Value>) {
+        assert_eq!(sorted(actual), sorted(expected));
+    }
+
+    /// A q9 row for the hand-made `auction(..)` / `bid(..)` events above.
+    fn q9_row(
+        (id, seller, category, date_time, expires): (i64, i64, i64, i64, i64),
+        (bidder, price, bid_time, bid_extra): (i64, i64, i64, &str),
+    ) -> Value {
+        json!({
+            "id": id, "itemName": format!("item-{id}"), "description": format!("description of {id}"),
+            "initialBid": 1, "reserve": 2, "dateTime": date_time, "expires": expires,
+            "seller": seller, "category": category, "extra": format!("auction-extra-{id}"),
+            "auction": id, "bidder": bidder, "price": price,
+            "bid_dateTime": bid_time, "bid_extra": bid_extra,
+        })
+    }
+
+    // --- parse_line ---------------------------------------------------------------------------
+
+    #[test]
+    fn parse_line_reads_the_schema_examples() {
+        let person_line = r#"{"type":"person","person":{"id":1000,"name":"Peter Shultz","emailAddress":"abc@def.com","creditCard":"1234 5678 9012 3456","city":"Boise","state":"ID","dateTime":1700000000000,"extra":"..."}}"#;
+        let auction_line = r#"{"type":"auction","auction":{"id":1000,"itemName":"xyz","description":"long text","initialBid":1234,"reserve":2345,"dateTime":1700000000000,"expires":1700000004567,"seller":1000,"category":10,"extra":"..."}}"#;
+        let bid_line = r#"{"type":"bid","bid":{"auction":1000,"bidder":1001,"price":4567,"channel":"Google","url":"https://www.nexmark.com/a/b/c/item.htm?query=1","dateTime":1700000000000,"extra":"..."}}"#;
+        assert_eq!(
+            parse_line(person_line),
+            Event::Person(Person {
+                id: 1000,
+                name: "Peter Shultz".into(),
+                email_address: "abc@def.com".into(),
+                credit_card: "1234 5678 9012 3456".into(),
+                city: "Boise".into(),
+                state: "ID".into(),
+                date_time: 1_700_000_000_000,
+                extra: "...".into(),
+            })
+        );
+        assert_eq!(
+            parse_line(auction_line),
+            Event::Auction(Auction {
+                id: 1000,
+                item_name: "xyz".into(),
+                description: "long text".into(),
+                initial_bid: 1234,
+                reserve: 2345,
+                date_time: 1_700_000_000_000,
+                expires: 1_700_000_004_567,
+                seller: 1000,
+                category: 10,
+                extra: "...".into(),
+            })
+        );
+        assert_eq!(
+            parse_line(bid_line),
+            Event::Bid(Bid {
+                auction: 1000,
+                bidder: 1001,
+                price: 4567,
+                channel: "Google".into(),
+                url: "https://www.nexmark.com/a/b/c/item.htm?query=1".into(),
+                date_time: 1_700_000_000_000,
+                extra: "...".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn parse_line_reads_back_what_the_generator_writes() {
+        let generator = Generator::new(GeneratorConfig::default());
+        let mut line = Vec::new();
+        for n in 0..5_000 {
+            let event = generator.event(n);
+            line.clear();
+            write_json_line(&event, &mut line);
+            assert_eq!(parse_line(std::str::from_utf8(&line).unwrap()), event);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "unexpected bid field \"bidder_id\"")]
+    fn parse_line_rejects_unknown_fields() {
+        parse_line(
+            r#"{"type":"bid","bid":{"auction":1,"bidder":2,"bidder_id":2,"price":3,"channel":"c","url":"u","dateTime":4,"extra":""}}"#,
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "bid.price is not an integer")]
+    fn parse_line_rejects_a_missing_field() {
+        parse_line(
+            r#"{"type":"bid","bid":{"auction":1,"bidder":2,"channel":"c","url":"u","dateTime":4,"extra":""}}"#,
+        );
+    }
+
+    // --- q3 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q3_keeps_category_10_auctions_of_sellers_in_or_id_ca() {
+        let events = [
+            person(1, "Ann", "OR", 0),
+            person(2, "Bo", "ID", 0),
+            person(3, "Cy", "CA", 0),
+            person(4, "Di", "WA", 0),
+            auction(100, 1, 10, 1, 50),
+            auction(101, 2, 10, 1, 50),
+            auction(102, 3, 10, 1, 50),
+            auction(103, 4, 10, 1, 50), // seller in WA
+            auction(104, 1, 11, 1, 50), // category 11
+            auction(105, 9, 10, 1, 50), // seller never registers
+            auction(106, 3, 10, 1, 50), // a second auction of Cy
+        ];
+        let row = |name: &str, id: i64, state: &str, auction: i64| {
+            json!({"name": name, "city": format!("city-{id}"), "state": state, "id": auction})
+        };
+        assert_rows(
+            q3(&events),
+            vec![
+                row("Ann", 1, "OR", 100),
+                row("Bo", 2, "ID", 101),
+                row("Cy", 3, "CA", 102),
+                row("Cy", 3, "CA", 106),
+            ],
+        );
+    }
+
+    #[test]
+    fn q3_joins_a_seller_who_appears_after_the_auction() {
+        let events = [
+            auction(100, 7, 10, 1_000, 5_000),
+            bid(100, 8, 10, 2_000),
+            person(7, "Late", "CA", 900_000),
+        ];
+        assert_rows(
+            q3(&events),
+            vec![json!({"name": "Late", "city": "city-7", "state": "CA", "id": 100})],
+        );
+    }
+
+    // --- q4 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q4_counts_bids_at_both_ends_and_excludes_bids_outside() {
+        let events = [
+            auction(1, 50, 10, 1_000, 5_000),
+            bid(1, 60, 900, 999),     // before the auction opens: excluded
+            bid(1, 60, 10, 1_000),    // exactly at dateTime: included
+            bid(1, 61, 20, 5_000),    // exactly at expires: included
+            bid(1, 62, 1_000, 5_001), // one ms after expires: excluded
+        ];
+        assert_rows(
+            q4(&events),
+            vec![json!({"category": 10, "avg_final": 20})],
+        );
+        // Without the bid at expires, the bid at dateTime is the final price.
+        let at_open_only = [events[0].clone(), events[1].clone(), events[2].clone()];
+        assert_rows(
+            q4(&at_open_only),
+            vec![json!({"category": 10, "avg_final": 10})],
+        );
+    }
+
+    #[test]
+    fn q4_floors_the_mean_and_drops_auctions_without_a_valid_bid() {
+        let events = [
+            bid(2, 60, 15, 1_500), // arrives before its auction
+            auction(1, 50, 10, 1_000, 5_000),
+            auction(2, 50, 10, 1_000, 5_000),
+            bid(1, 60, 20, 3_000),
+            auction(3, 50, 10, 1_000, 5_000), // no bids: dropped, not a 0 in the mean
+            auction(4, 50, 11, 1_000, 5_000), // only an out-of-range bid: dropped
+            bid(4, 60, 99, 6_000),
+            auction(5, 50, 12, 1_000, 5_000), // category 12 has one auction
+            bid(5, 60, 7, 4_000),
+            bid(5, 60, 8, 4_001),
+            bid(77, 60, 1_000, 2_000), // bid on an auction that never appears
+        ];
+        assert_rows(
+            q4(&events),
+            vec![
+                json!({"category": 10, "avg_final": 17}), // floor((20 + 15) / 2)
+                json!({"category": 12, "avg_final": 8}),
+            ],
+        );
+    }
+
+    // --- q5 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q5_bid_at_a_multiple_of_2000_falls_into_the_five_windows_starting_up_to_it() {
+        let windows = |rows: Vec<Value>| -> Vec<(i64, i64)> {
+            let mut w: Vec<(i64, i64)> = rows
+                .iter()
+                .map(|r| {
+                    assert_eq!(r["num"], 1);
+                    (r["starttime"].as_i64().unwrap(), r["endtime"].as_i64().unwrap())
+                })
+                .collect();
+            w.sort_unstable();
+            w
+        };
+        let expected = |first: i64| -> Vec<(i64, i64)> {
+            (0..5)
+                .map(|k| (first + k * 2_000, first + k * 2_000 + 10_000))
+                .collect()
+        };
+        assert_eq!(windows(q5(&[bid(1, 9, 5, 12_000)])), expected(4_000));
+        assert_eq!(windows(q5(&[bid(1, 9, 5, 12_001)])), expected(4_000));
+        assert_eq!(windows(q5(&[bid(1, 9, 5, 11_999)])), expected(2_000));
+        // Before the epoch, windows still align to multiples of 2000.
+        assert_eq!(windows(q5(&[bid(1, 9, 5, -1)])), expected(-10_000));
+    }
+
+    #[test]
+    fn q5_keeps_every_auction_tied_for_the_window_maximum() {
+        let events = [
+            bid(1, 9, 5, 10_000),
+            bid(1, 9, 5, 10_500),
+            bid(2, 9, 5, 11_000),
+            bid(2, 9, 5, 11_500),
+            bid(3, 9, 5, 10_200),
+            bid(3, 9, 5, 14_000), // auction 3 leads the windows starting 12000 and 14000 alone
+        ];
+        let row = |auction: i64, num: u64, start: i64| {
+            json!({"auction": auction, "num": num, "starttime": start, "endtime": start + 10_000})
+        };
+        // Windows starting 2000 … 10000 contain the first five bids (1: 2, 2: 2, 3: 1);
+        // 6000 … 10000 also contain the bid at 14000 (3: 2), a three-way tie.
+        let mut expected = vec![];
+        for start in [2_000, 4_000] {
+            expected.extend([row(1, 2, start), row(2, 2, start)]);
+        }
+        for start in [6_000, 8_000, 10_000] {
+            expected.extend([row(1, 2, start), row(2, 2, start), row(3, 2, start)]);
+        }
+        expected.extend([row(3, 1, 12_000), row(3, 1, 14_000)]);
+        assert_rows(q5(&events), expected);
+    }
+
+    // --- q6 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q6_orders_a_sellers_auctions_by_expires_then_id() {
+        let events = [
+            auction(10, 1, 10, 0, 300),
+            auction(12, 1, 10, 0, 200),
+            auction(11, 1, 10, 0, 200),
+            auction(13, 1, 10, 0, 250), // no valid bid: no row, and not in any mean
+            bid(10, 9, 100, 100),
+            bid(11, 9, 10, 100),
+            bid(12, 9, 40, 100),
+            bid(13, 9, 1_000, 251),
+            auction(20, 2, 10, 0, 100), // another seller, averaged separately
+            bid(20, 9, 7, 50),
+        ];
+        // Closing order 11 (10), 12 (40), 10 (100): means 10, 25, 50. (Ordering by id alone
+        // would give 100, 55, 50; expires then id descending 40, 25, 50.)
+        assert_rows(
+            q6(&events),
+            vec![
+                json!({"seller": 1, "avg_price": 10}),
+                json!({"seller": 1, "avg_price": 25}),
+                json!({"seller": 1, "avg_price": 50}),
+                json!({"seller": 2, "avg_price": 7}),
+            ],
+        );
+    }
+
+    #[test]
+    fn q6_averages_the_last_10_auctions_only() {
+        // 12 auctions closing in id order with final prices 1 … 12, given in reverse.
+        let mut events = Vec::new();
+        for k in (1..=12).rev() {
+            events.push(auction(k, 5, 10, 0, 1_000 + k));
+            events.push(bid(k, 9, k, 500));
+        }
+        // floor(mean(1..=k)) for k <= 10, then floor(mean(2..=11)) = 6, floor(mean(3..=12)) = 7.
+        let expected = [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7]
+            .map(|avg| json!({"seller": 5, "avg_price": avg}))
+            .to_vec();
+        assert_rows(q6(&events), expected);
+    }
+
+    // --- q7 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q7_keeps_every_bid_tied_for_the_window_maximum() {
+        let events = [
+            bid_with_extra(1, 7, 5, 0, "a"),
+            bid_with_extra(2, 8, 9, 3_000, "b"),
+            bid_with_extra(3, 9, 9, 9_999, "c"),
+            bid_with_extra(4, 7, 1, 10_000, "d"), // first ms of the next window
+        ];
+        let row = |auction: i64, bidder: i64, price: i64, t: i64, extra: &str| {
+            json!({"auction": auction, "price": price, "bidder": bidder, "dateTime": t, "extra": extra})
+        };
+        assert_rows(
+            q7(&events),
+            vec![
+                row(2, 8, 9, 3_000, "b"),
+                row(3, 9, 9, 9_999, "c"),
+                row(4, 7, 1, 10_000, "d"),
+            ],
+        );
+    }
+
+    // --- q8 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q8_needs_the_person_and_an_auction_in_the_same_window() {
+        let events = [
+            person(1, "Same", "OR", 10_500),
+            auction(100, 1, 10, 19_999, 30_000), // same window [10000, 20000)
+            person(2, "Adjacent", "OR", 19_999),
+            auction(101, 2, 10, 20_000, 30_000), // next window: no row
+            person(3, "Twice", "OR", 25_000),
+            auction(102, 3, 10, 21_000, 30_000),
+            auction(103, 3, 11, 29_000, 30_000), // two auctions, still one row
+            auction(104, 4, 10, 30_000, 40_000), // auction before its seller registers
+            person(4, "AuctionFirst", "WA", 39_999),
+            person(5, "NoAuction", "OR", 10_000),
+        ];
+        assert_rows(
+            q8(&events),
+            vec![
+                json!({"id": 1, "name": "Same", "starttime": 10_000}),
+                json!({"id": 3, "name": "Twice", "starttime": 20_000}),
+                json!({"id": 4, "name": "AuctionFirst", "starttime": 30_000}),
+            ],
+        );
+    }
+
+    // --- q9 -----------------------------------------------------------------------------------
+
+    #[test]
+    fn q9_winner_counts_bids_at_both_ends_and_excludes_bids_outside() {
+        let a1 = (1, 50, 10, 1_000, 5_000);
+        let a2 = (2, 51, 11, 1_000, 5_000);
+        let events = [
+            bid(1, 60, 900, 999), // before the auction: excluded
+            auction(a1.0, a1.1, a1.2, a1.3, a1.4),
+            bid(1, 61, 10, 1_000),    // at dateTime: included
+            bid(1, 62, 1_000, 5_001), // after expires: excluded
+            auction(a2.0, a2.1, a2.2, a2.3, a2.4),
+            bid(2, 63, 30, 5_000), // at expires: included, and the highest
+            bid(2, 64, 20, 1_000),
+            auction(3, 52, 12, 1_000, 5_000), // no bid at all: dropped
+        ];
+        assert_rows(
+            q9(&events),
+            vec![
+                q9_row(a1, (61, 10, 1_000, "")),
+                q9_row(a2, (63, 30, 5_000, "")),
+            ],
+        );
+    }
+
+    #[test]
+    fn q9_ties_go_to_the_earliest_bid_then_the_lowest_bidder() {
+        let a1 = (1, 50, 10, 0, 10_000);
+        let a2 = (2, 50, 10, 0, 10_000);
+        let a3 = (3, 50, 10, 0, 10_000);
+        let events = [
+            auction(a1.0, a1.1, a1.2, a1.3, a1.4),
+            auction(a2.0, a2.1, a2.2, a2.3, a2.4),
+            auction(a3.0, a3.1, a3.2, a3.3, a3.4),
+            // a1: same price, the earliest wins even with a higher bidder id.
+            bid_with_extra(1, 9, 50, 3_000, "later"),
+            bid_with_extra(1, 8, 50, 4_000, "latest"),
+            bid_with_extra(1, 70, 50, 2_000, "earliest"),
+            // a2: same price and time, the lowest bidder wins.
+            bid_with_extra(2, 72, 50, 2_000, "high bidder"),
+            bid_with_extra(2, 71, 50, 2_000, "low bidder"),
+            bid_with_extra(2, 1, 49, 1_000, "cheaper"),
+            // a3: same price, time and bidder: the smallest extra, whatever the order.
+            bid_with_extra(3, 5, 50, 2_000, "b"),
+            bid_with_extra(3, 5, 50, 2_000, "a"),
+            bid_with_extra(3, 5, 50, 2_000, "c"),
+        ];
+        let expected = vec![
+            q9_row(a1, (70, 50, 2_000, "earliest")),
+            q9_row(a2, (71, 50, 2_000, "low bidder")),
+            q9_row(a3, (5, 50, 2_000, "a")),
+        ];
+        assert_rows(q9(&events), expected.clone());
+        let mut reversed = events.to_vec();
+        reversed.reverse();
+        assert_rows(q9(&reversed), expected);
+    }
+
+    // --- q11 ----------------------------------------------------------------------------------
+
+    #[test]
+    fn q11_gap_of_exactly_10000_merges_and_10001_splits() {
+        let events = [
+            bid(1, 100, 5, 0),
+            bid(1, 100, 5, 10_000), // exactly the gap: same session
+            bid(1, 200, 5, 0),
+            bid(1, 200, 5, 10_001), // one ms more: new session
+        ];
+        assert_rows(
+            q11(&events),
+            vec![
+                json!({"bidder": 100, "bid_count": 2, "starttime": 0, "endtime": 20_000}),
+                json!({"bidder": 200, "bid_count": 1, "starttime": 0, "endtime": 10_000}),
+                json!({"bidder": 200, "bid_count": 1, "starttime": 10_001, "endtime": 20_001}),
+            ],
+        );
+    }
+
+    #[test]
+    fn q11_a_late_bid_bridges_two_sessions() {
+        let apart = [bid(1, 7, 5, 0), bid(2, 7, 5, 20_000)];
+        assert_rows(
+            q11(&apart),
+            vec![
+                json!({"bidder": 7, "bid_count": 1, "starttime": 0, "endtime": 10_000}),
+                json!({"bidder": 7, "bid_count": 1, "starttime": 20_000, "endtime": 30_000}),
+            ],
+        );
+        // The bid at 10000 arrives last, 10 s after its predecessor and 10 s before its
+        // successor in time: the two sessions become one.
+        let bridged = [apart[0].clone(), apart[1].clone(), bid(3, 7, 5, 10_000)];
+        assert_rows(
+            q11(&bridged),
+            vec![json!({"bidder": 7, "bid_count": 3, "starttime": 0, "endtime": 30_000})],
+        );
+    }
+
+    // --- shuffle_within and order independence on generated events --------------------------
+
+    const GENERATED: u64 = 100_000;
+
+    fn generated() -> Vec<Event> {
+        let generator = Generator::new(GeneratorConfig::default());
+        (0..GENERATED).map(|n| generator.event(n)).collect()
+    }
+
+    /// The events' multiset, as sorted debug strings (`Event` is neither `Ord` nor `Hash`).
+    fn multiset(events: &[Event]) -> Vec<String> {
+        let mut all: Vec<String> = events.iter().map(|e| format!("{e:?}")).collect();
+        all.sort_unstable();
+        all
+    }
+
+    #[test]
+    fn shuffle_within_keeps_the_events_and_bounds_their_disorder() {
+        let events = generated();
+        for max_delay_ms in [0, 1, 250, 3_000] {
+            let shuffled = shuffle_within(events.clone(), max_delay_ms, 42);
+            assert_eq!(multiset(&shuffled), multiset(&events));
+            let mut seen = i64::MIN;
+            let mut late = 0;
+            for (position, event) in shuffled.iter().enumerate() {
+                let t = event.date_time();
+                assert!(
+                    t >= seen.saturating_sub(max_delay_ms),
+                    "event {position} at {t} is more than {max_delay_ms} ms behind {seen}"
+                );
+                if t < seen {
+                    late += 1;
+                }
+                seen = seen.max(t);
+            }
+            if max_delay_ms == 0 {
+                // The generator's events are already in time order: nothing moves.
+                assert_eq!(late, 0);
+                assert!(shuffled == events);
+            } else {
+                // The bound is not met by luck: events really are out of order.
+                assert!(late > 100, "only {late} late events at {max_delay_ms} ms");
+            }
+        }
+    }
+
+    #[test]
+    fn shuffle_within_is_deterministic_per_seed() {
+        let events: Vec<Event> = generated().into_iter().take(10_000).collect();
+        let a = shuffle_within(events.clone(), 500, 7);
+        let b = shuffle_within(events.clone(), 500, 7);
+        let c = shuffle_within(events, 500, 8);
+        assert!(a == b, "the same seed gave two orders");
+        assert!(a != c, "two seeds gave the same order");
+    }
+
+    #[test]
+    fn every_query_gives_the_same_rows_on_shuffled_input() {
+        let ordered = generated();
+        let shuffled = shuffle_within(ordered.clone(), 5_000, 1);
+        let mut reversed = ordered.clone();
+        reversed.reverse();
+        let queries: [(&str, fn(&[Event]) -> Vec<Value>); 8] = [
+            ("q3", q3),
+            ("q4", q4),
+            ("q5", q5),
+            ("q6", q6),
+            ("q7", q7),
+            ("q8", q8),
+            ("q9", q9),
+            ("q11", q11),
+        ];
+        for (name, query) in queries {
+            let expected = sorted(query(&ordered));
+            assert!(!expected.is_empty(), "{name} has no rows: the check would be vacuous");
+            assert!(sorted(query(&shuffled)) == expected, "{name} differs on shuffled input");
+            assert!(sorted(query(&reversed)) == expected, "{name} differs on reversed input");
+        }
+    }
+}
