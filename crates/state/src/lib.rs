@@ -4,20 +4,47 @@
 //! default); a keyed operator's subtask owns a contiguous range of groups, and state is stored
 //! and rescaled by group, so a restore at another parallelism hands out whole groups.
 //!
+//! An operator subtask owns one [`KeyedStateBackend`]: it registers typed states (value, list,
+//! map) and reaches them through short views scoped to a key and a namespace (a window, or
+//! none); aggregating state is a value state updated in place. Its [`TimerService`] fires
+//! event-time and processing-time timers in time order and keeps watermark holds in an ordered
+//! multiset, so no operation scans pending timers.
+//!
 //! # Layout
 //! - [`key_groups`]: key hash → key group → subtask, and key-group ranges.
-//!
-//! The state backends (heap and RocksDB: value, list, map and aggregating state per key and
-//! namespace) and the timer service, whose set, delete, fire and watermark-hold reads cost
-//! O(log n) whatever the number of pending timers (lesson 3 of `DESIGN.md`), arrive with the
-//! event-time issue.
+//! - [`keys`]: [`KeyRef`] (a record's key) and [`Window`] (the usual namespace).
+//! - [`codec`]: encodings of state values and ordered map keys.
+//! - [`backend`]: the backend, typed state ids and views.
+//! - [`heap`]: the heap backend's tables.
+//! - [`timers`]: the timer service and watermark holds.
+//! - [`error`]: what can go wrong ([`StateError`]).
 //!
 //! # Example
 //! ```
-//! use weir_state::key_groups::{key_group_for_hash, subtask_for_key_group, KeyGroupRange};
-//! let group = key_group_for_hash(0xdead_beef, 128);
-//! let subtask = subtask_for_key_group(group, 128, 4);
-//! assert!(KeyGroupRange::of_subtask(subtask, 128, 4).contains(group));
+//! use weir_state::key_groups::{key_group_for_hash, KeyGroupRange};
+//! use weir_state::{KeyRef, KeyedStateBackend, TimeDomain, Window};
+//!
+//! let mut state = KeyedStateBackend::heap(128, KeyGroupRange::of_subtask(0, 128, 1));
+//! let counts = state.value_state::<i64>("count").unwrap();
+//! let key = KeyRef::new(key_group_for_hash(42, 128), b"auction-42");
+//! let window = Window::new(0, 10_000);
+//! let ns = window.to_namespace();
+//! state.value(&counts).modify(key, &ns, || 0, |c| *c += 1).unwrap();
+//! state.timers().set(TimeDomain::EventTime, window.max_timestamp(), key, &ns, None);
+//! let fired = state.timers().pop_due(TimeDomain::EventTime, 9_999).unwrap();
+//! assert_eq!(state.value(&counts).remove(fired.key(), &fired.namespace).unwrap(), Some(1));
 //! ```
 
+pub mod backend;
+pub mod codec;
+pub mod error;
+pub mod heap;
 pub mod key_groups;
+pub mod keys;
+pub mod timers;
+
+pub use backend::{KeyedStateBackend, ListId, ListState, MapId, MapState, ValueId, ValueState};
+pub use codec::{MapKey, StateValue};
+pub use error::StateError;
+pub use keys::{KeyRef, NO_NAMESPACE, Window};
+pub use timers::{TimeDomain, Timer, TimerService};

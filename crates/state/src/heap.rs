@@ -1,0 +1,217 @@
+//! The heap backend's tables: hash maps from (key group, key, namespace) to typed values.
+//!
+//! Values stay as Rust values (no serialization on access); a lookup borrows the key and
+//! namespace bytes without allocating (hashbrown's `Equivalent`), and only inserting a new
+//! (key, namespace) allocates.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use std::hash::BuildHasher;
+
+use hashbrown::hash_table::Entry;
+use hashbrown::{DefaultHashBuilder, Equivalent, HashTable};
+
+use crate::keys::KeyRef;
+
+/// An owned (key group, key, namespace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) group: u32,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) ns: Box<[u8]>,
+}
+
+impl Slot {
+    pub(crate) fn as_ref(&self) -> SlotRef<'_> {
+        SlotRef {
+            group: self.group,
+            key: &self.key,
+            ns: &self.ns,
+        }
+    }
+}
+
+/// A borrowed (key group, key, namespace), hashing exactly like [`Slot`].
+#[derive(Clone, Copy)]
+pub(crate) struct SlotRef<'a> {
+    pub(crate) group: u32,
+    pub(crate) key: &'a [u8],
+    pub(crate) ns: &'a [u8],
+}
+
+impl Hash for SlotRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u32(self.group);
+        self.key.hash(state);
+        self.ns.hash(state);
+    }
+}
+
+impl Equivalent<Slot> for SlotRef<'_> {
+    fn equivalent(&self, s: &Slot) -> bool {
+        self.group == s.group && self.key == &*s.key && self.ns == &*s.ns
+    }
+}
+
+impl<'a> SlotRef<'a> {
+    pub(crate) fn new(key: KeyRef<'a>, ns: &'a [u8]) -> Self {
+        Self {
+            group: key.group,
+            key: key.bytes,
+            ns,
+        }
+    }
+
+    pub(crate) fn to_owned(self) -> Slot {
+        Slot {
+            group: self.group,
+            key: self.key.into(),
+            ns: self.ns.into(),
+        }
+    }
+}
+
+/// A hash table from (key group, key, namespace) to `V`, looked up by borrowed bytes: one
+/// probe per access, an allocation only when a new slot is inserted.
+pub(crate) struct SlotMap<V> {
+    table: HashTable<(Slot, V)>,
+    hasher: DefaultHashBuilder,
+}
+
+impl<V> Default for SlotMap<V> {
+    fn default() -> Self {
+        Self {
+            table: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for SlotMap<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SlotMap({} slots)", self.table.len())
+    }
+}
+
+impl<V> SlotMap<V> {
+    fn hash(&self, slot: SlotRef<'_>) -> u64 {
+        self.hasher.hash_one(slot)
+    }
+
+    pub(crate) fn get(&self, slot: SlotRef<'_>) -> Option<&V> {
+        self.table
+            .find(self.hash(slot), |(k, _)| slot.equivalent(k))
+            .map(|(_, v)| v)
+    }
+
+    pub(crate) fn get_mut(&mut self, slot: SlotRef<'_>) -> Option<&mut V> {
+        let h = self.hash(slot);
+        self.table
+            .find_mut(h, |(k, _)| slot.equivalent(k))
+            .map(|(_, v)| v)
+    }
+
+    /// The value of `slot`, inserting `default()` first if absent.
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        slot: SlotRef<'_>,
+        default: impl FnOnce() -> V,
+    ) -> &mut V {
+        let h = self.hash(slot);
+        let hasher = &self.hasher;
+        match self.table.entry(
+            h,
+            |(k, _)| slot.equivalent(k),
+            |(k, _)| hasher.hash_one(k.as_ref()),
+        ) {
+            Entry::Occupied(e) => &mut e.into_mut().1,
+            Entry::Vacant(e) => &mut e.insert((slot.to_owned(), default())).into_mut().1,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, slot: SlotRef<'_>, value: V) {
+        let h = self.hash(slot);
+        let hasher = &self.hasher;
+        match self.table.entry(
+            h,
+            |(k, _)| slot.equivalent(k),
+            |(k, _)| hasher.hash_one(k.as_ref()),
+        ) {
+            Entry::Occupied(mut e) => e.get_mut().1 = value,
+            Entry::Vacant(e) => {
+                e.insert((slot.to_owned(), value));
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, slot: SlotRef<'_>) -> Option<V> {
+        self.remove_entry(slot).map(|(_, v)| v)
+    }
+
+    /// Removes the entry, handing back its owned slot so it can be reinserted without
+    /// allocating.
+    pub(crate) fn remove_entry(&mut self, slot: SlotRef<'_>) -> Option<(Slot, V)> {
+        let h = self.hash(slot);
+        self.table
+            .find_entry(h, |(k, _)| slot.equivalent(k))
+            .ok()
+            .map(|e| e.remove().0)
+    }
+
+    /// Inserts an entry whose slot is known to be absent.
+    pub(crate) fn insert_owned(&mut self, slot: Slot, value: V) {
+        let h = self.hash(slot.as_ref());
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(h, (slot, value), |(k, _)| hasher.hash_one(k.as_ref()));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Slot, &V)> {
+        self.table.iter().map(|(k, v)| (k, v))
+    }
+}
+
+/// Value state: one value per (key, namespace).
+#[derive(Debug)]
+pub(crate) struct ValueTable<V> {
+    pub(crate) map: SlotMap<V>,
+}
+
+/// List state: a list per (key, namespace).
+#[derive(Debug)]
+pub(crate) struct ListTable<V> {
+    pub(crate) map: SlotMap<Vec<V>>,
+}
+
+/// Map state: an ordered map per (key, namespace).
+#[derive(Debug)]
+pub(crate) struct MapTable<K, V> {
+    pub(crate) map: SlotMap<BTreeMap<K, V>>,
+}
+
+impl<V> Default for ValueTable<V> {
+    fn default() -> Self {
+        Self {
+            map: SlotMap::default(),
+        }
+    }
+}
+impl<V> Default for ListTable<V> {
+    fn default() -> Self {
+        Self {
+            map: SlotMap::default(),
+        }
+    }
+}
+impl<K, V> Default for MapTable<K, V> {
+    fn default() -> Self {
+        Self {
+            map: SlotMap::default(),
+        }
+    }
+}
