@@ -214,6 +214,13 @@ pub fn render_summary(s: &JobSummary) -> String {
                 group(n.skipped)
             ));
         }
+        if n.late_dropped > 0 {
+            out.push_str(&format!(
+                "  {:width$}  ({} late records dropped)\n",
+                "",
+                group(n.late_dropped)
+            ));
+        }
     }
     out
 }

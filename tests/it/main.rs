@@ -3,6 +3,8 @@
 //! # Layout
 //! - `support`: running jobs in-process, reading sink output, the shared Nexmark input file.
 //! - `nexmark_stateless`: q0, q1, q2 against a plain-loop reference, every way they can run.
+//! - `nexmark_reference`: plain-loop references of q3–q11, independent of weir's operators.
+//! - `nexmark_stateful`: q3–q11 against those references, in order and out of order.
 //! - `spec_errors`: bad job files report every problem with line, column and key.
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
@@ -10,6 +12,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
+mod nexmark_reference;
+mod nexmark_stateful;
 mod nexmark_stateless;
 mod spec_errors;
 mod support;

@@ -172,6 +172,8 @@ pub fn parse_line(line: &str) -> Event {
 /// largest time seen before it minus `max_delay_ms`: if `e'` comes before `e`,
 /// `t' + j' <= t + j`, so `t' <= t + j - j' <= t + max_delay_ms`. The same `(events,
 /// max_delay_ms, seed)` always gives the same order; `max_delay_ms = 0` sorts stably by time.
+/// Because ties keep input order, time-ordered input comes out at most `max_delay_ms - 1` late
+/// (an event needs a strictly smaller key to pass one positioned before it).
 pub fn shuffle_within(events: Vec<Event>, max_delay_ms: i64, seed: u64) -> Vec<Event> {
     assert!(
         max_delay_ms >= 0,
@@ -452,7 +454,9 @@ pub fn q9(events: &[Event]) -> Vec<Value> {
                         .cmp(&x.price)
                         .then(x.date_time.cmp(&y.date_time))
                         .then(x.bidder.cmp(&y.bidder))
-                        .then_with(|| (&x.extra, &x.channel, &x.url).cmp(&(&y.extra, &y.channel, &y.url)))
+                        .then_with(|| {
+                            (&x.extra, &x.channel, &x.url).cmp(&(&y.extra, &y.channel, &y.url))
+                        })
                 })
                 .expect("auctions_with_valid_bids keeps only auctions with bids");
             json!({
@@ -588,7 +592,8 @@ mod tests {
         (bidder, price, bid_time, bid_extra): (i64, i64, i64, &str),
     ) -> Value {
         json!({
-            "id": id, "itemName": format!("item-{id}"), "description": format!("description of {id}"),
+            "id": id, "itemName": format!("item-{id}"),
+            "description": format!("description of {id}"),
             "initialBid": 1, "reserve": 2, "dateTime": date_time, "expires": expires,
             "seller": seller, "category": category, "extra": format!("auction-extra-{id}"),
             "auction": id, "bidder": bidder, "price": price,
@@ -691,7 +696,8 @@ mod tests {
             auction(106, 3, 10, 1, 50), // a second auction of Cy
         ];
         let row = |name: &str, id: i64, state: &str, auction: i64| {
-            json!({"name": name, "city": format!("city-{id}"), "state": state, "id": auction})
+            let city = format!("city-{id}");
+            json!({"name": name, "city": city, "state": state, "id": auction})
         };
         assert_rows(
             q3(&events),
@@ -728,10 +734,7 @@ mod tests {
             bid(1, 61, 20, 5_000),    // exactly at expires: included
             bid(1, 62, 1_000, 5_001), // one ms after expires: excluded
         ];
-        assert_rows(
-            q4(&events),
-            vec![json!({"category": 10, "avg_final": 20})],
-        );
+        assert_rows(q4(&events), vec![json!({"category": 10, "avg_final": 20})]);
         // Without the bid at expires, the bid at dateTime is the final price.
         let at_open_only = [events[0].clone(), events[1].clone(), events[2].clone()];
         assert_rows(
@@ -773,7 +776,10 @@ mod tests {
                 .iter()
                 .map(|r| {
                     assert_eq!(r["num"], 1);
-                    (r["starttime"].as_i64().unwrap(), r["endtime"].as_i64().unwrap())
+                    (
+                        r["starttime"].as_i64().unwrap(),
+                        r["endtime"].as_i64().unwrap(),
+                    )
                 })
                 .collect();
             w.sort_unstable();
@@ -802,7 +808,8 @@ mod tests {
             bid(3, 9, 5, 14_000), // auction 3 leads the windows starting 12000 and 14000 alone
         ];
         let row = |auction: i64, num: u64, start: i64| {
-            json!({"auction": auction, "num": num, "starttime": start, "endtime": start + 10_000})
+            let end = start + 10_000;
+            json!({"auction": auction, "num": num, "starttime": start, "endtime": end})
         };
         // Windows starting 2000 … 10000 contain the first five bids (1: 2, 2: 2, 3: 1);
         // 6000 … 10000 also contain the bid at 14000 (3: 2), a three-way tie.
@@ -872,7 +879,9 @@ mod tests {
             bid_with_extra(4, 7, 1, 10_000, "d"), // first ms of the next window
         ];
         let row = |auction: i64, bidder: i64, price: i64, t: i64, extra: &str| {
-            json!({"auction": auction, "price": price, "bidder": bidder, "dateTime": t, "extra": extra})
+            json!({
+                "auction": auction, "price": price, "bidder": bidder, "dateTime": t, "extra": extra,
+            })
         };
         assert_rows(
             q7(&events),
@@ -1026,11 +1035,13 @@ mod tests {
     #[test]
     fn shuffle_within_keeps_the_events_and_bounds_their_disorder() {
         let events = generated();
-        for max_delay_ms in [0, 1, 250, 3_000] {
+        // (From time-ordered input, ties broken by position, an event can trail by at most
+        // max_delay_ms - 1: it needs a strictly smaller key than a later-positioned one.)
+        for max_delay_ms in [0, 2, 250, 3_000] {
             let shuffled = shuffle_within(events.clone(), max_delay_ms, 42);
             assert_eq!(multiset(&shuffled), multiset(&events));
             let mut seen = i64::MIN;
-            let mut late = 0;
+            let (mut late, mut most_late) = (0, 0);
             for (position, event) in shuffled.iter().enumerate() {
                 let t = event.date_time();
                 assert!(
@@ -1039,6 +1050,7 @@ mod tests {
                 );
                 if t < seen {
                     late += 1;
+                    most_late = most_late.max(seen - t);
                 }
                 seen = seen.max(t);
             }
@@ -1047,8 +1059,13 @@ mod tests {
                 assert_eq!(late, 0);
                 assert!(shuffled == events);
             } else {
-                // The bound is not met by luck: events really are out of order.
+                // The bound is not met by luck: events really are out of order, by up to
+                // about the bound.
                 assert!(late > 100, "only {late} late events at {max_delay_ms} ms");
+                assert!(
+                    most_late >= max_delay_ms / 2,
+                    "at most {most_late} ms late with a {max_delay_ms} ms bound"
+                );
             }
         }
     }
@@ -1064,12 +1081,36 @@ mod tests {
     }
 
     #[test]
+    fn q4_and_q6_agree_with_q9_winning_prices_on_generated_events() {
+        let events = generated();
+        let winners = q9(&events);
+        let mut per_category: BTreeMap<i64, (i128, usize)> = BTreeMap::new();
+        for row in &winners {
+            let (sum, count) = per_category
+                .entry(row["category"].as_i64().unwrap())
+                .or_default();
+            *sum += i128::from(row["price"].as_i64().unwrap());
+            *count += 1;
+        }
+        let from_q9: Vec<Value> = per_category
+            .into_iter()
+            .map(|(category, (sum, count))| {
+                json!({"category": category, "avg_final": floor_mean(sum, count)})
+            })
+            .collect();
+        assert_rows(q4(&events), from_q9);
+        // One q6 row per auction with a final price, i.e. per q9 row.
+        assert_eq!(q6(&events).len(), winners.len());
+    }
+
+    #[test]
     fn every_query_gives_the_same_rows_on_shuffled_input() {
         let ordered = generated();
         let shuffled = shuffle_within(ordered.clone(), 5_000, 1);
         let mut reversed = ordered.clone();
         reversed.reverse();
-        let queries: [(&str, fn(&[Event]) -> Vec<Value>); 8] = [
+        type Query = fn(&[Event]) -> Vec<Value>;
+        let queries: [(&str, Query); 8] = [
             ("q3", q3),
             ("q4", q4),
             ("q5", q5),
@@ -1081,9 +1122,18 @@ mod tests {
         ];
         for (name, query) in queries {
             let expected = sorted(query(&ordered));
-            assert!(!expected.is_empty(), "{name} has no rows: the check would be vacuous");
-            assert!(sorted(query(&shuffled)) == expected, "{name} differs on shuffled input");
-            assert!(sorted(query(&reversed)) == expected, "{name} differs on reversed input");
+            assert!(
+                !expected.is_empty(),
+                "{name} has no rows: the check would be vacuous"
+            );
+            assert!(
+                sorted(query(&shuffled)) == expected,
+                "{name} differs on shuffled input"
+            );
+            assert!(
+                sorted(query(&reversed)) == expected,
+                "{name} differs on reversed input"
+            );
         }
     }
 }

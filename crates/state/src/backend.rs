@@ -248,6 +248,22 @@ impl<V: StateValue> ValueState<'_, V> {
         }
     }
 
+    /// Like [`Self::modify`], also saying whether the value was created by `init`.
+    pub fn modify_or_init<R>(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        init: impl FnOnce() -> V,
+        f: impl FnOnce(&mut V) -> R,
+    ) -> Result<(R, bool), StateError> {
+        match &mut self.0 {
+            ValueInner::Heap(t) => {
+                let (v, created) = t.map.get_or_insert_flagged(SlotRef::new(key, ns), init);
+                Ok((f(v), created))
+            }
+        }
+    }
+
     pub fn put(&mut self, key: KeyRef<'_>, ns: &[u8], value: V) -> Result<(), StateError> {
         match &mut self.0 {
             ValueInner::Heap(t) => {
@@ -415,6 +431,34 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
                 let mut taken = Vec::new();
                 while let Some(entry) = m.first_entry() {
                     if entry.key() > up_to {
+                        break;
+                    }
+                    taken.push(entry.remove_entry());
+                }
+                if m.is_empty() {
+                    t.map.remove(slot);
+                }
+                Ok(taken)
+            }
+        }
+    }
+
+    /// Removes and returns the leading entries (in user-key order) for which `pred` holds.
+    pub fn take_while(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        mut pred: impl FnMut(&K) -> bool,
+    ) -> Result<Vec<(K, V)>, StateError> {
+        match &mut self.0 {
+            MapInner::Heap(t) => {
+                let slot = SlotRef::new(key, ns);
+                let Some(m) = t.map.get_mut(slot) else {
+                    return Ok(Vec::new());
+                };
+                let mut taken = Vec::new();
+                while let Some(entry) = m.first_entry() {
+                    if !pred(entry.key()) {
                         break;
                     }
                     taken.push(entry.remove_entry());

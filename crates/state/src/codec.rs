@@ -244,6 +244,20 @@ impl MapKey for (i64, i64) {
     }
 }
 
+/// A timestamp with a byte-string tie-breaker (which must be the last component).
+impl MapKey for (i64, Vec<u8>) {
+    fn encode_ordered(&self, out: &mut Vec<u8>) {
+        put_ordered_i64(out, self.0);
+        out.extend_from_slice(&self.1);
+    }
+    fn decode_ordered(input: &mut &[u8]) -> Result<Self, String> {
+        let t = get_ordered_i64(input)?;
+        let rest = input.to_vec();
+        *input = &[];
+        Ok((t, rest))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,6 +130,27 @@ impl<V> SlotMap<V> {
         }
     }
 
+    /// Like [`Self::get_or_insert_with`], also saying whether the slot was inserted.
+    pub(crate) fn get_or_insert_flagged(
+        &mut self,
+        slot: SlotRef<'_>,
+        default: impl FnOnce() -> V,
+    ) -> (&mut V, bool) {
+        let h = self.hash(slot);
+        let hasher = &self.hasher;
+        match self.table.entry(
+            h,
+            |(k, _)| slot.equivalent(k),
+            |(k, _)| hasher.hash_one(k.as_ref()),
+        ) {
+            Entry::Occupied(e) => (&mut e.into_mut().1, false),
+            Entry::Vacant(e) => (
+                &mut e.insert((slot.to_owned(), default())).into_mut().1,
+                true,
+            ),
+        }
+    }
+
     pub(crate) fn insert(&mut self, slot: SlotRef<'_>, value: V) {
         let h = self.hash(slot);
         let hasher = &self.hasher;

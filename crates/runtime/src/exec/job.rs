@@ -131,6 +131,8 @@ pub struct NodeSummary {
     pub records_in: u64,
     pub records_out: u64,
     pub skipped: u64,
+    /// Records dropped for arriving too late for event time.
+    pub late_dropped: u64,
     pub backpressure: Duration,
 }
 
@@ -161,6 +163,7 @@ impl JobSummary {
                     records_in: n.sum(|s| &s.records_in),
                     records_out: n.sum(|s| &s.records_out),
                     skipped: n.sum(|s| &s.skipped),
+                    late_dropped: n.sum(|s| &s.late_dropped),
                     backpressure: Duration::from_nanos(n.sum(|s| &s.backpressure_ns)),
                 })
                 .collect(),

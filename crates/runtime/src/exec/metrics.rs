@@ -24,6 +24,9 @@ pub struct SubtaskMetrics {
     pub events: AtomicU64,
     /// Source subtasks: records dropped by `on-error: skip` or not declared (undeclared variants).
     pub skipped: AtomicU64,
+    /// Records an event-time operator dropped for arriving after their window (plus allowed
+    /// lateness) closed.
+    pub late_dropped: AtomicU64,
     /// Source subtasks: progress in source units (bytes for files, events for the generator).
     pub progress: AtomicU64,
     pub finished: AtomicBool,
@@ -39,6 +42,7 @@ impl Default for SubtaskMetrics {
             backpressure_ns: AtomicU64::new(0),
             events: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            late_dropped: AtomicU64::new(0),
             progress: AtomicU64::new(0),
             finished: AtomicBool::new(false),
         }

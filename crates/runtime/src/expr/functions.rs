@@ -12,6 +12,7 @@ use super::math;
 use super::node::Node;
 use super::strings::{self, TrimSide};
 use super::temporal;
+use super::types::SqlType;
 
 /// Every scalar function, with its usage, for error messages.
 const FUNCTIONS: &[(&str, &str)] = &[
@@ -24,6 +25,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("coalesce", "coalesce(a, b, ...)"),
     ("concat", "concat(a, b, ...)"),
     ("date_part", "date_part('hour', ts)"),
+    ("date_bin", "date_bin(INTERVAL '10' SECOND, ts)"),
     ("date_trunc", "date_trunc('minute', ts)"),
     ("floor", "floor(x)"),
     ("greatest", "greatest(a, b, ...)"),
@@ -260,6 +262,17 @@ pub(crate) fn compile(
             arity(2, Some(2))?;
             let unit = compiler.constant_str(args[0], "date_trunc's unit")?;
             temporal::date_trunc(unit.as_deref(), value(1)?, origin)
+        }
+        "date_bin" => {
+            arity(2, Some(2))?;
+            let stride = compiler.lower(args[0])?;
+            match (stride.ty, stride.as_literal().and_then(|l| l.as_i64())) {
+                (SqlType::Interval, Some(ms)) if ms > 0 => temporal::date_bin(ms, value(1)?, origin),
+                _ => Err(origin.type_error(format!(
+                    "date_bin's stride must be a constant positive INTERVAL like INTERVAL '10' SECOND, not `{}`",
+                    args[0]
+                ))),
+            }
         }
         "to_timestamp_millis" => {
             arity(1, Some(1))?;

@@ -425,6 +425,20 @@ fn truncate_calendar(millis: i64, month_of: impl Fn(u32) -> u32) -> Option<i64> 
     Some(first.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis())
 }
 
+/// `date_bin(INTERVAL stride, ts)` → TIMESTAMP rounded down to a multiple of `stride_ms`
+/// milliseconds since the epoch: the start of the tumbling window of that size holding `ts`.
+pub(crate) fn date_bin(stride_ms: i64, input: Node, origin: &Origin) -> Result<Node, ExprError> {
+    let input = timestamp_operand(input, "date_bin", origin)?;
+    Ok(Node::op(
+        SqlType::Timestamp,
+        origin.sql.clone(),
+        TruncOp {
+            input,
+            unit: TruncUnit::Fixed(stride_ms),
+        },
+    ))
+}
+
 /// `to_timestamp_millis(x)`: INT epoch milliseconds → TIMESTAMP (a zero-copy reinterpretation).
 pub(crate) fn to_timestamp_millis(input: Node, origin: &Origin) -> Result<Node, ExprError> {
     match input.ty {

@@ -1,149 +1,31 @@
 //! `aggregate`: a running (non-windowed) aggregation per key.
 //!
-//! Each input batch updates the accumulators of the keys it holds; then the operator emits one
-//! row per key the batch changed, with the key's current values (an upsert stream keyed by the
-//! key columns, batched so a hot key costs one output row per batch, not one per record).
-//!
-//! Functions: `count(*)`, `count(x)` (non-NULL values), `sum(x)`, `min(x)`, `max(x)`, `avg(x)`.
-//! NULL inputs are ignored, as in SQL; `sum`/`min`/`max`/`avg` of only NULLs is NULL.
+//! Each input batch updates the accumulators of the keys it holds (value state per key, through
+//! the keyed state backend); then the operator emits one row per key the batch changed, with the
+//! key's current values: an upsert stream keyed by the key columns, batched so a hot key costs
+//! one output row per batch, not one per record.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
-use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
-use arrow_row::{RowConverter, SortField};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::RecordBatch;
+use arrow_schema::{Field, Schema, SchemaRef};
+use weir_state::{KeyRef, KeyedStateBackend, NO_NAMESPACE, ValueId};
 
 use super::Operator;
+use super::accumulators::{Acc, evaluate_all, new_accs, result_columns, update_all};
+pub use super::accumulators::{AggCall, AggFn};
 use super::key_by::KeySelector;
+use super::keyed::KeyEncoder;
+use super::window_aggregate::state_error;
 use crate::error::OperatorError;
-use crate::expr::{self, Expr};
-
-/// An aggregate function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AggFn {
-    CountStar,
-    Count,
-    Sum,
-    Min,
-    Max,
-    Avg,
-}
-
-/// One aggregate column: the function and its compiled argument.
-#[derive(Debug)]
-pub struct AggCall {
-    pub func: AggFn,
-    pub arg: Option<Expr>,
-    /// The output type.
-    pub data_type: DataType,
-}
-
-impl AggCall {
-    /// Parses `count(*)`, `sum(price)`, ... against the input schema.
-    pub fn compile(sql: &str, input: &Schema) -> Result<AggCall, String> {
-        use sqlparser::ast::{
-            Expr as Ast, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments,
-        };
-        let ast = expr::parse(sql).map_err(|e| e.to_string())?;
-        let Ast::Function(f) = &ast else {
-            return Err(format!(
-                "`{sql}` is not an aggregate call; use count(*), count(x), sum(x), min(x), max(x) or avg(x)"
-            ));
-        };
-        let name = f.name.to_string().to_lowercase();
-        let args: Vec<&FunctionArg> = match &f.args {
-            FunctionArguments::List(FunctionArgumentList { args, .. }) => args.iter().collect(),
-            FunctionArguments::None => Vec::new(),
-            FunctionArguments::Subquery(_) => {
-                return Err("subqueries are not supported in aggregates".into());
-            }
-        };
-        let func = match name.as_str() {
-            "count" => AggFn::Count,
-            "sum" => AggFn::Sum,
-            "min" => AggFn::Min,
-            "max" => AggFn::Max,
-            "avg" => AggFn::Avg,
-            other => {
-                return Err(format!(
-                    "unknown aggregate function `{other}`; use count, sum, min, max or avg"
-                ));
-            }
-        };
-        let [arg] = args.as_slice() else {
-            return Err(format!("{name} takes exactly one argument"));
-        };
-        let arg_expr = match arg {
-            FunctionArg::Unnamed(FunctionArgExpr::Wildcard) if func == AggFn::Count => {
-                return Ok(AggCall {
-                    func: AggFn::CountStar,
-                    arg: None,
-                    data_type: DataType::Int64,
-                });
-            }
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => e,
-            _ => return Err(format!("{name} takes one expression, e.g. {name}(price)")),
-        };
-        let arg = Expr::compile_ast(arg_expr, input).map_err(|e| e.to_string())?;
-        let t = arg.data_type().clone();
-        let data_type = match func {
-            AggFn::Count | AggFn::CountStar => DataType::Int64,
-            AggFn::Sum => match t {
-                DataType::Int64 | DataType::Float64 => t,
-                _ => return Err(format!("sum needs a number, not {t}")),
-            },
-            AggFn::Avg => match t {
-                DataType::Int64 | DataType::Float64 => DataType::Float64,
-                _ => return Err(format!("avg needs a number, not {t}")),
-            },
-            AggFn::Min | AggFn::Max => match t {
-                DataType::Int64
-                | DataType::Float64
-                | DataType::Utf8
-                | DataType::Boolean
-                | DataType::Timestamp(_, _) => t,
-                _ => return Err(format!("{name} cannot compare values of type {t}")),
-            },
-        };
-        Ok(AggCall {
-            func,
-            arg: Some(arg),
-            data_type,
-        })
-    }
-}
-
-/// One accumulator of one key.
-#[derive(Clone, Debug)]
-enum Acc {
-    Count(i64),
-    SumInt(Option<i64>),
-    SumFloat(Option<f64>),
-    Avg { sum: f64, count: i64 },
-    MinMaxInt(Option<i64>),
-    MinMaxFloat(Option<f64>),
-    MinMaxStr(Option<String>),
-    MinMaxBool(Option<bool>),
-}
 
 pub struct Aggregate {
-    keys: Arc<KeySelector>,
     calls: Arc<[AggCall]>,
     schema: SchemaRef,
-    converter: RowConverter,
-    /// Encoded key → slot in `accs`.
-    index: HashMap<Box<[u8]>, usize>,
-    accs: Vec<Vec<Acc>>,
-    /// Encoded keys by slot, to rebuild key columns on output.
-    slot_keys: Vec<Box<[u8]>>,
-    /// The batch number in which each slot was last touched: marks touched keys without
-    /// clearing a per-key flag array on every batch.
-    touched_in: Vec<u64>,
-    batch_no: u64,
+    keys: KeyEncoder,
+    state: KeyedStateBackend,
+    accs: ValueId<Vec<Acc>>,
 }
 
 impl Aggregate {
@@ -165,42 +47,19 @@ impl Aggregate {
     }
 
     pub fn new(
-        keys: Arc<KeySelector>,
+        keys: KeyEncoder,
         calls: Arc<[AggCall]>,
         schema: SchemaRef,
+        mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
-        let fields = keys
-            .exprs()
-            .iter()
-            .map(|e| SortField::new(e.data_type().clone()))
-            .collect();
+        let accs = state.value_state("accumulators").map_err(state_error)?;
         Ok(Self {
-            converter: RowConverter::new(fields)?,
-            keys,
             calls,
             schema,
-            index: HashMap::new(),
-            accs: Vec::new(),
-            slot_keys: Vec::new(),
-            touched_in: Vec::new(),
-            batch_no: 0,
+            keys,
+            state,
+            accs,
         })
-    }
-
-    fn new_accs(&self) -> Vec<Acc> {
-        self.calls
-            .iter()
-            .map(|c| match (c.func, &c.data_type) {
-                (AggFn::Count | AggFn::CountStar, _) => Acc::Count(0),
-                (AggFn::Sum, DataType::Int64) => Acc::SumInt(None),
-                (AggFn::Sum, _) => Acc::SumFloat(None),
-                (AggFn::Avg, _) => Acc::Avg { sum: 0.0, count: 0 },
-                (_, DataType::Float64) => Acc::MinMaxFloat(None),
-                (_, DataType::Utf8) => Acc::MinMaxStr(None),
-                (_, DataType::Boolean) => Acc::MinMaxBool(None),
-                _ => Acc::MinMaxInt(None),
-            })
-            .collect()
     }
 }
 
@@ -211,206 +70,69 @@ impl Operator for Aggregate {
         batch: RecordBatch,
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
-        let key_cols = self.keys.evaluate(&batch)?;
-        let rows = self.converter.convert_columns(&key_cols)?;
-        let args: Vec<Option<ArrayRef>> = self
-            .calls
-            .iter()
-            .map(|c| c.arg.as_ref().map(|a| a.evaluate(&batch)).transpose())
-            .collect::<Result<_, _>>()?;
-
-        self.batch_no += 1;
+        let keys = self.keys.encode(&batch)?;
+        let args = evaluate_all(&self.calls, &batch)?;
+        // The first row of each key in this batch, in order of first appearance.
+        let mut first_row: HashMap<&[u8], usize> = HashMap::new();
         let mut touched: Vec<usize> = Vec::new();
-        for (i, row) in rows.iter().enumerate() {
-            let slot = match self.index.get(row.as_ref()) {
-                Some(s) => *s,
-                None => {
-                    let s = self.accs.len();
-                    let key: Box<[u8]> = row.as_ref().into();
-                    self.index.insert(key.clone(), s);
-                    self.slot_keys.push(key);
-                    let fresh = self.new_accs();
-                    self.accs.push(fresh);
-                    self.touched_in.push(0);
-                    s
-                }
-            };
-            if self.touched_in[slot] != self.batch_no {
-                self.touched_in[slot] = self.batch_no;
-                touched.push(slot);
-            }
-            for ((acc, call), arg) in self.accs[slot].iter_mut().zip(self.calls.iter()).zip(&args) {
-                update(acc, call.func, arg.as_deref(), i)?;
-            }
+        let calls = &self.calls;
+        for row in 0..batch.num_rows() {
+            let key = keys.key(row);
+            self.state
+                .value(&self.accs)
+                .modify(
+                    key,
+                    NO_NAMESPACE,
+                    || new_accs(calls),
+                    |accs| update_all(accs, calls, &args, row),
+                )
+                .map_err(state_error)??;
+            first_row.entry(key.bytes).or_insert_with(|| {
+                touched.push(row);
+                row
+            });
         }
         if touched.is_empty() {
             return Ok(());
         }
-        out.push(self.emit(&touched)?);
+        let mut rows: Vec<Vec<Acc>> = Vec::with_capacity(touched.len());
+        for &row in &touched {
+            let key: KeyRef<'_> = keys.key(row);
+            let accs = self
+                .state
+                .value(&self.accs)
+                .get(key, NO_NAMESPACE)
+                .map_err(state_error)?
+                .ok_or_else(|| OperatorError::Internal("an updated key has no state".into()))?;
+            rows.push(accs);
+        }
+        let mut columns = self
+            .keys
+            .decode(touched.iter().map(|r| keys.key(*r).bytes))?;
+        columns.extend(result_columns(&self.calls, rows.iter().map(Vec::as_slice))?);
+        out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         Ok(())
     }
-}
-
-impl Aggregate {
-    fn emit(&self, slots: &[usize]) -> Result<RecordBatch, OperatorError> {
-        let parser = self.converter.parser();
-        let key_rows: Vec<_> = slots
-            .iter()
-            .map(|s| parser.parse(&self.slot_keys[*s]))
-            .collect();
-        let mut columns = self.converter.convert_rows(key_rows)?;
-        for (j, call) in self.calls.iter().enumerate() {
-            columns.push(finish_column(
-                call,
-                slots.iter().map(|s| &self.accs[*s][j]),
-            )?);
-        }
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
-    }
-}
-
-fn update(
-    acc: &mut Acc,
-    func: AggFn,
-    arg: Option<&dyn Array>,
-    i: usize,
-) -> Result<(), OperatorError> {
-    let Some(arg) = arg else {
-        if let Acc::Count(c) = acc {
-            *c += 1;
-        }
-        return Ok(());
-    };
-    if arg.is_null(i) {
-        return Ok(());
-    }
-    let min = func == AggFn::Min;
-    match acc {
-        Acc::Count(c) => *c += 1,
-        Acc::SumInt(s) => {
-            let v = arg.as_primitive::<Int64Type>().value(i);
-            let sum = s.unwrap_or(0).checked_add(v).ok_or_else(|| {
-                OperatorError::Data("integer overflow in sum(); cast the argument to DOUBLE".into())
-            })?;
-            *s = Some(sum);
-        }
-        Acc::SumFloat(s) => *s = Some(s.unwrap_or(0.0) + float_at(arg, i)),
-        Acc::Avg { sum, count } => {
-            *sum += float_at(arg, i);
-            *count += 1;
-        }
-        Acc::MinMaxInt(m) => {
-            let v = match arg.data_type() {
-                DataType::Timestamp(_, _) => {
-                    arg.as_primitive::<TimestampMillisecondType>().value(i)
-                }
-                _ => arg.as_primitive::<Int64Type>().value(i),
-            };
-            *m = Some(m.map_or(v, |c| if min { c.min(v) } else { c.max(v) }));
-        }
-        Acc::MinMaxFloat(m) => {
-            let v = arg.as_primitive::<Float64Type>().value(i);
-            *m = Some(m.map_or(v, |c| if min { c.min(v) } else { c.max(v) }));
-        }
-        Acc::MinMaxBool(m) => {
-            let v = arg.as_boolean().value(i);
-            *m = Some(m.map_or(v, |c| if min { c & v } else { c | v }));
-        }
-        Acc::MinMaxStr(m) => {
-            let v = arg.as_string::<i32>().value(i);
-            let replace = match m {
-                None => true,
-                Some(c) => (min && v < c.as_str()) || (!min && v > c.as_str()),
-            };
-            if replace {
-                *m = Some(v.to_string());
-            }
-        }
-    }
-    Ok(())
-}
-
-fn float_at(arg: &dyn Array, i: usize) -> f64 {
-    match arg.data_type() {
-        DataType::Int64 => arg.as_primitive::<Int64Type>().value(i) as f64,
-        _ => arg.as_primitive::<Float64Type>().value(i),
-    }
-}
-
-fn finish_column<'a>(
-    call: &AggCall,
-    accs: impl Iterator<Item = &'a Acc>,
-) -> Result<ArrayRef, OperatorError> {
-    let accs: Vec<&Acc> = accs.collect();
-    let array: ArrayRef = match &call.data_type {
-        DataType::Int64 => {
-            let mut b = Int64Builder::with_capacity(accs.len());
-            for a in accs {
-                b.append_option(match a {
-                    Acc::Count(c) => Some(*c),
-                    Acc::SumInt(s) | Acc::MinMaxInt(s) => *s,
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Timestamp(_, _) => {
-            let values: Vec<Option<i64>> = accs
-                .iter()
-                .map(|a| match a {
-                    Acc::MinMaxInt(s) => *s,
-                    _ => None,
-                })
-                .collect();
-            Arc::new(TimestampMillisecondArray::from(values))
-        }
-        DataType::Float64 => {
-            let mut b = Float64Builder::with_capacity(accs.len());
-            for a in accs {
-                b.append_option(match a {
-                    Acc::SumFloat(s) | Acc::MinMaxFloat(s) => *s,
-                    Acc::Avg { sum, count } if *count > 0 => Some(*sum / *count as f64),
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Utf8 => {
-            let mut b = StringBuilder::new();
-            for a in accs {
-                match a {
-                    Acc::MinMaxStr(Some(s)) => b.append_value(s),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Boolean => {
-            let mut b = BooleanBuilder::with_capacity(accs.len());
-            for a in accs {
-                b.append_option(match a {
-                    Acc::MinMaxBool(s) => *s,
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
-        other => {
-            return Err(OperatorError::Internal(format!(
-                "aggregate output type {other}"
-            )));
-        }
-    };
-    Ok(array)
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use arrow_array::{Float64Array, Int64Array, StringArray};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Array, Float64Array, Int64Array, StringArray};
+    use arrow_schema::DataType;
 
     use super::*;
+    use crate::expr::Expr;
+
+    fn heap() -> KeyedStateBackend {
+        KeyedStateBackend::heap(
+            128,
+            weir_state::key_groups::KeyGroupRange::of_subtask(0, 128, 1),
+        )
+    }
 
     /// A small deterministic generator (xorshift) so the test needs no extra crates.
     struct Rng(u64);
@@ -462,7 +184,13 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let out_schema = Aggregate::output_schema(&keys, &names, &calls);
-        let mut op = Aggregate::new(keys, calls.into(), out_schema).unwrap();
+        let mut op = Aggregate::new(
+            KeyEncoder::new(keys).unwrap(),
+            calls.into(),
+            out_schema,
+            heap(),
+        )
+        .unwrap();
 
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut naive: BTreeMap<Option<i64>, Naive> = BTreeMap::new();
@@ -554,7 +282,8 @@ mod tests {
         ));
         let calls: Arc<[AggCall]> = vec![AggCall::compile("count(*)", &schema).unwrap()].into();
         let out_schema = Aggregate::output_schema(&keys, &["n".into()], &calls);
-        let mut op = Aggregate::new(keys, calls, out_schema).unwrap();
+        let mut op =
+            Aggregate::new(KeyEncoder::new(keys).unwrap(), calls, out_schema, heap()).unwrap();
         let batch = RecordBatch::try_new(
             input_schema(),
             vec![

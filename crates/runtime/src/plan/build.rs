@@ -13,16 +13,26 @@ use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
 use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
 use crate::connectors::sink;
 use crate::connectors::source::SourceFactory;
+use crate::connectors::source::SubtaskContext;
 use crate::exec::metrics::NodeRole;
 use crate::exec::task::EventTime;
 use crate::expr::Expr;
 use crate::operators::aggregate::{AggCall, Aggregate};
 use crate::operators::filter::Filter;
+use crate::operators::join::{Join, JoinDef, Projection, joined_schema};
 use crate::operators::key_by::KeySelector;
+use crate::operators::keyed::KeyEncoder;
 use crate::operators::map::Map;
+use crate::operators::over_aggregate::{OverAggregate, OverAggregateDef};
+use crate::operators::top_n::{TopN, TopNDef};
+use crate::operators::window::Windowing;
+use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
+use crate::operators::window_join::{WindowJoin, WindowJoinDef};
 use crate::spec::load::{Dropped, LoadedJob, closest};
 use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
 use crate::spec::{JobSpec, SinkSpec, SourceSpec, StateBackendKind, TransformSpec};
+use weir_state::KeyedStateBackend;
+use weir_state::key_groups::KeyGroupRange;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Section {
@@ -97,6 +107,26 @@ enum Compiled {
         keys: Arc<KeySelector>,
         calls: Arc<[AggCall]>,
     },
+    WindowAggregate {
+        keys: Arc<KeySelector>,
+        def: Arc<WindowAggregateDef>,
+    },
+    TopN {
+        keys: Arc<KeySelector>,
+        def: Arc<TopNDef>,
+    },
+    OverAggregate {
+        keys: Arc<KeySelector>,
+        def: Arc<OverAggregateDef>,
+    },
+    Join {
+        keys: [Arc<KeySelector>; 2],
+        def: Arc<JoinDef>,
+    },
+    WindowJoin {
+        keys: [Arc<KeySelector>; 2],
+        def: Arc<WindowJoinDef>,
+    },
     Sink,
     /// Planning this def failed (its problems are reported); its consumers are skipped.
     Failed,
@@ -111,6 +141,11 @@ impl Compiled {
             | Compiled::KeyBy { schema, .. }
             | Compiled::Union { schema }
             | Compiled::Aggregate { schema, .. } => Some(schema),
+            Compiled::WindowAggregate { def, .. } => Some(&def.schema),
+            Compiled::TopN { def, .. } => Some(&def.schema),
+            Compiled::OverAggregate { def, .. } => Some(&def.schema),
+            Compiled::Join { def, .. } => Some(&def.projection.schema),
+            Compiled::WindowJoin { def, .. } => Some(&def.projection.schema),
             Compiled::Sink | Compiled::Failed => None,
         }
     }
@@ -633,6 +668,22 @@ fn compile(
                 calls: calls.into(),
             }
         }
+        TransformSpec::WindowAggregate(_)
+        | TransformSpec::TopN(_)
+        | TransformSpec::OverAggregate(_)
+        | TransformSpec::Join(_)
+        | TransformSpec::IntervalJoin(_)
+        | TransformSpec::WindowJoin(_) => {
+            let mut k = Keyed {
+                defs,
+                compiled,
+                i,
+                src,
+                problems,
+                at: &at,
+            };
+            k.compile(transform).unwrap_or(Compiled::Failed)
+        }
     };
     if problems.len() > before {
         Compiled::Failed
@@ -824,14 +875,16 @@ fn assemble(
         }
         let def = &defs[i];
         let mut inputs = Vec::new();
-        for (_, j, p) in &def.inputs {
+        // A join's `left` and `right` are inputs 0 and 1; every producer behind a union feeds
+        // the union's consumer through the same logical input.
+        for (input, (_, j, p)) in def.inputs.iter().enumerate() {
             let mut producers = Vec::new();
             resolve(defs, &compiled, *j, *p, None, &mut producers);
             for (producer, port, key) in producers {
                 inputs.push(PlanEdge {
                     from: index[&producer],
                     port,
-                    input: 0,
+                    input,
                     key,
                 });
             }
@@ -876,15 +929,102 @@ fn assemble(
                 calls,
             } => {
                 let out = schema.clone();
+                let key_groups = spec.key_groups;
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
                     vec![(String::new(), schema)],
-                    Factory::Operator(Arc::new(move |_| {
+                    Factory::Operator(Arc::new(move |ctx| {
                         Ok(Box::new(Aggregate::new(
-                            keys.clone(),
+                            KeyEncoder::new(keys.clone())?,
                             calls.clone(),
                             out.clone(),
+                            backend(key_groups, ctx),
+                        )?))
+                    })),
+                )
+            }
+            Compiled::WindowAggregate { keys, def: d } => {
+                let key_groups = spec.key_groups;
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), d.schema.clone())],
+                    Factory::Operator(Arc::new(move |ctx| {
+                        Ok(Box::new(WindowAggregate::new(
+                            d.clone(),
+                            KeyEncoder::new(keys.clone())?,
+                            backend(key_groups, ctx),
+                            ctx.metrics.clone(),
+                        )?))
+                    })),
+                )
+            }
+            Compiled::TopN { keys, def: d } => {
+                let key_groups = spec.key_groups;
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), d.schema.clone())],
+                    Factory::Operator(Arc::new(move |ctx| {
+                        Ok(Box::new(TopN::new(
+                            d.clone(),
+                            KeyEncoder::new(keys.clone())?,
+                            backend(key_groups, ctx),
+                            ctx.metrics.clone(),
+                        )?))
+                    })),
+                )
+            }
+            Compiled::OverAggregate { keys, def: d } => {
+                let key_groups = spec.key_groups;
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), d.schema.clone())],
+                    Factory::Operator(Arc::new(move |ctx| {
+                        Ok(Box::new(OverAggregate::new(
+                            d.clone(),
+                            KeyEncoder::new(keys.clone())?,
+                            backend(key_groups, ctx),
+                            ctx.metrics.clone(),
+                        )?))
+                    })),
+                )
+            }
+            Compiled::Join { keys, def: d } => {
+                let key_groups = spec.key_groups;
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), d.projection.schema.clone())],
+                    Factory::Operator(Arc::new(move |ctx| {
+                        Ok(Box::new(Join::new(
+                            d.clone(),
+                            [
+                                KeyEncoder::new(keys[0].clone())?,
+                                KeyEncoder::new(keys[1].clone())?,
+                            ],
+                            backend(key_groups, ctx),
+                        )?))
+                    })),
+                )
+            }
+            Compiled::WindowJoin { keys, def: d } => {
+                let key_groups = spec.key_groups;
+                (
+                    NodeRole::Operator,
+                    def.transform.and_then(|t| t.parallelism()),
+                    vec![(String::new(), d.projection.schema.clone())],
+                    Factory::Operator(Arc::new(move |ctx| {
+                        Ok(Box::new(WindowJoin::new(
+                            d.clone(),
+                            [
+                                KeyEncoder::new(keys[0].clone())?,
+                                KeyEncoder::new(keys[1].clone())?,
+                            ],
+                            backend(key_groups, ctx),
+                            ctx.metrics.clone(),
                         )?))
                     })),
                 )
@@ -915,5 +1055,456 @@ fn assemble(
     Plan {
         spec: spec.clone(),
         nodes,
+    }
+}
+
+/// The keyed state backend of one operator subtask: its share of the key groups.
+fn backend(key_groups: u32, ctx: &SubtaskContext) -> KeyedStateBackend {
+    KeyedStateBackend::heap(
+        key_groups,
+        KeyGroupRange::of_subtask(ctx.subtask, key_groups, ctx.parallelism),
+    )
+}
+
+/// Compiles the keyed operators (all read `key-by` nodes).
+struct Keyed<'a, 'd> {
+    defs: &'a [Def<'d>],
+    compiled: &'a [Compiled],
+    i: usize,
+    src: &'a SpecSource,
+    problems: &'a mut Vec<Problem>,
+    at: &'a str,
+}
+
+impl Keyed<'_, '_> {
+    fn problem(&mut self, key: &str, message: impl Into<String>) {
+        let at = if key.is_empty() {
+            self.at.to_string()
+        } else {
+            format!("{}/{key}", self.at)
+        };
+        self.problems.push(self.src.at_value(&at, message));
+    }
+
+    /// The key selector and schema of input `k`, which must be a key-by node.
+    fn keyed_input(&mut self, k: usize, key: &str) -> Option<(Arc<KeySelector>, SchemaRef)> {
+        let (_, j, _) = self.defs[self.i].inputs.get(k)?;
+        match &self.compiled[*j] {
+            Compiled::KeyBy { keys, schema } => Some((keys.clone(), schema.clone())),
+            Compiled::Failed => None,
+            _ => {
+                let (name, kind) = (self.defs[*j].name, self.defs[*j].kind());
+                let me = self.defs[self.i].kind();
+                self.problem(
+                    key,
+                    format!("a {me} reads `key-by` nodes, and `{name}` is a {kind}; add a key-by between them"),
+                );
+                None
+            }
+        }
+    }
+
+    fn expr(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
+        match Expr::compile(sql, schema) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                self.problem(key, e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A TIMESTAMP (or INT epoch-ms) expression.
+    fn time(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
+        let e = self.expr(key, sql, schema)?;
+        if matches!(e.data_type(), DataType::Timestamp(_, _) | DataType::Int64) {
+            Some(e)
+        } else {
+            self.problem(
+                key,
+                format!(
+                    "`{sql}` must be a TIMESTAMP, not {}",
+                    sql_type(e.data_type())
+                ),
+            );
+            None
+        }
+    }
+
+    fn condition(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
+        let e = self.expr(key, sql, schema)?;
+        if matches!(e.data_type(), DataType::Boolean | DataType::Null) {
+            Some(e)
+        } else {
+            self.problem(
+                key,
+                format!(
+                    "a condition must be BOOL, but `{sql}` is {}",
+                    sql_type(e.data_type())
+                ),
+            );
+            None
+        }
+    }
+
+    fn windowing(&mut self, key: &str, window: &crate::spec::WindowSpec) -> Option<Windowing> {
+        match Windowing::from_spec(window) {
+            Ok(w) => Some(w),
+            Err(m) => {
+                self.problem(key, m);
+                None
+            }
+        }
+    }
+
+    fn calls(
+        &mut self,
+        aggregates: &indexmap::IndexMap<String, String>,
+        schema: &Schema,
+        taken: &[String],
+    ) -> (Vec<String>, Vec<AggCall>) {
+        let mut names = Vec::new();
+        let mut calls = Vec::new();
+        for (name, sql) in aggregates {
+            let key = format!(
+                "aggregates/{}",
+                crate::spec::positions::escape_segment(name)
+            );
+            if taken.contains(name) {
+                self.problem(
+                    &key,
+                    format!("`{name}` is already a column of the output; choose another name"),
+                );
+            }
+            match AggCall::compile(sql, schema) {
+                Ok(c) => {
+                    names.push(name.clone());
+                    calls.push(c);
+                }
+                Err(m) => self.problem(&key, m),
+            }
+        }
+        (names, calls)
+    }
+
+    /// `price DESC`, `dateTime` → (expression, descending).
+    fn order(&mut self, key: &str, items: &[String], schema: &Schema) -> Vec<(Expr, bool)> {
+        let mut out = Vec::new();
+        for (n, item) in items.iter().enumerate() {
+            let (sql, desc) = split_direction(item);
+            if let Some(e) = self.expr(&format!("{key}/{n}"), sql, schema) {
+                out.push((e, desc));
+            }
+        }
+        out
+    }
+
+    fn projection(
+        &mut self,
+        columns: Option<&indexmap::IndexMap<String, String>>,
+        joined: &SchemaRef,
+    ) -> Option<Projection> {
+        let mut exprs = Vec::new();
+        let mut fields = Vec::new();
+        match columns {
+            None => {
+                for (n, f) in joined.fields().iter().enumerate() {
+                    if f.name() == "window_start" || f.name() == "window_end" {
+                        continue;
+                    }
+                    let e =
+                        Expr::compile(&format!("\"{}\"", f.name().replace('"', "\"\"")), joined);
+                    match e {
+                        Ok(e) => {
+                            fields.push(Field::new(f.name(), e.data_type().clone(), true));
+                            exprs.push(e);
+                        }
+                        Err(e) => self.problem(&format!("columns/{n}"), e.to_string()),
+                    }
+                }
+            }
+            Some(columns) => {
+                for (name, sql) in columns {
+                    let key = format!("columns/{}", crate::spec::positions::escape_segment(name));
+                    if let Some(e) = self.expr(&key, sql, joined) {
+                        fields.push(Field::new(name, e.data_type().clone(), true));
+                        exprs.push(e);
+                    }
+                }
+            }
+        }
+        Some(Projection {
+            exprs,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    fn same_keys(&mut self, a: &KeySelector, b: &KeySelector) {
+        let types = |k: &KeySelector| {
+            k.exprs()
+                .iter()
+                .map(|e| sql_type(e.data_type()))
+                .collect::<Vec<_>>()
+        };
+        if types(a) != types(b) {
+            self.problem(
+                "right",
+                format!(
+                    "the two sides are keyed differently: ({}) versus ({}); key them by the same types",
+                    types(a).join(", "),
+                    types(b).join(", ")
+                ),
+            );
+        }
+    }
+
+    fn compile(&mut self, transform: &TransformSpec) -> Option<Compiled> {
+        let before = self.problems.len();
+        let result = match transform {
+            TransformSpec::WindowAggregate(w) => self.window_aggregate(w),
+            TransformSpec::TopN(t) => self.top_n(t),
+            TransformSpec::OverAggregate(o) => self.over_aggregate(o),
+            TransformSpec::Join(j) => self.join(j),
+            TransformSpec::IntervalJoin(j) => self.interval_join(j),
+            TransformSpec::WindowJoin(j) => self.window_join(j),
+            _ => None,
+        };
+        if self.problems.len() > before {
+            return None;
+        }
+        result
+    }
+
+    fn window_aggregate(&mut self, w: &crate::spec::WindowAggregateSpec) -> Option<Compiled> {
+        let (keys, schema) = self.keyed_input(0, "from")?;
+        let time = self.time("time", &w.time, &schema);
+        let windowing = self.windowing("window", &w.window);
+        let mut taken: Vec<String> = keys.names().to_vec();
+        taken.extend(["window_start".to_string(), "window_end".to_string()]);
+        let (names, calls) = self.calls(&w.aggregates, &schema, &taken);
+        let out = WindowAggregateDef::output_schema(&keys, &names, &calls);
+        Some(Compiled::WindowAggregate {
+            def: Arc::new(WindowAggregateDef {
+                time: time?,
+                windowing: windowing?,
+                lateness: w.allowed_lateness.as_millis_i64(),
+                calls,
+                schema: out,
+            }),
+            keys,
+        })
+    }
+
+    fn top_n(&mut self, t: &crate::spec::TopNSpec) -> Option<Compiled> {
+        let (keys, schema) = self.keyed_input(0, "from")?;
+        let order = self.order("order-by", &t.order_by, &schema);
+        let fire_at = self.time("fire-at", &t.fire_at, &schema);
+        let columns: Vec<usize> = match &t.columns {
+            None => (0..schema.fields().len()).collect(),
+            Some(names) => {
+                let mut idx = Vec::new();
+                for (n, name) in names.iter().enumerate() {
+                    match schema.index_of(name) {
+                        Ok(i) => idx.push(i),
+                        Err(_) => {
+                            let known: Vec<&str> =
+                                schema.fields().iter().map(|f| f.name().as_str()).collect();
+                            self.problem(
+                                &format!("columns/{n}"),
+                                format!("no column `{name}`; columns: {}", known.join(", ")),
+                            );
+                        }
+                    }
+                }
+                idx
+            }
+        };
+        let out = Arc::new(schema.project(&columns).ok()?);
+        Some(Compiled::TopN {
+            def: Arc::new(TopNDef {
+                order,
+                n: t.n.max(1) as usize,
+                with_ties: t.with_ties,
+                fire_at: fire_at?,
+                input: schema,
+                columns,
+                schema: out,
+            }),
+            keys,
+        })
+    }
+
+    fn over_aggregate(&mut self, o: &crate::spec::OverAggregateSpec) -> Option<Compiled> {
+        let (keys, schema) = self.keyed_input(0, "from")?;
+        let order = self.order("order-by", &o.order_by, &schema);
+        let (first, desc) = split_direction(o.order_by.first()?);
+        if desc {
+            self.problem(
+                "order-by/0",
+                "the first order-by expression is the rows' time and must be ascending",
+            );
+        }
+        let time = self.time("order-by/0", first, &schema);
+        let taken: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let (names, calls) = self.calls(&o.aggregates, &schema, &taken);
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(
+            names
+                .iter()
+                .zip(&calls)
+                .map(|(n, c)| Field::new(n, c.data_type.clone(), true)),
+        );
+        Some(Compiled::OverAggregate {
+            def: Arc::new(OverAggregateDef {
+                time: time?,
+                order,
+                rows: o.rows.max(1) as usize,
+                calls,
+                input: schema,
+                schema: Arc::new(Schema::new(fields)),
+            }),
+            keys,
+        })
+    }
+
+    fn join(&mut self, j: &crate::spec::JoinSpec) -> Option<Compiled> {
+        let left = self.keyed_input(0, "left");
+        let right = self.keyed_input(1, "right");
+        let ((lk, ls), (rk, rs)) = (left?, right?);
+        self.same_keys(&lk, &rk);
+        let joined = joined_schema(&ls, &j.left_as, &rs, &j.right_as, &[]);
+        let condition = match &j.condition {
+            Some(c) => Some(self.condition("where", c, &joined)?),
+            None => None,
+        };
+        let left_until = match &j.left_until {
+            Some(u) => Some(self.time("left-until", u, &ls)?),
+            None => None,
+        };
+        let right_until = match &j.right_until {
+            Some(u) => Some(self.time("right-until", u, &rs)?),
+            None => None,
+        };
+        let projection = self.projection(j.columns.as_ref(), &joined)?;
+        Some(Compiled::Join {
+            keys: [lk, rk],
+            def: Arc::new(JoinDef {
+                inputs: [ls, rs],
+                until: [left_until, right_until],
+                joined,
+                condition,
+                projection,
+            }),
+        })
+    }
+
+    fn interval_join(&mut self, j: &crate::spec::IntervalJoinSpec) -> Option<Compiled> {
+        let left = self.keyed_input(0, "left");
+        let right = self.keyed_input(1, "right");
+        let ((lk, ls), (rk, rs)) = (left?, right?);
+        self.same_keys(&lk, &rk);
+        let (lower, upper) = (j.lower.as_millis(), j.upper.as_millis());
+        if lower > upper {
+            self.problem(
+                "lower",
+                format!("lower ({}) is after upper ({})", j.lower, j.upper),
+            );
+            return None;
+        }
+        self.time("left-time", &j.left_time, &ls)?;
+        self.time("right-time", &j.right_time, &rs)?;
+        let shifted = |base: &str, ms: i64| {
+            if ms < 0 {
+                format!("({base}) - INTERVAL '{} milliseconds'", -ms)
+            } else {
+                format!("({base}) + INTERVAL '{ms} milliseconds'")
+            }
+        };
+        let joined = joined_schema(&ls, &j.left_as, &rs, &j.right_as, &[]);
+        let l = format!("{}.{}", j.left_as, j.left_time);
+        let r = format!("{}.{}", j.right_as, j.right_time);
+        let bounds = format!(
+            "{r} BETWEEN {} AND {}",
+            shifted(&l, lower),
+            shifted(&l, upper)
+        );
+        let sql = match &j.condition {
+            Some(c) => format!("({bounds}) AND ({c})"),
+            None => bounds,
+        };
+        let condition = self.condition("where", &sql, &joined)?;
+        // A left row can match right rows up to its time + upper; a right row can be matched by
+        // left rows down to its time - lower.
+        let left_until = self.time("left-time", &shifted(&j.left_time, upper), &ls)?;
+        let right_until = self.time("right-time", &shifted(&j.right_time, -lower), &rs)?;
+        let projection = self.projection(j.columns.as_ref(), &joined)?;
+        Some(Compiled::Join {
+            keys: [lk, rk],
+            def: Arc::new(JoinDef {
+                inputs: [ls, rs],
+                until: [Some(left_until), Some(right_until)],
+                joined,
+                condition: Some(condition),
+                projection,
+            }),
+        })
+    }
+
+    fn window_join(&mut self, j: &crate::spec::WindowJoinSpec) -> Option<Compiled> {
+        let left = self.keyed_input(0, "left");
+        let right = self.keyed_input(1, "right");
+        let ((lk, ls), (rk, rs)) = (left?, right?);
+        self.same_keys(&lk, &rk);
+        let windowing = self.windowing("window", &j.window)?;
+        if windowing.is_session() {
+            self.problem(
+                "window",
+                "a window join takes tumbling or sliding windows, not sessions",
+            );
+            return None;
+        }
+        let lt = self.time("left-time", &j.left_time, &ls);
+        let rt = self.time("right-time", &j.right_time, &rs);
+        let ts = DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None);
+        let joined = joined_schema(
+            &ls,
+            &j.left_as,
+            &rs,
+            &j.right_as,
+            &[
+                Field::new("window_start", ts.clone(), true),
+                Field::new("window_end", ts, true),
+            ],
+        );
+        let condition = match &j.condition {
+            Some(c) => Some(self.condition("where", c, &joined)?),
+            None => None,
+        };
+        let projection = self.projection(j.columns.as_ref(), &joined)?;
+        Some(Compiled::WindowJoin {
+            keys: [lk, rk],
+            def: Arc::new(WindowJoinDef {
+                inputs: [ls, rs],
+                times: [lt?, rt?],
+                windowing,
+                mode: j.mode,
+                joined,
+                condition,
+                projection,
+            }),
+        })
+    }
+}
+
+/// `price DESC` → (`price`, true); `dateTime ASC` or `dateTime` → (`dateTime`, false).
+fn split_direction(item: &str) -> (&str, bool) {
+    let t = item.trim();
+    let lower = t.to_ascii_lowercase();
+    if lower.ends_with(" desc") {
+        (t[..t.len() - 5].trim_end(), true)
+    } else if lower.ends_with(" asc") {
+        (t[..t.len() - 4].trim_end(), false)
+    } else {
+        (t, false)
     }
 }

@@ -379,12 +379,17 @@ fn describe(
     match error.kind() {
         ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
             let branches = schema_node(0).and_then(Value::as_array);
-            if let Some(kind) = discriminator(instance.pointer(&at), branches) {
-                let kind_path = format!("{at}/kind");
+            if let Some(tag) = tag_property(branches) {
+                let value = instance
+                    .pointer(&at)
+                    .and_then(|i| i.get(&tag))
+                    .map(|k| k.as_str().map_or_else(|| k.to_string(), str::to_string));
+                let tag_path = format!("{at}/{tag}");
                 let matching = context
                     .iter()
-                    .find(|errs| !errs.iter().any(|e| e.instance_path().as_str() == kind_path));
-                match (kind, matching) {
+                    .find(|errs| !errs.iter().any(|e| e.instance_path().as_str() == tag_path));
+                let expected = tags(branches, &tag).join(", ");
+                match (value, matching) {
                     (Some(_), Some(errs)) => {
                         for e in errs {
                             describe(e, instance, src, out, prunes);
@@ -393,19 +398,15 @@ fn describe(
                     (Some(k), None) => {
                         prunes.push(Prune::Remove(at.clone()));
                         out.push(src.at_value(
-                            &kind_path,
-                            format!(
-                                "unknown kind `{k}`; expected one of: {}",
-                                kinds(branches).join(", ")
-                            ),
+                            &tag_path,
+                            format!("unknown {tag} `{k}`; expected one of: {expected}"),
                         ))
                     }
                     (None, _) => {
                         prunes.push(Prune::Remove(at.clone()));
-                        out.push(src.at_value(
-                            &at,
-                            format!("missing key `kind`, one of: {}", kinds(branches).join(", ")),
-                        ))
+                        out.push(
+                            src.at_value(&at, format!("missing key `{tag}`, one of: {expected}")),
+                        )
                     }
                 }
                 return;
@@ -506,32 +507,29 @@ fn describe(
     }
 }
 
-/// For a tagged union (every branch has a constant `kind`): `Some(kind)` of the instance
-/// (`Some(None)` when it lacks one); `None` when this is not a tagged union.
-fn discriminator(
-    instance: Option<&Value>,
-    branches: Option<&Vec<Value>>,
-) -> Option<Option<String>> {
+/// The property that tells the branches of a tagged union apart: one with a constant value
+/// in every branch (`kind` for nodes, `type` for windows); `None` when this is not a tagged
+/// union.
+fn tag_property(branches: Option<&Vec<Value>>) -> Option<String> {
     let branches = branches?;
-    let tagged = !branches.is_empty()
-        && branches
-            .iter()
-            .all(|b| b.pointer("/properties/kind/const").is_some());
-    if !tagged {
-        return None;
-    }
-    Some(
-        instance
-            .and_then(|i| i.get("kind"))
-            .map(|k| k.as_str().map_or_else(|| k.to_string(), str::to_string)),
-    )
+    let first = branches.first()?.get("properties")?.as_object()?;
+    first
+        .iter()
+        .filter(|(_, schema)| schema.get("const").is_some())
+        .map(|(name, _)| name)
+        .find(|name| {
+            branches
+                .iter()
+                .all(|b| b.pointer(&format!("/properties/{name}/const")).is_some())
+        })
+        .cloned()
 }
 
-fn kinds(branches: Option<&Vec<Value>>) -> Vec<String> {
+fn tags(branches: Option<&Vec<Value>>, tag: &str) -> Vec<String> {
     branches
         .into_iter()
         .flatten()
-        .filter_map(|b| b.pointer("/properties/kind/const"))
+        .filter_map(|b| b.pointer(&format!("/properties/{tag}/const")))
         .filter_map(|k| k.as_str().map(str::to_string))
         .collect()
 }

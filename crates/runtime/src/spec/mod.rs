@@ -30,7 +30,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use self::problems::{Problem, SpecError};
-pub use self::units::{ByteSize, HumanDuration};
+pub use self::units::{ByteSize, HumanDuration, SignedDuration};
 use crate::format::json::JsonType;
 
 /// The default number of key groups: the unit in which keyed state is hashed, stored and rescaled.
@@ -278,6 +278,19 @@ pub enum TransformSpec {
     /// A running (non-windowed) aggregation per key of a `key-by` input, emitting each key's new
     /// values once per input batch in which the key changed.
     Aggregate(AggregateSpec),
+    /// Aggregates per key and event-time window (tumbling, sliding or session), emitted when
+    /// the watermark passes the window's end.
+    WindowAggregate(WindowAggregateSpec),
+    /// The first `n` rows per key by an order, emitted when the watermark reaches a time.
+    TopN(TopNSpec),
+    /// An aggregate over each row's last `rows` rows per key, in event-time order.
+    OverAggregate(OverAggregateSpec),
+    /// Joins two keyed streams: every pair with equal keys that meets the condition.
+    Join(JoinSpec),
+    /// Joins two keyed streams where the right row's time is within bounds of the left's.
+    IntervalJoin(IntervalJoinSpec),
+    /// Joins two keyed streams within the same event-time window.
+    WindowJoin(WindowJoinSpec),
 }
 
 impl TransformSpec {
@@ -288,6 +301,12 @@ impl TransformSpec {
             TransformSpec::KeyBy(_) => "key-by",
             TransformSpec::Union(_) => "union",
             TransformSpec::Aggregate(_) => "aggregate",
+            TransformSpec::WindowAggregate(_) => "window-aggregate",
+            TransformSpec::TopN(_) => "top-n",
+            TransformSpec::OverAggregate(_) => "over-aggregate",
+            TransformSpec::Join(_) => "join",
+            TransformSpec::IntervalJoin(_) => "interval-join",
+            TransformSpec::WindowJoin(_) => "window-join",
         }
     }
 
@@ -298,6 +317,21 @@ impl TransformSpec {
             TransformSpec::Map(s) => vec![("from".into(), s.from.as_str())],
             TransformSpec::KeyBy(s) => vec![("from".into(), s.from.as_str())],
             TransformSpec::Aggregate(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::WindowAggregate(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::TopN(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::OverAggregate(s) => vec![("from".into(), s.from.as_str())],
+            TransformSpec::Join(s) => vec![
+                ("left".into(), s.left.as_str()),
+                ("right".into(), s.right.as_str()),
+            ],
+            TransformSpec::IntervalJoin(s) => vec![
+                ("left".into(), s.left.as_str()),
+                ("right".into(), s.right.as_str()),
+            ],
+            TransformSpec::WindowJoin(s) => vec![
+                ("left".into(), s.left.as_str()),
+                ("right".into(), s.right.as_str()),
+            ],
             TransformSpec::Union(s) => s
                 .from
                 .iter()
@@ -312,6 +346,12 @@ impl TransformSpec {
             TransformSpec::Filter(s) => s.parallelism,
             TransformSpec::Map(s) => s.parallelism,
             TransformSpec::Aggregate(s) => s.parallelism,
+            TransformSpec::WindowAggregate(s) => s.parallelism,
+            TransformSpec::TopN(s) => s.parallelism,
+            TransformSpec::OverAggregate(s) => s.parallelism,
+            TransformSpec::Join(s) => s.parallelism,
+            TransformSpec::IntervalJoin(s) => s.parallelism,
+            TransformSpec::WindowJoin(s) => s.parallelism,
             TransformSpec::KeyBy(_) | TransformSpec::Union(_) => None,
         }
     }
@@ -370,6 +410,195 @@ pub struct AggregateSpec {
     /// `count(x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`.
     #[schemars(length(min = 1))]
     pub aggregates: IndexMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+/// How records are grouped into event-time windows, aligned to the epoch.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum WindowSpec {
+    /// Back-to-back windows `[k·size, (k+1)·size)`.
+    Tumbling { size: HumanDuration },
+    /// Windows of `size` starting every `slide`; a record is in `size / slide` of them.
+    Sliding {
+        size: HumanDuration,
+        slide: HumanDuration,
+    },
+    /// Per key, records closer than `gap` share a session `[first, last + gap)`; sessions that
+    /// come to touch merge.
+    Session { gap: HumanDuration },
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct WindowAggregateSpec {
+    /// A `key-by` node.
+    pub from: String,
+    /// The TIMESTAMP expression that places a record in time (usually the event-time column).
+    pub time: String,
+    pub window: WindowSpec,
+    /// Output columns after the key columns and `window_start`, `window_end`: name → one of
+    /// `count(*)`, `count(x)`, `count(DISTINCT x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`,
+    /// `max_by(x, y)`, `min_by(x, y)`.
+    #[schemars(length(min = 1))]
+    pub aggregates: IndexMap<String, String>,
+    /// How long after a window's end a late record still updates it (and re-emits its result);
+    /// later records are dropped and counted.
+    #[serde(default)]
+    pub allowed_lateness: HumanDuration,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TopNSpec {
+    /// A `key-by` node.
+    pub from: String,
+    /// Sort expressions, each optionally followed by `ASC` or `DESC` (`price DESC`).
+    #[schemars(length(min = 1))]
+    pub order_by: Vec<String>,
+    /// How many rows per key and time.
+    #[serde(default = "default_one")]
+    #[schemars(range(min = 1))]
+    pub n: u32,
+    /// Also keep rows tied with the `n`-th (so `n: 1` keeps every row equal to the best).
+    #[serde(default)]
+    pub with_ties: bool,
+    /// A TIMESTAMP expression: rows are grouped per key and this time, and emitted in rank order
+    /// once the watermark reaches it.
+    pub fire_at: String,
+    /// Input columns to emit, in order (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+fn default_one() -> u32 {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct OverAggregateSpec {
+    /// A `key-by` node.
+    pub from: String,
+    /// The order of rows: a TIMESTAMP expression first (rows wait until the watermark reaches
+    /// it), then tie-breakers, each optionally `ASC`/`DESC`.
+    #[schemars(length(min = 1))]
+    pub order_by: Vec<String>,
+    /// How many rows, the current one included, each aggregate covers.
+    #[schemars(range(min = 1, max = 100000))]
+    pub rows: u32,
+    /// Columns added to each row: name → an aggregate call (as in `window-aggregate`).
+    #[schemars(length(min = 1))]
+    pub aggregates: IndexMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct JoinSpec {
+    /// A `key-by` node.
+    pub left: String,
+    /// A `key-by` node with keys of the same types.
+    pub right: String,
+    /// The name of the left row in expressions (`l.price`).
+    #[serde(default = "default_left_as")]
+    pub left_as: String,
+    /// The name of the right row in expressions (`r.price`).
+    #[serde(default = "default_right_as")]
+    pub right_as: String,
+    /// An extra condition over both rows.
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// A TIMESTAMP expression over a left row: after the watermark passes it the row cannot
+    /// match any more and is dropped from state. Default: kept for good (a regular join).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_until: Option<String>,
+    /// The same for right rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub right_until: Option<String>,
+    /// Output columns: name → expression over both rows (default: every column as `l.x`, `r.x`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<IndexMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+fn default_left_as() -> String {
+    "l".into()
+}
+fn default_right_as() -> String {
+    "r".into()
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct IntervalJoinSpec {
+    pub left: String,
+    pub right: String,
+    #[serde(default = "default_left_as")]
+    pub left_as: String,
+    #[serde(default = "default_right_as")]
+    pub right_as: String,
+    /// The left rows' TIMESTAMP column.
+    pub left_time: String,
+    /// The right rows' TIMESTAMP column.
+    pub right_time: String,
+    /// A pair matches when right time ∈ [left time + lower, left time + upper].
+    pub lower: SignedDuration,
+    pub upper: SignedDuration,
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<IndexMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+/// Which pairs a window join emits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum JoinMode {
+    /// Every matching pair.
+    #[default]
+    Inner,
+    /// Each left row with at least one match, once (with its first match's right columns).
+    Semi,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct WindowJoinSpec {
+    pub left: String,
+    pub right: String,
+    #[serde(default = "default_left_as")]
+    pub left_as: String,
+    #[serde(default = "default_right_as")]
+    pub right_as: String,
+    /// The left rows' TIMESTAMP column.
+    pub left_time: String,
+    /// The right rows' TIMESTAMP column.
+    pub right_time: String,
+    /// Tumbling or sliding windows.
+    pub window: WindowSpec,
+    #[serde(default)]
+    pub mode: JoinMode,
+    #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// Output columns: name → expression over both rows and `window_start`, `window_end`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<IndexMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,

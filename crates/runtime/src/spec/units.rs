@@ -87,6 +87,76 @@ impl JsonSchema for HumanDuration {
     }
 }
 
+/// A duration that may be negative (`-5s`, `10s`), for offsets such as interval-join bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SignedDuration(pub i64);
+
+impl SignedDuration {
+    pub fn as_millis(&self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for SignedDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let d = HumanDuration(Duration::from_millis(self.0.unsigned_abs()));
+        write!(f, "{sign}{d}")
+    }
+}
+
+impl std::str::FromStr for SignedDuration {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let (negative, rest) = match t.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, t.strip_prefix('+').unwrap_or(t)),
+        };
+        let d: HumanDuration = rest.parse()?;
+        let ms = d.as_millis_i64();
+        Ok(SignedDuration(if negative { -ms } else { ms }))
+    }
+}
+
+impl<'de> Deserialize<'de> for SignedDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = serde_json::Value::deserialize(deserializer)?;
+        match raw {
+            serde_json::Value::String(s) => s.parse().map_err(serde::de::Error::custom),
+            serde_json::Value::Number(n) if n.as_i64() == Some(0) => Ok(SignedDuration(0)),
+            other => Err(serde::de::Error::custom(format!(
+                "`{other}` is not a duration; write e.g. -5s or 10s"
+            ))),
+        }
+    }
+}
+
+impl Serialize for SignedDuration {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl JsonSchema for SignedDuration {
+    fn schema_name() -> Cow<'static, str> {
+        "SignedDuration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let signed = format!(r"^\s*[-+]?{}", &DURATION_PATTERN[1..]);
+        json_schema!({
+            "description": "A duration with a unit that may be negative: `-5s`, `0`, `10s`.",
+            "anyOf": [
+                { "type": "string", "pattern": signed },
+                { "type": "integer", "const": 0 }
+            ],
+            "x-weir-type": "duration"
+        })
+    }
+}
+
 /// A byte size written with a unit (`512KiB`, `64MiB`, `1GB`) or as a plain number of bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ByteSize(pub u64);

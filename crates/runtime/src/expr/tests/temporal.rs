@@ -214,3 +214,25 @@ fn extract_needs_a_timestamp() {
             .contains("supported fields")
     );
 }
+
+#[test]
+fn date_bin_rounds_down_to_multiples_of_the_stride_since_the_epoch() {
+    let first = |sql: &str| timestamps(sql)[0];
+    // ts[0] is 2023-11-14 22:13:20.123: 10 s bins start at :20, 7 s bins at multiples of 7000.
+    assert_eq!(
+        first("date_bin(INTERVAL '10' SECOND, ts)"),
+        Some(ms("2023-11-14 22:13:20"))
+    );
+    let t = ms("2023-11-14 22:13:20") + 123;
+    assert_eq!(
+        first("date_bin(INTERVAL '7' SECOND, ts)"),
+        Some(t - t.rem_euclid(7000))
+    );
+    assert_eq!(
+        timestamps("date_bin(INTERVAL '10' SECOND, ts)")[2],
+        None,
+        "NULL stays NULL"
+    );
+    let message = compile_error("date_bin(INTERVAL '0' SECOND, ts)").to_string();
+    assert!(message.contains("constant positive INTERVAL"), "{message}");
+}

@@ -1,0 +1,713 @@
+//! Aggregate functions and their accumulators, shared by running, windowed and over
+//! aggregations.
+//!
+//! An accumulator is a small value kept in keyed state per key (and window); it encodes to
+//! bytes for backends that store bytes, and merges with another (session windows merge).
+//! Functions: `count(*)`, `count(x)`, `count(DISTINCT x)`, `sum(x)`, `min(x)`, `max(x)`,
+//! `avg(x)`, `max_by(x, y)` and `min_by(x, y)` (the `x` of the row with the largest or smallest
+//! `y`; the first such row wins ties). NULL inputs are ignored, as in SQL.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
+use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMillisecondArray};
+use arrow_schema::{DataType, Schema};
+use sqlparser::ast::{
+    DuplicateTreatment, Expr as Ast, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments,
+};
+use weir_state::StateValue;
+
+use crate::error::OperatorError;
+use crate::expr::{self, Expr};
+
+/// One value of any of weir's types, for accumulators that keep values.
+#[derive(Clone, Debug)]
+pub enum Scalar {
+    Null,
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+    Timestamp(i64),
+}
+
+impl Scalar {
+    fn rank(&self) -> u8 {
+        match self {
+            Scalar::Null => 0,
+            Scalar::Bool(_) => 1,
+            Scalar::Int(_) => 2,
+            Scalar::Float(_) => 3,
+            Scalar::Timestamp(_) => 4,
+            Scalar::Str(_) => 5,
+        }
+    }
+
+    /// The value at `row` of `array`.
+    pub fn at(array: &dyn Array, row: usize) -> Scalar {
+        if array.is_null(row) {
+            return Scalar::Null;
+        }
+        match array.data_type() {
+            DataType::Int64 => Scalar::Int(array.as_primitive::<Int64Type>().value(row)),
+            DataType::Float64 => Scalar::Float(array.as_primitive::<Float64Type>().value(row)),
+            DataType::Utf8 => Scalar::Str(array.as_string::<i32>().value(row).to_string()),
+            DataType::Boolean => Scalar::Bool(array.as_boolean().value(row)),
+            DataType::Timestamp(_, _) => {
+                Scalar::Timestamp(array.as_primitive::<TimestampMillisecondType>().value(row))
+            }
+            _ => Scalar::Null,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, Scalar::Null)
+    }
+
+    fn as_f64(&self) -> Option<f64> {
+        match self {
+            Scalar::Int(v) => Some(*v as f64),
+            Scalar::Float(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for Scalar {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Scalar {}
+impl PartialOrd for Scalar {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scalar {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            (Scalar::Int(a), Scalar::Int(b)) => a.cmp(b),
+            (Scalar::Float(a), Scalar::Float(b)) => a.total_cmp(b),
+            (Scalar::Str(a), Scalar::Str(b)) => a.cmp(b),
+            (Scalar::Bool(a), Scalar::Bool(b)) => a.cmp(b),
+            (Scalar::Timestamp(a), Scalar::Timestamp(b)) => a.cmp(b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl StateValue for Scalar {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.rank());
+        match self {
+            Scalar::Null => {}
+            Scalar::Bool(v) => v.encode(out),
+            Scalar::Int(v) | Scalar::Timestamp(v) => v.encode(out),
+            Scalar::Float(v) => v.encode(out),
+            Scalar::Str(v) => v.encode(out),
+        }
+    }
+
+    fn decode(input: &mut &[u8]) -> Result<Self, String> {
+        let (&tag, rest) = input.split_first().ok_or("empty scalar")?;
+        *input = rest;
+        Ok(match tag {
+            0 => Scalar::Null,
+            1 => Scalar::Bool(bool::decode(input)?),
+            2 => Scalar::Int(i64::decode(input)?),
+            3 => Scalar::Float(f64::decode(input)?),
+            4 => Scalar::Timestamp(i64::decode(input)?),
+            5 => Scalar::Str(String::decode(input)?),
+            t => return Err(format!("scalar tag {t}")),
+        })
+    }
+}
+
+impl weir_state::codec::NotU8 for Scalar {}
+
+/// An aggregate function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFn {
+    CountStar,
+    Count,
+    CountDistinct,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    MaxBy,
+    MinBy,
+}
+
+/// One aggregate column: the function, its compiled arguments, its output type.
+#[derive(Debug)]
+pub struct AggCall {
+    pub func: AggFn,
+    pub args: Vec<Expr>,
+    pub data_type: DataType,
+}
+
+const FUNCTIONS: &str = "count(*), count(x), count(DISTINCT x), sum(x), min(x), max(x), avg(x), max_by(x, y), min_by(x, y)";
+
+impl AggCall {
+    /// Parses an aggregate call such as `count(*)` or `max_by(auction, price)` against the
+    /// input schema.
+    pub fn compile(sql: &str, input: &Schema) -> Result<AggCall, String> {
+        let ast = expr::parse(sql).map_err(|e| e.to_string())?;
+        let Ast::Function(f) = &ast else {
+            return Err(format!(
+                "`{sql}` is not an aggregate call; use one of {FUNCTIONS}"
+            ));
+        };
+        let name = f.name.to_string().to_lowercase();
+        let (args, distinct) = match &f.args {
+            FunctionArguments::List(FunctionArgumentList {
+                args,
+                duplicate_treatment,
+                ..
+            }) => (
+                args.iter().collect::<Vec<_>>(),
+                matches!(duplicate_treatment, Some(DuplicateTreatment::Distinct)),
+            ),
+            FunctionArguments::None => (Vec::new(), false),
+            FunctionArguments::Subquery(_) => {
+                return Err("subqueries are not supported in aggregates".into());
+            }
+        };
+        let func = match (name.as_str(), distinct) {
+            ("count", false) => AggFn::Count,
+            ("count", true) => AggFn::CountDistinct,
+            ("sum", false) => AggFn::Sum,
+            ("min", false) => AggFn::Min,
+            ("max", false) => AggFn::Max,
+            ("avg", false) => AggFn::Avg,
+            ("max_by", false) => AggFn::MaxBy,
+            ("min_by", false) => AggFn::MinBy,
+            (other, true) => {
+                return Err(format!(
+                    "DISTINCT is only supported in count(DISTINCT x), not in {other}"
+                ));
+            }
+            (other, false) => {
+                return Err(format!(
+                    "unknown aggregate function `{other}`; use one of {FUNCTIONS}"
+                ));
+            }
+        };
+        let arity = if matches!(func, AggFn::MaxBy | AggFn::MinBy) {
+            2
+        } else {
+            1
+        };
+        if args.len() != arity {
+            return Err(format!(
+                "{name} takes {arity} argument{}",
+                if arity == 1 { "" } else { "s" }
+            ));
+        }
+        if func == AggFn::Count {
+            if let [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] = args.as_slice() {
+                return Ok(AggCall {
+                    func: AggFn::CountStar,
+                    args: Vec::new(),
+                    data_type: DataType::Int64,
+                });
+            }
+        }
+        let mut compiled = Vec::new();
+        for a in args {
+            let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = a else {
+                return Err(format!("{name} takes expressions, e.g. {name}(price)"));
+            };
+            compiled.push(Expr::compile_ast(e, input).map_err(|e| e.to_string())?);
+        }
+        let t = compiled[0].data_type().clone();
+        let comparable = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Int64
+                    | DataType::Float64
+                    | DataType::Utf8
+                    | DataType::Boolean
+                    | DataType::Timestamp(_, _)
+            )
+        };
+        let data_type = match func {
+            AggFn::Count | AggFn::CountStar | AggFn::CountDistinct => DataType::Int64,
+            AggFn::Sum => match t {
+                DataType::Int64 | DataType::Float64 => t,
+                _ => return Err(format!("sum needs a number, not {t}")),
+            },
+            AggFn::Avg => match t {
+                DataType::Int64 | DataType::Float64 => DataType::Float64,
+                _ => return Err(format!("avg needs a number, not {t}")),
+            },
+            AggFn::Min | AggFn::Max if comparable(&t) => t,
+            AggFn::Min | AggFn::Max => {
+                return Err(format!("{name} cannot compare values of type {t}"));
+            }
+            AggFn::MaxBy | AggFn::MinBy => {
+                let by = compiled[1].data_type();
+                if !comparable(by) {
+                    return Err(format!("{name} cannot order by values of type {by}"));
+                }
+                t
+            }
+        };
+        Ok(AggCall {
+            func,
+            args: compiled,
+            data_type,
+        })
+    }
+
+    /// The argument columns of this call for `batch`.
+    pub fn evaluate_args(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, OperatorError> {
+        self.args
+            .iter()
+            .map(|a| a.evaluate(batch).map_err(OperatorError::from))
+            .collect()
+    }
+}
+
+/// The running state of one aggregate call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Acc {
+    Count(i64),
+    SumInt(Option<i64>),
+    SumFloat(Option<f64>),
+    Avg {
+        sum: f64,
+        count: i64,
+    },
+    /// min or max so far.
+    Extreme(Option<Scalar>),
+    Distinct(BTreeSet<Scalar>),
+    /// (ordering value, value) of the best row so far.
+    By(Option<(Scalar, Scalar)>),
+}
+
+impl weir_state::codec::NotU8 for Acc {}
+
+impl Acc {
+    pub fn new(call: &AggCall) -> Acc {
+        match (call.func, &call.data_type) {
+            (AggFn::Count | AggFn::CountStar, _) => Acc::Count(0),
+            (AggFn::CountDistinct, _) => Acc::Distinct(BTreeSet::new()),
+            (AggFn::Sum, DataType::Int64) => Acc::SumInt(None),
+            (AggFn::Sum, _) => Acc::SumFloat(None),
+            (AggFn::Avg, _) => Acc::Avg { sum: 0.0, count: 0 },
+            (AggFn::Min | AggFn::Max, _) => Acc::Extreme(None),
+            (AggFn::MaxBy | AggFn::MinBy, _) => Acc::By(None),
+        }
+    }
+
+    /// Adds row `row` whose argument columns are `args`.
+    pub fn update(
+        &mut self,
+        func: AggFn,
+        args: &[ArrayRef],
+        row: usize,
+    ) -> Result<(), OperatorError> {
+        if func == AggFn::CountStar {
+            if let Acc::Count(c) = self {
+                *c += 1;
+            }
+            return Ok(());
+        }
+        let Some(arg) = args.first() else {
+            return Ok(());
+        };
+        if arg.is_null(row) {
+            return Ok(());
+        }
+        match self {
+            Acc::Count(c) => *c += 1,
+            Acc::SumInt(s) => {
+                let v = arg.as_primitive::<Int64Type>().value(row);
+                *s = Some(s.unwrap_or(0).checked_add(v).ok_or_else(overflow)?);
+            }
+            Acc::SumFloat(s) => {
+                *s = Some(s.unwrap_or(0.0) + arg.as_primitive::<Float64Type>().value(row))
+            }
+            Acc::Avg { sum, count } => {
+                *sum += match arg.data_type() {
+                    DataType::Int64 => arg.as_primitive::<Int64Type>().value(row) as f64,
+                    _ => arg.as_primitive::<Float64Type>().value(row),
+                };
+                *count += 1;
+            }
+            Acc::Extreme(m) => {
+                let v = Scalar::at(arg.as_ref(), row);
+                let better = match m {
+                    None => true,
+                    Some(cur) => {
+                        (func == AggFn::Min && v < *cur) || (func == AggFn::Max && v > *cur)
+                    }
+                };
+                if better {
+                    *m = Some(v);
+                }
+            }
+            Acc::Distinct(set) => {
+                set.insert(Scalar::at(arg.as_ref(), row));
+            }
+            Acc::By(best) => {
+                let Some(by) = args.get(1) else {
+                    return Ok(());
+                };
+                if by.is_null(row) {
+                    return Ok(());
+                }
+                let key = Scalar::at(by.as_ref(), row);
+                let better = match best {
+                    None => true,
+                    Some((cur, _)) => {
+                        (func == AggFn::MaxBy && key > *cur) || (func == AggFn::MinBy && key < *cur)
+                    }
+                };
+                if better {
+                    *best = Some((key, Scalar::at(arg.as_ref(), row)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds `other` (of the same call) into this accumulator.
+    pub fn merge(&mut self, func: AggFn, other: &Acc) -> Result<(), OperatorError> {
+        match (self, other) {
+            (Acc::Count(a), Acc::Count(b)) => *a += b,
+            (Acc::SumInt(a), Acc::SumInt(b)) => {
+                if let Some(b) = b {
+                    *a = Some(a.unwrap_or(0).checked_add(*b).ok_or_else(overflow)?);
+                }
+            }
+            (Acc::SumFloat(a), Acc::SumFloat(b)) => {
+                if let Some(b) = b {
+                    *a = Some(a.unwrap_or(0.0) + b);
+                }
+            }
+            (Acc::Avg { sum, count }, Acc::Avg { sum: s, count: c }) => {
+                *sum += s;
+                *count += c;
+            }
+            (Acc::Extreme(a), Acc::Extreme(Some(b))) => {
+                let better = match a {
+                    None => true,
+                    Some(cur) => (func == AggFn::Min && b < cur) || (func == AggFn::Max && b > cur),
+                };
+                if better {
+                    *a = Some(b.clone());
+                }
+            }
+            (Acc::Extreme(_), Acc::Extreme(None)) | (Acc::By(_), Acc::By(None)) => {}
+            (Acc::Distinct(a), Acc::Distinct(b)) => a.extend(b.iter().cloned()),
+            (Acc::By(a), Acc::By(Some((key, value)))) => {
+                let better = match a {
+                    None => true,
+                    Some((cur, _)) => {
+                        (func == AggFn::MaxBy && key > cur) || (func == AggFn::MinBy && key < cur)
+                    }
+                };
+                if better {
+                    *a = Some((key.clone(), value.clone()));
+                }
+            }
+            _ => {
+                return Err(OperatorError::Internal(
+                    "merging accumulators of different calls".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The aggregate's current value.
+    pub fn result(&self) -> Scalar {
+        match self {
+            Acc::Count(c) => Scalar::Int(*c),
+            Acc::SumInt(s) => s.map_or(Scalar::Null, Scalar::Int),
+            Acc::SumFloat(s) => s.map_or(Scalar::Null, Scalar::Float),
+            Acc::Avg { sum, count } if *count > 0 => Scalar::Float(sum / *count as f64),
+            Acc::Avg { .. } => Scalar::Null,
+            Acc::Extreme(m) => m.clone().unwrap_or(Scalar::Null),
+            Acc::Distinct(set) => Scalar::Int(set.len() as i64),
+            Acc::By(best) => best.as_ref().map_or(Scalar::Null, |(_, v)| v.clone()),
+        }
+    }
+}
+
+fn overflow() -> OperatorError {
+    OperatorError::Data("integer overflow in sum(); cast the argument to DOUBLE".into())
+}
+
+impl StateValue for Acc {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Acc::Count(c) => {
+                out.push(0);
+                c.encode(out);
+            }
+            Acc::SumInt(s) => {
+                out.push(1);
+                s.encode(out);
+            }
+            Acc::SumFloat(s) => {
+                out.push(2);
+                s.encode(out);
+            }
+            Acc::Avg { sum, count } => {
+                out.push(3);
+                sum.encode(out);
+                count.encode(out);
+            }
+            Acc::Extreme(m) => {
+                out.push(4);
+                m.encode(out);
+            }
+            Acc::Distinct(set) => {
+                out.push(5);
+                set.iter().cloned().collect::<Vec<_>>().encode(out);
+            }
+            Acc::By(best) => {
+                out.push(6);
+                best.encode(out);
+            }
+        }
+    }
+
+    fn decode(input: &mut &[u8]) -> Result<Self, String> {
+        let (&tag, rest) = input.split_first().ok_or("empty accumulator")?;
+        *input = rest;
+        Ok(match tag {
+            0 => Acc::Count(i64::decode(input)?),
+            1 => Acc::SumInt(Option::decode(input)?),
+            2 => Acc::SumFloat(Option::decode(input)?),
+            3 => Acc::Avg {
+                sum: f64::decode(input)?,
+                count: i64::decode(input)?,
+            },
+            4 => Acc::Extreme(Option::decode(input)?),
+            5 => Acc::Distinct(Vec::<Scalar>::decode(input)?.into_iter().collect()),
+            6 => Acc::By(Option::decode(input)?),
+            t => return Err(format!("accumulator tag {t}")),
+        })
+    }
+}
+
+/// A column of `data_type` from scalars (NULL where the scalar does not fit).
+pub fn column(
+    data_type: &DataType,
+    values: impl IntoIterator<Item = Scalar>,
+) -> Result<ArrayRef, OperatorError> {
+    let values = values.into_iter();
+    Ok(match data_type {
+        DataType::Int64 => {
+            let mut b = Int64Builder::new();
+            for v in values {
+                b.append_option(match v {
+                    Scalar::Int(x) => Some(x),
+                    _ => None,
+                });
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Timestamp(_, _) => {
+            let v: Vec<Option<i64>> = values
+                .map(|v| match v {
+                    Scalar::Timestamp(x) | Scalar::Int(x) => Some(x),
+                    _ => None,
+                })
+                .collect();
+            Arc::new(TimestampMillisecondArray::from(v))
+        }
+        DataType::Float64 => {
+            let mut b = Float64Builder::new();
+            for v in values {
+                b.append_option(v.as_f64());
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Utf8 => {
+            let mut b = StringBuilder::new();
+            for v in values {
+                match v {
+                    Scalar::Str(s) => b.append_value(s),
+                    _ => b.append_null(),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Boolean => {
+            let mut b = BooleanBuilder::new();
+            for v in values {
+                b.append_option(match v {
+                    Scalar::Bool(x) => Some(x),
+                    _ => None,
+                });
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Null => Arc::new(arrow_array::NullArray::new(values.count())),
+        other => {
+            return Err(OperatorError::Internal(format!(
+                "aggregate output type {other}"
+            )));
+        }
+    })
+}
+
+/// Accumulators of every call, for one key (and window).
+pub fn new_accs(calls: &[AggCall]) -> Vec<Acc> {
+    calls.iter().map(Acc::new).collect()
+}
+
+/// Adds row `row` to `accs`; `args[i]` are the argument columns of `calls[i]`.
+pub fn update_all(
+    accs: &mut [Acc],
+    calls: &[AggCall],
+    args: &[Vec<ArrayRef>],
+    row: usize,
+) -> Result<(), OperatorError> {
+    for ((acc, call), a) in accs.iter_mut().zip(calls).zip(args) {
+        acc.update(call.func, a, row)?;
+    }
+    Ok(())
+}
+
+/// Folds `other` into `accs`.
+pub fn merge_all(accs: &mut [Acc], calls: &[AggCall], other: &[Acc]) -> Result<(), OperatorError> {
+    for ((acc, call), o) in accs.iter_mut().zip(calls).zip(other) {
+        acc.merge(call.func, o)?;
+    }
+    Ok(())
+}
+
+/// The argument columns of every call for `batch`.
+pub fn evaluate_all(
+    calls: &[AggCall],
+    batch: &RecordBatch,
+) -> Result<Vec<Vec<ArrayRef>>, OperatorError> {
+    calls.iter().map(|c| c.evaluate_args(batch)).collect()
+}
+
+/// Result columns, one per call, for rows of accumulators.
+pub fn result_columns<'a>(
+    calls: &[AggCall],
+    rows: impl Iterator<Item = &'a [Acc]> + Clone,
+) -> Result<Vec<ArrayRef>, OperatorError> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, call)| column(&call.data_type, rows.clone().map(|accs| accs[j].result())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_schema::Field;
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("x", DataType::Int64, true),
+            Field::new("y", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+        ])
+    }
+
+    #[test]
+    fn calls_parse_with_types_and_clear_errors() {
+        let s = schema();
+        assert_eq!(
+            AggCall::compile("count(*)", &s).unwrap().func,
+            AggFn::CountStar
+        );
+        assert_eq!(
+            AggCall::compile("count(DISTINCT s)", &s).unwrap().func,
+            AggFn::CountDistinct
+        );
+        let by = AggCall::compile("max_by(s, y)", &s).unwrap();
+        assert_eq!((by.func, by.data_type), (AggFn::MaxBy, DataType::Utf8));
+        assert!(
+            AggCall::compile("max_by(s)", &s)
+                .unwrap_err()
+                .contains("takes 2 arguments")
+        );
+        assert!(
+            AggCall::compile("sum(DISTINCT x)", &s)
+                .unwrap_err()
+                .contains("only supported in count")
+        );
+        assert!(
+            AggCall::compile("avg(s)", &s)
+                .unwrap_err()
+                .contains("avg needs a number")
+        );
+    }
+
+    #[test]
+    fn merged_accumulators_equal_one_fed_everything() {
+        let s = Arc::new(schema());
+        let batch = RecordBatch::try_new(
+            s.clone(),
+            vec![
+                Arc::new(arrow_array::Int64Array::from(vec![
+                    Some(3),
+                    None,
+                    Some(7),
+                    Some(3),
+                ])),
+                Arc::new(arrow_array::Float64Array::from(vec![
+                    Some(1.5),
+                    Some(9.0),
+                    None,
+                    Some(0.5),
+                ])),
+                Arc::new(arrow_array::StringArray::from(vec![
+                    Some("a"),
+                    Some("b"),
+                    Some("c"),
+                    None,
+                ])),
+            ],
+        )
+        .unwrap();
+        for sql in [
+            "count(*)",
+            "count(x)",
+            "count(DISTINCT x)",
+            "sum(x)",
+            "min(s)",
+            "max(y)",
+            "avg(y)",
+            "max_by(s, y)",
+            "min_by(x, y)",
+        ] {
+            let call = AggCall::compile(sql, &s).unwrap();
+            let args = call.evaluate_args(&batch).unwrap();
+            let mut all = Acc::new(&call);
+            let (mut left, mut right) = (Acc::new(&call), Acc::new(&call));
+            for row in 0..4 {
+                all.update(call.func, &args, row).unwrap();
+                if row < 2 { &mut left } else { &mut right }
+                    .update(call.func, &args, row)
+                    .unwrap();
+            }
+            left.merge(call.func, &right).unwrap();
+            assert_eq!(left.result(), all.result(), "{sql}");
+            assert_eq!(
+                Acc::from_bytes(&all.to_bytes()).unwrap(),
+                all,
+                "{sql} round-trips"
+            );
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! `over-aggregate`: for each row, aggregates over that row and the previous `rows - 1` rows of
+//! its key, in event-time order (SQL's `OVER (PARTITION BY key ORDER BY t ROWS n PRECEDING)`).
+//!
+//! Rows may arrive out of order, so each waits in map state, ordered by its sort key, until the
+//! watermark reaches its time; then a key's due rows are taken in order, each appended to the
+//! key's last-rows list (kept at `rows` entries) and emitted with the aggregates over that list.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain, ValueId};
+
+use super::Operator;
+use super::accumulators::{Acc, AggCall, evaluate_all, new_accs, result_columns, update_all};
+use super::keyed::{KeyEncoder, RowCodec, SortKeyEncoder};
+use super::window_aggregate::{state_error, times};
+use crate::error::OperatorError;
+use crate::exec::metrics::SubtaskMetrics;
+use crate::expr::Expr;
+
+/// What an over-aggregate is, shared by its subtasks.
+pub struct OverAggregateDef {
+    /// The first order-by expression: the row's time.
+    pub time: Expr,
+    /// Every order-by expression with its direction (the time first).
+    pub order: Vec<(Expr, bool)>,
+    pub rows: usize,
+    pub calls: Vec<AggCall>,
+    pub input: SchemaRef,
+    /// The input columns, then one per aggregate.
+    pub schema: SchemaRef,
+}
+
+pub struct OverAggregate {
+    def: Arc<OverAggregateDef>,
+    keys: KeyEncoder,
+    rows: RowCodec,
+    sort: SortKeyEncoder,
+    state: KeyedStateBackend,
+    /// Rows waiting for the watermark: (time, sort key) → encoded row.
+    waiting: MapId<(i64, Vec<u8>), Vec<u8>>,
+    /// The key's last `rows` emitted rows, oldest first.
+    last: ValueId<Vec<Vec<u8>>>,
+    watermark: i64,
+    metrics: Arc<SubtaskMetrics>,
+}
+
+impl OverAggregate {
+    pub fn new(
+        def: Arc<OverAggregateDef>,
+        keys: KeyEncoder,
+        mut state: KeyedStateBackend,
+        metrics: Arc<SubtaskMetrics>,
+    ) -> Result<Self, OperatorError> {
+        let waiting = state.map_state("waiting").map_err(state_error)?;
+        let last = state.value_state("last").map_err(state_error)?;
+        Ok(Self {
+            rows: RowCodec::new(def.input.clone())?,
+            sort: SortKeyEncoder::new(def.order.clone())?,
+            def,
+            keys,
+            state,
+            waiting,
+            last,
+            watermark: i64::MIN,
+            metrics,
+        })
+    }
+}
+
+impl Operator for OverAggregate {
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        _out: &mut Vec<RecordBatch>,
+    ) -> Result<(), OperatorError> {
+        let keys = self.keys.encode(&batch)?;
+        let rows = self.rows.encode(&batch)?;
+        let sort = self.sort.encode(&batch)?;
+        let times = times(&self.def.time.evaluate(&batch)?)?;
+        let mut late = 0u64;
+        for (i, t) in times.iter().enumerate() {
+            let Some(t) = *t else {
+                late += 1;
+                continue;
+            };
+            if t <= self.watermark {
+                late += 1;
+                continue;
+            }
+            let key = keys.key(i);
+            self.state
+                .map(&self.waiting)
+                .put(
+                    key,
+                    NO_NAMESPACE,
+                    (t, sort.row(i).data().to_vec()),
+                    rows.row(i).data().to_vec(),
+                )
+                .map_err(state_error)?;
+            self.state
+                .timers()
+                .set(TimeDomain::EventTime, t, key, NO_NAMESPACE, None);
+        }
+        if late > 0 {
+            self.metrics.late_dropped.fetch_add(late, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: i64,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<i64, OperatorError> {
+        self.watermark = watermark;
+        let mut emitted: Vec<Vec<u8>> = Vec::new();
+        let mut results: Vec<Vec<Acc>> = Vec::new();
+        while let Some(timer) = self
+            .state
+            .timers()
+            .pop_due(TimeDomain::EventTime, watermark)
+        {
+            let key = timer.key();
+            let due = self
+                .state
+                .map(&self.waiting)
+                .take_while(key, NO_NAMESPACE, |(t, _)| *t <= timer.time)
+                .map_err(state_error)?;
+            if due.is_empty() {
+                continue;
+            }
+            let mut last = self
+                .state
+                .value(&self.last)
+                .remove(key, NO_NAMESPACE)
+                .map_err(state_error)?
+                .unwrap_or_default();
+            for (_, row) in due {
+                last.push(row.clone());
+                if last.len() > self.def.rows {
+                    last.remove(0);
+                }
+                let window = self.rows.decode(last.iter().map(Vec::as_slice))?;
+                let args = evaluate_all(&self.def.calls, &window)?;
+                let mut accs = new_accs(&self.def.calls);
+                for r in 0..window.num_rows() {
+                    update_all(&mut accs, &self.def.calls, &args, r)?;
+                }
+                emitted.push(row);
+                results.push(accs);
+            }
+            self.state
+                .value(&self.last)
+                .put(key, NO_NAMESPACE, last)
+                .map_err(state_error)?;
+        }
+        if !emitted.is_empty() {
+            let rows = self.rows.decode(emitted.iter().map(Vec::as_slice))?;
+            let mut columns = rows.columns().to_vec();
+            columns.extend(result_columns(
+                &self.def.calls,
+                results.iter().map(Vec::as_slice),
+            )?);
+            out.push(RecordBatch::try_new(self.def.schema.clone(), columns)?);
+        }
+        Ok(watermark)
+    }
+}

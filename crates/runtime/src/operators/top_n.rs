@@ -1,0 +1,231 @@
+//! `top-n`: the first `n` rows per key and time by an order, emitted when the watermark reaches
+//! that time.
+//!
+//! Rows are grouped per key and `fire-at` time (the namespace), each group holding at most `n`
+//! rows (or, with ties, every row tied with the `n`-th) sorted by their memcomparable sort key.
+//! A row that cannot enter is rejected before it is copied, so a group costs at most `n` rows
+//! of state however many arrive. With `n: 1` and ties this is "the maximum per window joined
+//! back to its rows" (Nexmark q5, q7); with `n: 1` and tie-breakers, "the winner" (q4, q9).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use weir_state::codec::put_ordered_i64;
+use weir_state::{KeyedStateBackend, TimeDomain, ValueId};
+
+use super::Operator;
+use super::keyed::{KeyEncoder, RowCodec, SortKeyEncoder};
+use super::window_aggregate::{state_error, times};
+use crate::error::OperatorError;
+use crate::exec::metrics::SubtaskMetrics;
+use crate::expr::Expr;
+
+/// A group's rows: (sort key, encoded row), in order.
+type Group = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What a top-n is, shared by its subtasks.
+pub struct TopNDef {
+    pub order: Vec<(Expr, bool)>,
+    pub n: usize,
+    pub with_ties: bool,
+    pub fire_at: Expr,
+    pub input: SchemaRef,
+    /// Input column indices to emit, in order.
+    pub columns: Vec<usize>,
+    pub schema: SchemaRef,
+}
+
+pub struct TopN {
+    def: Arc<TopNDef>,
+    keys: KeyEncoder,
+    rows: RowCodec,
+    sort: SortKeyEncoder,
+    state: KeyedStateBackend,
+    groups: ValueId<Group>,
+    watermark: i64,
+    metrics: Arc<SubtaskMetrics>,
+}
+
+impl TopN {
+    pub fn new(
+        def: Arc<TopNDef>,
+        keys: KeyEncoder,
+        mut state: KeyedStateBackend,
+        metrics: Arc<SubtaskMetrics>,
+    ) -> Result<Self, OperatorError> {
+        let groups = state.value_state("groups").map_err(state_error)?;
+        Ok(Self {
+            rows: RowCodec::new(def.input.clone())?,
+            sort: SortKeyEncoder::new(def.order.clone())?,
+            def,
+            keys,
+            state,
+            groups,
+            watermark: i64::MIN,
+            metrics,
+        })
+    }
+}
+
+/// Whether a row with `sort` would enter `group`.
+fn admits(group: &Group, sort: &[u8], n: usize, with_ties: bool) -> bool {
+    match group.get(n.saturating_sub(1)) {
+        None => true,
+        Some((last, _)) if with_ties => sort <= last.as_slice(),
+        Some((last, _)) => sort < last.as_slice(),
+    }
+}
+
+/// Inserts after rows with an equal key (earlier arrivals rank first), then trims.
+fn insert(group: &mut Group, sort: Vec<u8>, row: Vec<u8>, n: usize, with_ties: bool) {
+    let at = group.partition_point(|(k, _)| k.as_slice() <= sort.as_slice());
+    group.insert(at, (sort, row));
+    if group.len() > n {
+        if with_ties {
+            let cutoff = group[n - 1].0.clone();
+            group.retain(|(k, _)| *k <= cutoff);
+        } else {
+            group.truncate(n);
+        }
+    }
+}
+
+impl Operator for TopN {
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<(), OperatorError> {
+        let _ = out;
+        let keys = self.keys.encode(&batch)?;
+        let sort = self.sort.encode(&batch)?;
+        let rows = self.rows.encode(&batch)?;
+        let fire = times(&self.def.fire_at.evaluate(&batch)?)?;
+        let (n, ties) = (self.def.n, self.def.with_ties);
+        let mut late = 0u64;
+        let mut ns = Vec::with_capacity(8);
+        for (i, f) in fire.iter().enumerate() {
+            let Some(f) = *f else {
+                late += 1;
+                continue;
+            };
+            if f <= self.watermark {
+                late += 1;
+                continue;
+            }
+            ns.clear();
+            put_ordered_i64(&mut ns, f);
+            let key = keys.key(i);
+            let sort_key = sort.row(i).data();
+            let (_, created) = self
+                .state
+                .value(&self.groups)
+                .modify_or_init(key, &ns, Vec::new, |group| {
+                    if admits(group, sort_key, n, ties) {
+                        insert(
+                            group,
+                            sort_key.to_vec(),
+                            rows.row(i).data().to_vec(),
+                            n,
+                            ties,
+                        );
+                    }
+                })
+                .map_err(state_error)?;
+            if created {
+                self.state
+                    .timers()
+                    .set(TimeDomain::EventTime, f, key, &ns, None);
+            }
+        }
+        if late > 0 {
+            self.metrics.late_dropped.fetch_add(late, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: i64,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<i64, OperatorError> {
+        self.watermark = watermark;
+        let mut ready: Vec<Vec<u8>> = Vec::new();
+        while let Some(timer) = self
+            .state
+            .timers()
+            .pop_due(TimeDomain::EventTime, watermark)
+        {
+            let group = self
+                .state
+                .value(&self.groups)
+                .remove(timer.key(), &timer.namespace)
+                .map_err(state_error)?;
+            ready.extend(group.into_iter().flatten().map(|(_, row)| row));
+            if ready.len() >= 4096 {
+                out.push(self.project(&ready)?);
+                ready.clear();
+            }
+        }
+        if !ready.is_empty() {
+            out.push(self.project(&ready)?);
+        }
+        Ok(watermark)
+    }
+}
+
+impl TopN {
+    fn project(&self, rows: &[Vec<u8>]) -> Result<RecordBatch, OperatorError> {
+        let batch = self.rows.decode(rows.iter().map(Vec::as_slice))?;
+        Ok(batch
+            .project(&self.def.columns)?
+            .with_schema(self.def.schema.clone())?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(group: &Group) -> Vec<u8> {
+        group.iter().map(|(k, _)| k[0]).collect()
+    }
+
+    #[test]
+    fn groups_keep_n_rows_or_every_tie_of_the_nth() {
+        let mut g: Group = Vec::new();
+        for k in [5u8, 3, 3, 9, 1, 3] {
+            if admits(&g, &[k], 2, false) {
+                insert(&mut g, vec![k], vec![], 2, false);
+            }
+        }
+        assert_eq!(keys(&g), vec![1, 3]);
+        let mut g: Group = Vec::new();
+        for k in [5u8, 3, 3, 9, 3, 1] {
+            if admits(&g, &[k], 1, true) {
+                insert(&mut g, vec![k], vec![], 1, true);
+            }
+        }
+        assert_eq!(keys(&g), vec![1], "a new best drops the old ties");
+        let mut g: Group = Vec::new();
+        for k in [5u8, 3, 3, 9, 3] {
+            if admits(&g, &[k], 1, true) {
+                insert(&mut g, vec![k], vec![], 1, true);
+            }
+        }
+        assert_eq!(keys(&g), vec![3, 3, 3]);
+    }
+
+    #[test]
+    fn equal_keys_keep_arrival_order() {
+        let mut g: Group = Vec::new();
+        for (k, r) in [(2u8, 1u8), (2, 2), (1, 3), (2, 4)] {
+            insert(&mut g, vec![k], vec![r], 10, false);
+        }
+        let rows: Vec<u8> = g.iter().map(|(_, r)| r[0]).collect();
+        assert_eq!(rows, vec![3, 1, 2, 4]);
+    }
+}

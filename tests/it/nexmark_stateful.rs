@@ -1,0 +1,215 @@
+//! Nexmark q3–q11 against the plain-loop references of `nexmark_reference`, at parallelism 1
+//! and 2, chained and unchained, from the generator and from JSON lines, in order and shuffled
+//! within the allowed out-of-orderness.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use weir_runtime::connectors::nexmark::{Event, Generator, GeneratorConfig, write_json_line};
+
+use crate::nexmark_reference as reference;
+use crate::support::*;
+
+const EVENTS: u64 = 200_000;
+/// Event time between events: 1 ms spreads 200,000 events over 200 s, so the windowed queries
+/// see many windows (20 tumbling, 100 sliding) rather than a couple.
+const DELAY_MS: u64 = 1;
+/// Out-of-orderness of the shuffled input, in ms (reorders up to ~2,000 events).
+const SHUFFLE_MS: i64 = 2_000;
+
+fn events() -> &'static [Event] {
+    static EVENTS_: OnceLock<Vec<Event>> = OnceLock::new();
+    EVENTS_.get_or_init(|| {
+        let generator = Generator::new(GeneratorConfig {
+            inter_event_delay_ns: DELAY_MS * 1_000_000,
+            ..GeneratorConfig::default()
+        });
+        (0..EVENTS).map(|n| generator.event(n)).collect()
+    })
+}
+
+fn write_events(name: &str, events: &[Event]) -> std::path::PathBuf {
+    let path =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}.jsonl", std::process::id()));
+    let mut out = Vec::new();
+    for e in events {
+        write_json_line(e, &mut out);
+    }
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+/// The events, in order, as a JSON-lines file.
+fn ordered_file() -> &'static Path {
+    static FILE: OnceLock<std::path::PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| write_events("nexmark-ordered", events()))
+}
+
+/// The same events shuffled within [`SHUFFLE_MS`], as a JSON-lines file.
+fn shuffled_file() -> &'static Path {
+    static FILE: OnceLock<std::path::PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        write_events(
+            "nexmark-shuffled",
+            &reference::shuffle_within(events().to_vec(), SHUFFLE_MS, 7),
+        )
+    })
+}
+
+/// Reduces an upsert stream to its final row per key (rows of a key are in order within the
+/// part file of the subtask owning the key).
+fn final_rows(rows: Vec<Value>, key: &str) -> Vec<Value> {
+    let mut last: BTreeMap<String, Value> = BTreeMap::new();
+    for r in rows {
+        last.insert(r[key].to_string(), r);
+    }
+    last.into_values().collect()
+}
+
+struct Query {
+    name: &'static str,
+    /// The output column keying an upsert result, if the result is an upsert stream.
+    upsert_key: Option<&'static str>,
+    reference: fn(&[Event]) -> Vec<Value>,
+}
+
+fn check(q: &Query) {
+    let expected = multiset((q.reference)(events()));
+    assert!(
+        !expected.is_empty(),
+        "{}: the reference produced nothing",
+        q.name
+    );
+    let mut runs: Vec<(String, std::path::PathBuf, Vec<String>)> = Vec::new();
+    for parallelism in [1, 2] {
+        for chaining in [true, false] {
+            let common = vec![
+                format!("parallelism={parallelism}"),
+                format!("chaining={chaining}"),
+            ];
+            let mut generator = common.clone();
+            generator.push(format!("sources.nexmark.events={EVENTS}"));
+            generator.push(format!("sources.nexmark.inter-event-delay={DELAY_MS}ms"));
+            runs.push((
+                format!("generator, p={parallelism}, chaining={chaining}"),
+                job_file(&format!("jobs/nexmark/{}.yaml", q.name)),
+                generator,
+            ));
+            let mut file = common.clone();
+            file.push(format!("sources.nexmark.path={}", ordered_file().display()));
+            runs.push((
+                format!("jsonl, p={parallelism}, chaining={chaining}"),
+                job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),
+                file,
+            ));
+        }
+        runs.push((
+            format!("shuffled jsonl, p={parallelism}"),
+            job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),
+            vec![
+                format!("parallelism={parallelism}"),
+                format!("sources.nexmark.path={}", shuffled_file().display()),
+                format!("sources.nexmark.event-time.max-out-of-orderness={SHUFFLE_MS}ms"),
+            ],
+        ));
+    }
+    for (what, job, mut overrides) in runs {
+        let out = out_dir();
+        overrides.push(format!(
+            "sinks.out={{kind: file, from: {}, path: {}}}",
+            q.name,
+            out.path().display()
+        ));
+        let summary = run_job(&job, &overrides);
+        assert_eq!(
+            summary.events, EVENTS,
+            "{}, {what}: every event read",
+            q.name
+        );
+        let late: u64 = summary.nodes.iter().map(|n| n.late_dropped).sum();
+        assert_eq!(
+            late, 0,
+            "{}, {what}: nothing is late within the out-of-orderness",
+            q.name
+        );
+        let mut rows = read_parts(out.path());
+        if let Some(key) = q.upsert_key {
+            rows = final_rows(rows, key);
+        }
+        assert_same_rows(&format!("{}, {what}", q.name), &multiset(rows), &expected);
+    }
+}
+
+#[test]
+fn q3_joins_auctions_in_category_10_with_sellers_in_or_id_ca() {
+    check(&Query {
+        name: "q3",
+        upsert_key: None,
+        reference: reference::q3,
+    });
+}
+
+#[test]
+fn q4_averages_winning_bids_per_category() {
+    check(&Query {
+        name: "q4",
+        upsert_key: Some("category"),
+        reference: reference::q4,
+    });
+}
+
+#[test]
+fn q5_finds_the_auctions_with_the_most_bids_per_sliding_window() {
+    check(&Query {
+        name: "q5",
+        upsert_key: None,
+        reference: reference::q5,
+    });
+}
+
+#[test]
+fn q6_averages_each_sellers_last_ten_closed_auctions() {
+    check(&Query {
+        name: "q6",
+        upsert_key: None,
+        reference: reference::q6,
+    });
+}
+
+#[test]
+fn q7_keeps_the_highest_bids_of_each_tumbling_window() {
+    check(&Query {
+        name: "q7",
+        upsert_key: None,
+        reference: reference::q7,
+    });
+}
+
+#[test]
+fn q8_finds_people_who_sold_in_the_window_they_registered() {
+    check(&Query {
+        name: "q8",
+        upsert_key: None,
+        reference: reference::q8,
+    });
+}
+
+#[test]
+fn q9_pairs_each_auction_with_its_winning_bid() {
+    check(&Query {
+        name: "q9",
+        upsert_key: None,
+        reference: reference::q9,
+    });
+}
+
+#[test]
+fn q11_counts_bids_per_bidder_session() {
+    check(&Query {
+        name: "q11",
+        upsert_key: None,
+        reference: reference::q11,
+    });
+}
