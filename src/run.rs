@@ -183,8 +183,15 @@ pub fn render_summary(s: &JobSummary) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
+    let kinds = s
+        .nodes
+        .iter()
+        .map(|n| n.kind.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     out.push_str(&format!(
-        "  {:width$}  {:10}  {:>3}  {:>14}  {:>14}  {:>10}\n",
+        "  {:width$}  {:kinds$}  {:>3}  {:>14}  {:>14}  {:>10}\n",
         "node", "kind", "p", "records in", "records out", "blocked"
     ));
     for n in &s.nodes {
@@ -199,7 +206,7 @@ pub fn render_summary(s: &JobSummary) -> String {
             group(n.records_out)
         };
         out.push_str(&format!(
-            "  {:width$}  {:10}  {:>3}  {:>14}  {:>14}  {:>9.2}s\n",
+            "  {:width$}  {:kinds$}  {:>3}  {:>14}  {:>14}  {:>9.2}s\n",
             n.name,
             n.kind,
             n.parallelism,

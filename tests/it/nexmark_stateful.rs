@@ -68,6 +68,37 @@ fn final_rows(rows: Vec<Value>, key: &str) -> Vec<Value> {
     last.into_values().collect()
 }
 
+/// The output columns of SCHEMA.md, in order.
+fn expected_columns(query: &str) -> &'static [&'static str] {
+    match query {
+        "q3" => &["name", "city", "state", "id"],
+        "q4" => &["category", "avg_final"],
+        "q5" => &["auction", "num", "starttime", "endtime"],
+        "q6" => &["seller", "avg_price"],
+        "q7" => &["auction", "price", "bidder", "dateTime", "extra"],
+        "q8" => &["id", "name", "starttime"],
+        "q9" => &[
+            "id",
+            "itemName",
+            "description",
+            "initialBid",
+            "reserve",
+            "dateTime",
+            "expires",
+            "seller",
+            "category",
+            "extra",
+            "auction",
+            "bidder",
+            "price",
+            "bid_dateTime",
+            "bid_extra",
+        ],
+        "q11" => &["bidder", "bid_count", "starttime", "endtime"],
+        _ => &[],
+    }
+}
+
 struct Query {
     name: &'static str,
     /// The output column keying an upsert result, if the result is an upsert stream.
@@ -135,6 +166,18 @@ fn check(q: &Query) {
             q.name
         );
         let mut rows = read_parts(out.path());
+        if let Some(first) = rows.first() {
+            let expected: Vec<String> = expected_columns(q.name)
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            assert_eq!(
+                columns(first),
+                expected,
+                "{}: the columns of SCHEMA.md, in order",
+                q.name
+            );
+        }
         if let Some(key) = q.upsert_key {
             rows = final_rows(rows, key);
         }

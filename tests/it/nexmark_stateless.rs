@@ -101,7 +101,17 @@ fn check(query: &str, source: &str) {
                 ],
             );
             assert_eq!(summary.events, EVENTS, "every event consumed exactly once");
-            let actual = multiset(read_parts(out.path()));
+            let rows = read_parts(out.path());
+            let expected_columns = match query {
+                "q2" => vec!["auction", "price"],
+                _ => vec!["auction", "bidder", "price", "dateTime", "extra"],
+            };
+            assert_eq!(
+                columns(&rows[0]),
+                expected_columns,
+                "{query}: columns in the job's order"
+            );
+            let actual = multiset(rows);
             assert_same_rows(
                 &format!("{query} from {source}, parallelism {parallelism}, chaining {chaining}"),
                 &actual,

@@ -55,13 +55,40 @@ pub fn read_parts(dir: &Path) -> Vec<Value> {
     rows
 }
 
-/// Rows as a multiset of their canonical JSON text.
+/// Rows as a multiset of their canonical JSON text (keys sorted, so only names and values
+/// count; column order is checked separately).
 pub fn multiset(rows: impl IntoIterator<Item = Value>) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for r in rows {
-        *m.entry(serde_json::to_string(&r).unwrap()).or_insert(0) += 1;
+        *m.entry(canonical(&r)).or_insert(0) += 1;
     }
     m
+}
+
+fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&String, String> =
+                map.iter().map(|(k, v)| (k, canonical(v))).collect();
+            let fields: Vec<String> = sorted
+                .iter()
+                .map(|(k, v)| format!("{}:{v}", serde_json::to_string(k).unwrap()))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The keys of an output row, in the order they were written.
+pub fn columns(row: &Value) -> Vec<String> {
+    row.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Asserts two multisets are equal, showing a few differences if not.

@@ -443,6 +443,17 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
         }
     }
 
+    /// The smallest user key of (key, namespace), if any.
+    pub fn first_key(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<K>, StateError> {
+        match &self.0 {
+            MapInner::Heap(t) => Ok(t
+                .map
+                .get(SlotRef::new(key, ns))
+                .and_then(|m| m.first_key_value())
+                .map(|(k, _)| k.clone())),
+        }
+    }
+
     /// Removes and returns the leading entries (in user-key order) for which `pred` holds.
     pub fn take_while(
         &mut self,

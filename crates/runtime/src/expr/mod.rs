@@ -124,6 +124,14 @@ impl Expr {
         Self::build(ast, schema, None)
     }
 
+    /// The indices of the input columns the expression reads (so an operator can keep only
+    /// those).
+    pub fn columns(&self) -> std::collections::BTreeSet<usize> {
+        let mut out = std::collections::BTreeSet::new();
+        self.root.columns(&mut out);
+        out
+    }
+
     /// `text` is the snippet as the user wrote it, when known: computed columns are named after
     /// it, and evaluation errors of the whole expression quote it rather than sqlparser's
     /// rendering.

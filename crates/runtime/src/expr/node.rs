@@ -111,6 +111,21 @@ impl Node {
         }
     }
 
+    /// Adds the input columns this node reads to `out`.
+    pub(crate) fn columns(&self, out: &mut std::collections::BTreeSet<usize>) {
+        match &self.kind {
+            NodeKind::Column { index, .. } => {
+                out.insert(*index);
+            }
+            NodeKind::Literal(_) => {}
+            NodeKind::Op(op) => {
+                for child in op.children() {
+                    child.columns(out);
+                }
+            }
+        }
+    }
+
     /// Whether evaluating this node can fail on some data.
     pub(crate) fn fallible(&self) -> bool {
         self.fallible

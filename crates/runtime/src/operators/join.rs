@@ -67,7 +67,10 @@ impl Projection {
 
 /// What a join is, shared by its subtasks.
 pub struct JoinDef {
+    /// Per side: the schema of the rows kept (the input's columns in `keep`).
     pub inputs: [SchemaRef; 2],
+    /// Per side: the input columns the condition and output read; only these are stored.
+    pub keep: [Vec<usize>; 2],
     /// Per side: when a stored row can no longer match (`None`: never).
     pub until: [Option<Expr>; 2],
     pub joined: SchemaRef,
@@ -170,11 +173,12 @@ impl Operator for Join {
         let side = input.min(1);
         let other = 1 - side;
         let keys = self.keys[side].encode(&batch)?;
-        let rows = self.rows[side].encode(&batch)?;
         let until = match &self.def.until[side] {
             Some(e) => Some(times(&e.evaluate(&batch)?)?),
             None => None,
         };
+        let batch = batch.project(&self.def.keep[side])?;
+        let rows = self.rows[side].encode(&batch)?;
         let mut this_rows = Vec::new();
         let mut other_rows = Vec::new();
         for row in 0..batch.num_rows() {
@@ -200,8 +204,11 @@ impl Operator for Join {
                 continue;
             }
             self.arrivals += 1;
-            self.state
-                .map(&self.sides[side])
+            let mut side_state = self.state.map(&self.sides[side]);
+            let earliest = side_state
+                .first_key(key, NO_NAMESPACE)
+                .map_err(state_error)?;
+            side_state
                 .put(
                     key,
                     NO_NAMESPACE,
@@ -209,14 +216,23 @@ impl Operator for Join {
                     rows.row(row).data().to_vec(),
                 )
                 .map_err(state_error)?;
+            // One cleanup timer per key and side, at the earliest time a stored row expires;
+            // rows arriving in time order never move it, so they cost no timer operation.
             if keep_until < i64::MAX {
-                self.state.timers().set(
-                    TimeDomain::EventTime,
-                    keep_until,
-                    key,
-                    &[side as u8],
-                    None,
-                );
+                let ns = [side as u8];
+                match earliest {
+                    Some((t, _)) if t <= keep_until => {}
+                    Some((t, _)) => {
+                        let timers = self.state.timers();
+                        timers.delete(TimeDomain::EventTime, t, key, &ns);
+                        timers.set(TimeDomain::EventTime, keep_until, key, &ns, None);
+                    }
+                    None => {
+                        self.state
+                            .timers()
+                            .set(TimeDomain::EventTime, keep_until, key, &ns, None);
+                    }
+                }
             }
         }
         if !this_rows.is_empty() {
@@ -249,10 +265,23 @@ impl Operator for Join {
             .pop_due(TimeDomain::EventTime, watermark)
         {
             let side = usize::from(timer.namespace.first().copied().unwrap_or(0)).min(1);
-            self.state
-                .map(&self.sides[side])
+            let mut side_state = self.state.map(&self.sides[side]);
+            side_state
                 .take_while(timer.key(), NO_NAMESPACE, |(until, _)| *until <= watermark)
                 .map_err(state_error)?;
+            // The next row to expire takes over the key's cleanup timer.
+            let next = side_state
+                .first_key(timer.key(), NO_NAMESPACE)
+                .map_err(state_error)?;
+            if let Some((until, _)) = next {
+                self.state.timers().set(
+                    TimeDomain::EventTime,
+                    until,
+                    timer.key(),
+                    &timer.namespace,
+                    None,
+                );
+            }
         }
         Ok(watermark)
     }

@@ -22,7 +22,10 @@ use crate::spec::JoinMode;
 
 /// What a window join is, shared by its subtasks.
 pub struct WindowJoinDef {
+    /// Per side: the schema of the rows kept (the input's columns in `keep`).
     pub inputs: [arrow_schema::SchemaRef; 2],
+    /// Per side: the input columns the condition and output read; only these are stored.
+    pub keep: [Vec<usize>; 2],
     pub times: [Expr; 2],
     pub windowing: Windowing,
     pub mode: JoinMode,
@@ -139,8 +142,8 @@ impl Operator for WindowJoin {
     ) -> Result<(), OperatorError> {
         let side = input.min(1);
         let keys = self.keys[side].encode(&batch)?;
-        let rows = self.rows[side].encode(&batch)?;
         let times = times(&self.def.times[side].evaluate(&batch)?)?;
+        let rows = self.rows[side].encode(&batch.project(&self.def.keep[side])?)?;
         let mut late = 0u64;
         let mut windows = std::mem::take(&mut self.scratch);
         for (i, t) in times.iter().enumerate() {

@@ -1367,16 +1367,61 @@ impl Keyed<'_, '_> {
         })
     }
 
+    /// Compiles a join's condition and output columns, and prunes each side to the columns
+    /// they read, so joins keep (and copy) only what they will use. Returns the joined schema
+    /// over the pruned sides, the condition, the projection and the kept columns per side.
+    #[allow(clippy::type_complexity)]
+    fn pruned_join(
+        &mut self,
+        sides: [(&SchemaRef, &str); 2],
+        extra: &[Field],
+        condition: Option<&str>,
+        columns: Option<&indexmap::IndexMap<String, String>>,
+    ) -> Option<(SchemaRef, Option<Expr>, Projection, [Vec<usize>; 2])> {
+        let [(ls, la), (rs, ra)] = sides;
+        // Compiled once against every column: problems use the user's names, and the
+        // compiled expressions tell which columns are read.
+        let full = joined_schema(ls, la, rs, ra, extra);
+        let cond = match condition {
+            Some(c) => Some(self.condition("where", c, &full)?),
+            None => None,
+        };
+        let proj = self.projection(columns, &full)?;
+        let mut used = std::collections::BTreeSet::new();
+        for e in cond.iter().chain(&proj.exprs) {
+            used.extend(e.columns());
+        }
+        let (nl, nr) = (ls.fields().len(), rs.fields().len());
+        let mut keep_l: Vec<usize> = used.iter().copied().filter(|i| *i < nl).collect();
+        let mut keep_r: Vec<usize> = used
+            .iter()
+            .copied()
+            .filter(|i| (nl..nl + nr).contains(i))
+            .map(|i| i - nl)
+            .collect();
+        // A row with no columns would lose its count: keep at least one per side.
+        for keep in [&mut keep_l, &mut keep_r] {
+            if keep.is_empty() {
+                keep.push(0);
+            }
+        }
+        let lp = Arc::new(ls.project(&keep_l).ok()?);
+        let rp = Arc::new(rs.project(&keep_r).ok()?);
+        let joined = joined_schema(&lp, la, &rp, ra, extra);
+        // The same expressions over the pruned rows (same names, fewer columns).
+        let cond = match condition {
+            Some(c) => Some(self.condition("where", c, &joined)?),
+            None => None,
+        };
+        let proj = self.projection(columns, &joined)?;
+        Some((joined, cond, proj, [keep_l, keep_r]))
+    }
+
     fn join(&mut self, j: &crate::spec::JoinSpec) -> Option<Compiled> {
         let left = self.keyed_input(0, "left");
         let right = self.keyed_input(1, "right");
         let ((lk, ls), (rk, rs)) = (left?, right?);
         self.same_keys(&lk, &rk);
-        let joined = joined_schema(&ls, &j.left_as, &rs, &j.right_as, &[]);
-        let condition = match &j.condition {
-            Some(c) => Some(self.condition("where", c, &joined)?),
-            None => None,
-        };
         let left_until = match &j.left_until {
             Some(u) => Some(self.time("left-until", u, &ls)?),
             None => None,
@@ -1385,11 +1430,20 @@ impl Keyed<'_, '_> {
             Some(u) => Some(self.time("right-until", u, &rs)?),
             None => None,
         };
-        let projection = self.projection(j.columns.as_ref(), &joined)?;
+        let (joined, condition, projection, keep) = self.pruned_join(
+            [(&ls, &j.left_as), (&rs, &j.right_as)],
+            &[],
+            j.condition.as_deref(),
+            j.columns.as_ref(),
+        )?;
         Some(Compiled::Join {
             keys: [lk, rk],
             def: Arc::new(JoinDef {
-                inputs: [ls, rs],
+                inputs: [
+                    Arc::new(ls.project(&keep[0]).ok()?),
+                    Arc::new(rs.project(&keep[1]).ok()?),
+                ],
+                keep,
                 until: [left_until, right_until],
                 joined,
                 condition,
@@ -1420,7 +1474,6 @@ impl Keyed<'_, '_> {
                 format!("({base}) + INTERVAL '{ms} milliseconds'")
             }
         };
-        let joined = joined_schema(&ls, &j.left_as, &rs, &j.right_as, &[]);
         let l = format!("{}.{}", j.left_as, j.left_time);
         let r = format!("{}.{}", j.right_as, j.right_time);
         let bounds = format!(
@@ -1432,19 +1485,27 @@ impl Keyed<'_, '_> {
             Some(c) => format!("({bounds}) AND ({c})"),
             None => bounds,
         };
-        let condition = self.condition("where", &sql, &joined)?;
         // A left row can match right rows up to its time + upper; a right row can be matched by
         // left rows down to its time - lower.
         let left_until = self.time("left-time", &shifted(&j.left_time, upper), &ls)?;
         let right_until = self.time("right-time", &shifted(&j.right_time, -lower), &rs)?;
-        let projection = self.projection(j.columns.as_ref(), &joined)?;
+        let (joined, condition, projection, keep) = self.pruned_join(
+            [(&ls, &j.left_as), (&rs, &j.right_as)],
+            &[],
+            Some(&sql),
+            j.columns.as_ref(),
+        )?;
         Some(Compiled::Join {
             keys: [lk, rk],
             def: Arc::new(JoinDef {
-                inputs: [ls, rs],
+                inputs: [
+                    Arc::new(ls.project(&keep[0]).ok()?),
+                    Arc::new(rs.project(&keep[1]).ok()?),
+                ],
+                keep,
                 until: [Some(left_until), Some(right_until)],
                 joined,
-                condition: Some(condition),
+                condition,
                 projection,
             }),
         })
@@ -1466,25 +1527,24 @@ impl Keyed<'_, '_> {
         let lt = self.time("left-time", &j.left_time, &ls);
         let rt = self.time("right-time", &j.right_time, &rs);
         let ts = DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None);
-        let joined = joined_schema(
-            &ls,
-            &j.left_as,
-            &rs,
-            &j.right_as,
-            &[
-                Field::new("window_start", ts.clone(), true),
-                Field::new("window_end", ts, true),
-            ],
-        );
-        let condition = match &j.condition {
-            Some(c) => Some(self.condition("where", c, &joined)?),
-            None => None,
-        };
-        let projection = self.projection(j.columns.as_ref(), &joined)?;
+        let windows = [
+            Field::new("window_start", ts.clone(), true),
+            Field::new("window_end", ts, true),
+        ];
+        let (joined, condition, projection, keep) = self.pruned_join(
+            [(&ls, &j.left_as), (&rs, &j.right_as)],
+            &windows,
+            j.condition.as_deref(),
+            j.columns.as_ref(),
+        )?;
         Some(Compiled::WindowJoin {
             keys: [lk, rk],
             def: Arc::new(WindowJoinDef {
-                inputs: [ls, rs],
+                inputs: [
+                    Arc::new(ls.project(&keep[0]).ok()?),
+                    Arc::new(rs.project(&keep[1]).ok()?),
+                ],
+                keep,
                 times: [lt?, rt?],
                 windowing,
                 mode: j.mode,
