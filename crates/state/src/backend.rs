@@ -61,6 +61,37 @@ pub struct ValueId<V>(usize, PhantomData<fn() -> V>);
 pub struct ListId<V>(usize, PhantomData<fn() -> V>);
 /// Typed id of a map state.
 pub struct MapId<K, V>(usize, PhantomData<fn() -> (K, V)>);
+/// Typed id of an aggregating state.
+pub struct AggregatingId<A: Aggregator>(ValueId<A::Acc>);
+
+impl<A: Aggregator> Clone for AggregatingId<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A: Aggregator> Copy for AggregatingId<A> {}
+impl<A: Aggregator> std::fmt::Debug for AggregatingId<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AggregatingId({})", (self.0).0)
+    }
+}
+
+/// How an aggregating state folds inputs into an accumulator (Flink's `AggregateFunction`).
+pub trait Aggregator: Send + Sync + 'static {
+    /// What is kept per key and namespace.
+    type Acc: StateValue;
+    /// One input, borrowed for the call.
+    type Input<'a>;
+    /// What reading the state gives.
+    type Output;
+    type Error;
+
+    fn create(&self) -> Self::Acc;
+    fn add(&self, acc: &mut Self::Acc, input: Self::Input<'_>) -> Result<(), Self::Error>;
+    /// Folds `other` into `acc` (merging windows, say).
+    fn merge(&self, acc: &mut Self::Acc, other: &Self::Acc) -> Result<(), Self::Error>;
+    fn result(&self, acc: &Self::Acc) -> Self::Output;
+}
 
 macro_rules! copy_id {
     ($($t:ident<$($p:ident),*>),*) => {$(
@@ -140,6 +171,14 @@ impl KeyedStateBackend {
         Ok(ListId(self.register::<ListTable<V>>(name)?, PhantomData))
     }
 
+    /// Registers (or finds) the aggregating state `name`.
+    pub fn aggregating_state<A: Aggregator>(
+        &mut self,
+        name: &str,
+    ) -> Result<AggregatingId<A>, StateError> {
+        Ok(AggregatingId(self.value_state(name)?))
+    }
+
     /// Registers (or finds) the map state `name`.
     pub fn map_state<K: MapKey, V: StateValue>(
         &mut self,
@@ -158,6 +197,17 @@ impl KeyedStateBackend {
 
     pub fn value<V: StateValue>(&mut self, id: &ValueId<V>) -> ValueState<'_, V> {
         ValueState(ValueInner::Heap(self.table::<ValueTable<V>>(id.0)))
+    }
+
+    pub fn aggregating<'a, A: Aggregator>(
+        &'a mut self,
+        id: &AggregatingId<A>,
+        aggregator: &'a A,
+    ) -> AggregatingState<'a, A> {
+        AggregatingState {
+            values: self.value(&id.0),
+            aggregator,
+        }
     }
 
     pub fn list<V: StateValue>(&mut self, id: &ListId<V>) -> ListState<'_, V> {
@@ -278,6 +328,58 @@ impl<V: StateValue> ValueState<'_, V> {
         match &mut self.0 {
             ValueInner::Heap(t) => Ok(t.map.remove(SlotRef::new(key, ns))),
         }
+    }
+}
+
+/// A view of one aggregating state: an accumulator per (key, namespace), folded in place.
+pub struct AggregatingState<'a, A: Aggregator> {
+    values: ValueState<'a, A::Acc>,
+    aggregator: &'a A,
+}
+
+impl<A: Aggregator> AggregatingState<'_, A> {
+    /// Folds `input` into the accumulator of (key, namespace); says whether the accumulator was
+    /// created by this call (the first input of a window, say).
+    pub fn add(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        input: A::Input<'_>,
+    ) -> Result<Result<bool, A::Error>, StateError> {
+        let agg = self.aggregator;
+        let (result, created) =
+            self.values
+                .modify_or_init(key, ns, || agg.create(), |acc| agg.add(acc, input))?;
+        Ok(result.map(|()| created))
+    }
+
+    /// Folds another accumulator into the one of (key, namespace).
+    pub fn merge(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        other: &A::Acc,
+    ) -> Result<Result<(), A::Error>, StateError> {
+        let agg = self.aggregator;
+        self.values
+            .modify(key, ns, || agg.create(), |acc| agg.merge(acc, other))
+    }
+
+    /// The current result, if (key, namespace) has an accumulator.
+    pub fn get(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Output>, StateError> {
+        let agg = self.aggregator;
+        self.values.with(key, ns, |acc| acc.map(|a| agg.result(a)))
+    }
+
+    /// The accumulator itself (to merge elsewhere or move).
+    pub fn accumulator(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Acc>, StateError> {
+        self.values.get(key, ns)
+    }
+
+    /// Removes the accumulator, returning its result.
+    pub fn take(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Output>, StateError> {
+        let agg = self.aggregator;
+        Ok(self.values.remove(key, ns)?.map(|a| agg.result(&a)))
     }
 }
 
@@ -515,6 +617,50 @@ mod tests {
         b.value(&id).update(k1, b"w1", |v| *v = None).unwrap();
         assert_eq!(b.value(&id).get(k1, b"w1").unwrap(), None);
         assert_eq!(b.entries(), 1);
+    }
+
+    /// Averages i64 inputs.
+    struct Mean;
+    impl Aggregator for Mean {
+        type Acc = (i64, i64);
+        type Input<'a> = i64;
+        type Output = f64;
+        type Error = std::convert::Infallible;
+        fn create(&self) -> (i64, i64) {
+            (0, 0)
+        }
+        fn add(&self, acc: &mut (i64, i64), x: i64) -> Result<(), Self::Error> {
+            acc.0 += x;
+            acc.1 += 1;
+            Ok(())
+        }
+        fn merge(&self, acc: &mut (i64, i64), other: &(i64, i64)) -> Result<(), Self::Error> {
+            acc.0 += other.0;
+            acc.1 += other.1;
+            Ok(())
+        }
+        fn result(&self, acc: &(i64, i64)) -> f64 {
+            acc.0 as f64 / acc.1 as f64
+        }
+    }
+
+    #[test]
+    fn aggregating_state_folds_in_place_and_merges() {
+        let mut b = backend();
+        let id = b.aggregating_state::<Mean>("mean").unwrap();
+        let k = KeyRef::new(1, b"k");
+        let mut s = b.aggregating(&id, &Mean);
+        assert!(
+            s.add(k, b"w1", 4).unwrap().unwrap(),
+            "the first input creates"
+        );
+        assert!(!s.add(k, b"w1", 8).unwrap().unwrap());
+        s.add(k, b"w2", 30).unwrap().unwrap();
+        assert_eq!(s.get(k, b"w1").unwrap(), Some(6.0));
+        let other = s.accumulator(k, b"w2").unwrap().unwrap();
+        s.merge(k, b"w1", &other).unwrap().unwrap();
+        assert_eq!(s.take(k, b"w1").unwrap(), Some(14.0));
+        assert_eq!(s.get(k, b"w1").unwrap(), None);
     }
 
     #[test]

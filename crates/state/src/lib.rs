@@ -5,8 +5,9 @@
 //! and rescaled by group, so a restore at another parallelism hands out whole groups.
 //!
 //! An operator subtask owns one [`KeyedStateBackend`]: it registers typed states (value, list,
-//! map) and reaches them through short views scoped to a key and a namespace (a window, or
-//! none); aggregating state is a value state updated in place. Its [`TimerService`] fires
+//! map, aggregating) and reaches them through short views scoped to a key and a namespace (a
+//! window, or none); an aggregating state folds inputs into an accumulator in place through
+//! an [`Aggregator`]. Its [`TimerService`] fires
 //! event-time and processing-time timers in time order and keeps watermark holds in an ordered
 //! multiset, so no operation scans pending timers.
 //!
@@ -43,7 +44,10 @@ pub mod key_groups;
 pub mod keys;
 pub mod timers;
 
-pub use backend::{KeyedStateBackend, ListId, ListState, MapId, MapState, ValueId, ValueState};
+pub use backend::{
+    AggregatingId, AggregatingState, Aggregator, KeyedStateBackend, ListId, ListState, MapId,
+    MapState, ValueId, ValueState,
+};
 pub use codec::{MapKey, StateValue};
 pub use error::StateError;
 pub use keys::{KeyRef, NO_NAMESPACE, Window};

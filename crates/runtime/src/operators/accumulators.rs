@@ -564,6 +564,40 @@ pub fn column(
     })
 }
 
+/// The aggregate calls of an operator as a state [`weir_state::Aggregator`]: an accumulator per
+/// call, fed one row of argument columns at a time.
+#[derive(Debug)]
+pub struct Accumulators {
+    pub calls: Vec<AggCall>,
+}
+
+impl weir_state::Aggregator for Accumulators {
+    type Acc = Vec<Acc>;
+    type Input<'a> = (&'a [Vec<ArrayRef>], usize);
+    type Output = Vec<Scalar>;
+    type Error = OperatorError;
+
+    fn create(&self) -> Vec<Acc> {
+        new_accs(&self.calls)
+    }
+
+    fn add(
+        &self,
+        acc: &mut Vec<Acc>,
+        (args, row): (&[Vec<ArrayRef>], usize),
+    ) -> Result<(), OperatorError> {
+        update_all(acc, &self.calls, args, row)
+    }
+
+    fn merge(&self, acc: &mut Vec<Acc>, other: &Vec<Acc>) -> Result<(), OperatorError> {
+        merge_all(acc, &self.calls, other)
+    }
+
+    fn result(&self, acc: &Vec<Acc>) -> Vec<Scalar> {
+        acc.iter().map(Acc::result).collect()
+    }
+}
+
 /// Accumulators of every call, for one key (and window).
 pub fn new_accs(calls: &[AggCall]) -> Vec<Acc> {
     calls.iter().map(Acc::new).collect()

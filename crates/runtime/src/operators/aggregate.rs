@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
-use weir_state::{KeyRef, KeyedStateBackend, NO_NAMESPACE, ValueId};
+use weir_state::{AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE};
 
 use super::Operator;
-use super::accumulators::{Acc, evaluate_all, new_accs, result_columns, update_all};
+use super::accumulators::{Acc, Accumulators, evaluate_all, result_columns};
 pub use super::accumulators::{AggCall, AggFn};
 use super::key_by::KeySelector;
 use super::keyed::KeyEncoder;
@@ -21,11 +21,11 @@ use super::window_aggregate::state_error;
 use crate::error::OperatorError;
 
 pub struct Aggregate {
-    calls: Arc<[AggCall]>,
+    aggs: Arc<Accumulators>,
     schema: SchemaRef,
     keys: KeyEncoder,
     state: KeyedStateBackend,
-    accs: ValueId<Vec<Acc>>,
+    accs: AggregatingId<Accumulators>,
 }
 
 impl Aggregate {
@@ -48,13 +48,15 @@ impl Aggregate {
 
     pub fn new(
         keys: KeyEncoder,
-        calls: Arc<[AggCall]>,
+        aggs: Arc<Accumulators>,
         schema: SchemaRef,
         mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
-        let accs = state.value_state("accumulators").map_err(state_error)?;
+        let accs = state
+            .aggregating_state("accumulators")
+            .map_err(state_error)?;
         Ok(Self {
-            calls,
+            aggs,
             schema,
             keys,
             state,
@@ -71,21 +73,15 @@ impl Operator for Aggregate {
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
         let keys = self.keys.encode(&batch)?;
-        let args = evaluate_all(&self.calls, &batch)?;
+        let args = evaluate_all(&self.aggs.calls, &batch)?;
         // The first row of each key in this batch, in order of first appearance.
         let mut first_row: HashMap<&[u8], usize> = HashMap::new();
         let mut touched: Vec<usize> = Vec::new();
-        let calls = &self.calls;
+        let mut state = self.state.aggregating(&self.accs, &self.aggs);
         for row in 0..batch.num_rows() {
             let key = keys.key(row);
-            self.state
-                .value(&self.accs)
-                .modify(
-                    key,
-                    NO_NAMESPACE,
-                    || new_accs(calls),
-                    |accs| update_all(accs, calls, &args, row),
-                )
+            state
+                .add(key, NO_NAMESPACE, (&args, row))
                 .map_err(state_error)??;
             first_row.entry(key.bytes).or_insert_with(|| {
                 touched.push(row);
@@ -98,10 +94,8 @@ impl Operator for Aggregate {
         let mut rows: Vec<Vec<Acc>> = Vec::with_capacity(touched.len());
         for &row in &touched {
             let key: KeyRef<'_> = keys.key(row);
-            let accs = self
-                .state
-                .value(&self.accs)
-                .get(key, NO_NAMESPACE)
+            let accs = state
+                .accumulator(key, NO_NAMESPACE)
                 .map_err(state_error)?
                 .ok_or_else(|| OperatorError::Internal("an updated key has no state".into()))?;
             rows.push(accs);
@@ -109,7 +103,10 @@ impl Operator for Aggregate {
         let mut columns = self
             .keys
             .decode(touched.iter().map(|r| keys.key(*r).bytes))?;
-        columns.extend(result_columns(&self.calls, rows.iter().map(Vec::as_slice))?);
+        columns.extend(result_columns(
+            &self.aggs.calls,
+            rows.iter().map(Vec::as_slice),
+        )?);
         out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         Ok(())
     }
@@ -186,7 +183,7 @@ mod tests {
         let out_schema = Aggregate::output_schema(&keys, &names, &calls);
         let mut op = Aggregate::new(
             KeyEncoder::new(keys).unwrap(),
-            calls.into(),
+            Arc::new(Accumulators { calls }),
             out_schema,
             heap(),
         )
@@ -280,10 +277,11 @@ mod tests {
             vec!["k".into()],
             128,
         ));
-        let calls: Arc<[AggCall]> = vec![AggCall::compile("count(*)", &schema).unwrap()].into();
+        let calls = vec![AggCall::compile("count(*)", &schema).unwrap()];
         let out_schema = Aggregate::output_schema(&keys, &["n".into()], &calls);
+        let aggs = Arc::new(Accumulators { calls });
         let mut op =
-            Aggregate::new(KeyEncoder::new(keys).unwrap(), calls, out_schema, heap()).unwrap();
+            Aggregate::new(KeyEncoder::new(keys).unwrap(), aggs, out_schema, heap()).unwrap();
         let batch = RecordBatch::try_new(
             input_schema(),
             vec![

@@ -15,11 +15,13 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{ArrayRef, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use weir_state::{KeyRef, KeyedStateBackend, NO_NAMESPACE, TimeDomain, ValueId, Window};
+use weir_state::{
+    AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE, TimeDomain, ValueId, Window,
+};
 
 use super::Operator;
 use super::accumulators::{
-    Acc, AggCall, evaluate_all, merge_all, new_accs, result_columns, update_all,
+    Acc, Accumulators, AggCall, evaluate_all, merge_all, new_accs, result_columns, update_all,
 };
 use super::keyed::KeyEncoder;
 use super::window::Windowing;
@@ -35,7 +37,7 @@ pub struct WindowAggregateDef {
     pub time: Expr,
     pub windowing: Windowing,
     pub lateness: i64,
-    pub calls: Vec<AggCall>,
+    pub aggs: Accumulators,
     pub schema: SchemaRef,
 }
 
@@ -69,7 +71,7 @@ pub struct WindowAggregate {
     def: Arc<WindowAggregateDef>,
     keys: KeyEncoder,
     state: KeyedStateBackend,
-    windows_state: ValueId<Vec<Acc>>,
+    windows_state: AggregatingId<Accumulators>,
     sessions_state: ValueId<Vec<Session>>,
     watermark: i64,
     metrics: Arc<SubtaskMetrics>,
@@ -85,7 +87,7 @@ impl WindowAggregate {
         mut state: KeyedStateBackend,
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
-        let windows_state = state.value_state("windows").map_err(state_error)?;
+        let windows_state = state.aggregating_state("windows").map_err(state_error)?;
         let sessions_state = state.value_state("sessions").map_err(state_error)?;
         Ok(Self {
             def,
@@ -155,26 +157,20 @@ impl WindowAggregate {
             }
             live = true;
             let ns = w.to_namespace();
-            let calls = &self.def.calls;
-            let (result, created) = self
-                .state
-                .value(&self.windows_state)
-                .modify_or_init(
-                    key,
-                    &ns,
-                    || new_accs(calls),
-                    |accs| {
-                        update_all(accs, calls, args, row).map(|()| {
-                            // A window that already fired re-emits its updated result.
-                            (w.max_timestamp() <= self.watermark).then(|| accs.clone())
-                        })
-                    },
-                )
-                .map_err(state_error)?;
+            let mut windows_state = self.state.aggregating(&self.windows_state, &self.def.aggs);
+            let created = windows_state
+                .add(key, &ns, (args, row))
+                .map_err(state_error)??;
+            // A window that already fired re-emits its updated result.
+            let refire = if w.max_timestamp() <= self.watermark {
+                windows_state.accumulator(key, &ns).map_err(state_error)?
+            } else {
+                None
+            };
             if created {
                 self.set_timers(key, w);
             }
-            if let Some(accs) = result? {
+            if let Some(accs) = refire {
                 self.pending.push((key.bytes.into(), *w, accs));
             }
         }
@@ -196,7 +192,7 @@ impl WindowAggregate {
         if self.late(&own) {
             return Ok(false);
         }
-        let calls = &self.def.calls;
+        let calls = &self.def.aggs.calls;
         let mut fresh = new_accs(calls);
         update_all(&mut fresh, calls, args, row)?;
         let watermark = self.watermark;
@@ -271,12 +267,11 @@ impl WindowAggregate {
             return Ok(());
         }
         let ns = &timer.namespace;
-        let mut view = self.state.value(&self.windows_state);
-        let accs = if cleanup {
-            view.remove(key, ns).map_err(state_error)?
-        } else {
-            view.get(key, ns).map_err(state_error)?
-        };
+        let mut view = self.state.aggregating(&self.windows_state, &self.def.aggs);
+        let accs = view.accumulator(key, ns).map_err(state_error)?;
+        if cleanup {
+            view.take(key, ns).map_err(state_error)?;
+        }
         if let (true, Some(accs)) = (fire, accs) {
             self.pending.push((timer.key.clone(), window, accs));
         }
@@ -295,7 +290,7 @@ impl WindowAggregate {
         columns.push(Arc::new(starts));
         columns.push(Arc::new(ends));
         columns.extend(result_columns(
-            &self.def.calls,
+            &self.def.aggs.calls,
             pending.iter().map(|(_, _, accs)| accs.as_slice()),
         )?);
         out.push(RecordBatch::try_new(self.def.schema.clone(), columns)?);
@@ -338,7 +333,7 @@ impl Operator for WindowAggregate {
     ) -> Result<(), OperatorError> {
         let keys = self.keys.encode(&batch)?;
         let times = times(&self.def.time.evaluate(&batch)?)?;
-        let args = evaluate_all(&self.def.calls, &batch)?;
+        let args = evaluate_all(&self.def.aggs.calls, &batch)?;
         let mut dropped = 0u64;
         for (row, t) in times.iter().enumerate() {
             let Some(t) = *t else {
@@ -419,7 +414,7 @@ mod tests {
             time: Expr::compile("t", &schema).unwrap(),
             windowing: Windowing::from_spec(&window).unwrap(),
             lateness,
-            calls,
+            aggs: Accumulators { calls },
             schema: out,
         });
         let metrics = Arc::new(SubtaskMetrics::default());

@@ -17,6 +17,7 @@ use crate::connectors::source::SubtaskContext;
 use crate::exec::metrics::NodeRole;
 use crate::exec::task::EventTime;
 use crate::expr::Expr;
+use crate::operators::accumulators::Accumulators;
 use crate::operators::aggregate::{AggCall, Aggregate};
 use crate::operators::filter::Filter;
 use crate::operators::join::{Join, JoinDef, Projection, joined_schema};
@@ -105,7 +106,7 @@ enum Compiled {
     Aggregate {
         schema: SchemaRef,
         keys: Arc<KeySelector>,
-        calls: Arc<[AggCall]>,
+        calls: Vec<AggCall>,
     },
     WindowAggregate {
         keys: Arc<KeySelector>,
@@ -665,7 +666,7 @@ fn compile(
             Compiled::Aggregate {
                 schema: Aggregate::output_schema(&keys, &names, &calls),
                 keys,
-                calls: calls.into(),
+                calls,
             }
         }
         TransformSpec::WindowAggregate(_)
@@ -930,6 +931,7 @@ fn assemble(
             } => {
                 let out = schema.clone();
                 let key_groups = spec.key_groups;
+                let aggs = Arc::new(Accumulators { calls });
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -937,7 +939,7 @@ fn assemble(
                     Factory::Operator(Arc::new(move |ctx| {
                         Ok(Box::new(Aggregate::new(
                             KeyEncoder::new(keys.clone())?,
-                            calls.clone(),
+                            aggs.clone(),
                             out.clone(),
                             backend(key_groups, ctx),
                         )?))
@@ -1288,7 +1290,7 @@ impl Keyed<'_, '_> {
                 time: time?,
                 windowing: windowing?,
                 lateness: w.allowed_lateness.as_millis_i64(),
-                calls,
+                aggs: Accumulators { calls },
                 schema: out,
             }),
             keys,
