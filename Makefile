@@ -9,8 +9,9 @@ CARGO      ?= cargo
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 WEIR       := $(TARGET_DIR)/release/weir
 JOB        ?= jobs/nexmark/q1.yaml
-# System packages the build needs (the C toolchain links Rust binaries).
-BUILD_PACKAGES := gcc libc6-dev
+# System packages the build needs: a C/C++ toolchain (Rust links with it; RocksDB is C++) and
+# libclang (bindgen generates RocksDB's bindings with it).
+BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
 
 .PHONY: run test bench build deps toolchain lint nexmark-data clean
 
@@ -35,7 +36,10 @@ test: deps
 
 ## Benchmarks (see BENCHMARKS.md for recorded figures).
 bench: build
-	$(WEIR) bench nexmark
+	$(WEIR) bench nexmark --queries q0,q1,q2
+	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000
+	$(WEIR) bench timers
+	$(WEIR) bench backends
 
 ## A JSON-lines Nexmark file for the *-jsonl jobs.
 nexmark-data: build

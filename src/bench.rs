@@ -23,6 +23,36 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Bench {
+    /// Timer set+delete throughput with 1,000 to 1,000,000 timers pending, heap and RocksDB,
+    /// beside the naive arm that recomputes the watermark hold by scanning every timer.
+    Timers {
+        /// Pending timer counts to measure at.
+        #[arg(long, value_delimiter = ',', default_value = "1000,100000,1000000")]
+        pending: Vec<u64>,
+        /// Set+delete pairs per measurement of the real arms.
+        #[arg(long, default_value_t = 200_000)]
+        ops: u64,
+        /// Longest the scan arm may run per measurement.
+        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+        scan_budget: Duration,
+        #[arg(long, default_value = "data/bench")]
+        data: PathBuf,
+    },
+    /// Nexmark queries on RocksDB beside the heap backend.
+    Backends {
+        #[arg(long, value_delimiter = ',', default_value = "q4,q5,q6,q9,q11")]
+        queries: Vec<String>,
+        #[arg(long, default_value_t = 3_000_000)]
+        events: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        parallelism: Vec<u32>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, default_value = "jobs/nexmark")]
+        jobs: PathBuf,
+        #[arg(long, default_value = "data/bench")]
+        data: PathBuf,
+    },
     /// Nexmark queries with a blackhole sink, chained beside unchained, from the generator and
     /// from a JSON-lines file.
     Nexmark {
@@ -55,6 +85,20 @@ enum Bench {
 
 pub fn main(args: BenchArgs) -> ExitCode {
     let result = match args.which {
+        Bench::Timers {
+            pending,
+            ops,
+            scan_budget,
+            data,
+        } => timers(&pending, ops, scan_budget, &data),
+        Bench::Backends {
+            queries,
+            events,
+            parallelism,
+            runs,
+            jobs,
+            data,
+        } => backends(&queries, events, &parallelism, runs.max(1), &jobs, &data),
         Bench::Nexmark {
             queries,
             sources,
@@ -238,4 +282,143 @@ fn ensure_jsonl(dir: &Path, events: u64) -> anyhow::Result<PathBuf> {
         write_file(&Generator::new(GeneratorConfig::default()), events, &file)?;
     }
     Ok(file)
+}
+
+fn timers(pending: &[u64], ops: u64, scan_budget: Duration, data: &Path) -> anyhow::Result<()> {
+    use weir_runtime::state::{KeyGroupRange, KeyRef, KeyedStateBackend, RocksConfig, TimeDomain};
+    println!(
+        "Timer set + delete (with holds) while N timers are pending; the scan arm recomputes the \
+         hold by visiting every pending timer after each set and each delete (Beam's regression)."
+    );
+    println!();
+    println!(
+        "| backend | pending | set+delete/s | scan arm set+delete/s | real / scan | real vs 1,000 pending |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for backend in ["heap", "rocksdb"] {
+        let mut first_rate = None;
+        for &n in pending {
+            let dir = data.join(format!("timers-{}", std::process::id()));
+            let range = KeyGroupRange::of_subtask(0, 128, 1);
+            let mut state = match backend {
+                "heap" => KeyedStateBackend::heap(128, range),
+                _ => KeyedStateBackend::rocksdb(
+                    128,
+                    range,
+                    RocksConfig {
+                        path: dir.clone(),
+                        block_cache: RocksConfig::shared_block_cache(64 << 20),
+                        write_buffer: 64 << 20,
+                        compression: weir_runtime::state::Compression::Lz4,
+                        cache_entries: 100_000,
+                    },
+                )?,
+            };
+            // The pending timers: far in the future, each holding the watermark.
+            for i in 0..n {
+                let key = i.to_be_bytes();
+                state.timers().set(
+                    TimeDomain::EventTime,
+                    1_000_000_000 + i as i64,
+                    KeyRef::new((i % 128) as u32, &key),
+                    b"",
+                    Some(1_000_000 + i as i64),
+                )?;
+            }
+            state.flush()?;
+            let op = |state: &mut KeyedStateBackend, i: u64| -> anyhow::Result<()> {
+                let key = (u64::MAX - i).to_be_bytes();
+                let k = KeyRef::new((i % 128) as u32, &key);
+                let t = 5_000_000 + (i % 10_000) as i64;
+                state
+                    .timers()
+                    .set(TimeDomain::EventTime, t, k, b"w", Some(t - 10))?;
+                state.timers().delete(TimeDomain::EventTime, t, k, b"w")?;
+                Ok(())
+            };
+            let t0 = Instant::now();
+            for i in 0..ops {
+                op(&mut state, i)?;
+            }
+            state.flush()?;
+            let rate = ops as f64 / t0.elapsed().as_secs_f64();
+            let t1 = Instant::now();
+            let mut scanned = 0u64;
+            while t1.elapsed() < scan_budget && scanned < ops {
+                op(&mut state, scanned)?;
+                // The naive arm: two full scans per pair (after the set and after the delete).
+                state.timers().min_hold_by_scan()?;
+                state.timers().min_hold_by_scan()?;
+                scanned += 1;
+            }
+            let scan_rate = scanned as f64 / t1.elapsed().as_secs_f64();
+            let base = *first_rate.get_or_insert(rate);
+            println!(
+                "| {backend} | {} | {} | {} | {:.0}× | {:.2}× |",
+                group(n),
+                group(rate as u64),
+                group(scan_rate as u64),
+                rate / scan_rate.max(1e-9),
+                base / rate,
+            );
+            state.close()?;
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(())
+}
+
+fn backends(
+    queries: &[String],
+    events: u64,
+    parallelism: &[u32],
+    runs: usize,
+    jobs: &Path,
+    data: &Path,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    println!(
+        "Nexmark from the generator ({events} events), blackhole sink, RocksDB state beside heap \
+         state; median of {runs} runs per arm, arms interleaved."
+    );
+    println!();
+    println!(
+        "| query | p | heap events/s | rocksdb events/s | rocksdb / heap | heap events/s/core | rocksdb events/s/core |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for q in queries {
+        let job = jobs.join(format!("{q}.yaml"));
+        for &p in parallelism {
+            let mut arms: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+            for _ in 0..runs {
+                for (arm, backend) in [(0, "heap"), (1, "rocksdb")] {
+                    let overrides: Vec<Override> = [
+                        format!("sources.nexmark.events={events}"),
+                        format!("parallelism={p}"),
+                        "sinks.out.kind=blackhole".to_string(),
+                        format!("state.backend={backend}"),
+                        format!("state.path={}/state", data.display()),
+                    ]
+                    .iter()
+                    .map(|o| o.parse().map_err(anyhow::Error::msg))
+                    .collect::<Result<_, _>>()?;
+                    arms[arm].push(run_once(&runtime, &job, &overrides)?);
+                }
+            }
+            let rate = |a: &Vec<Sample>| median(a.iter().map(Sample::rate).collect());
+            let core = |a: &Vec<Sample>| median(a.iter().map(Sample::per_core).collect());
+            let (h, r) = (rate(&arms[0]), rate(&arms[1]));
+            println!(
+                "| {q} | {p} | {} | {} | {:.2}× | {} | {} |",
+                group(h as u64),
+                group(r as u64),
+                r / h,
+                group(core(&arms[0]) as u64),
+                group(core(&arms[1]) as u64),
+            );
+        }
+    }
+    Ok(())
 }

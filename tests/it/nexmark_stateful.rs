@@ -1,6 +1,6 @@
 //! Nexmark q3–q11 against the plain-loop references of `nexmark_reference`, at parallelism 1
 //! and 2, chained and unchained, from the generator and from JSON lines, in order and shuffled
-//! within the allowed out-of-orderness.
+//! within the allowed out-of-orderness, on the heap and on RocksDB.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -146,6 +146,31 @@ fn check(q: &Query) {
             ],
         ));
     }
+    // The same on RocksDB, with a write-back cache small enough that state really goes
+    // through the store.
+    let rocks = |mut o: Vec<String>| {
+        o.push("state.backend=rocksdb".into());
+        o.push("state.cache-entries=64".into());
+        o.push(format!("state.path={}/state", env!("CARGO_TARGET_TMPDIR")));
+        o
+    };
+    runs.push((
+        "generator on rocksdb, p=2".into(),
+        job_file(&format!("jobs/nexmark/{}.yaml", q.name)),
+        rocks(vec![
+            "parallelism=2".into(),
+            format!("sources.nexmark.events={EVENTS}"),
+            format!("sources.nexmark.inter-event-delay={DELAY_MS}ms"),
+        ]),
+    ));
+    runs.push((
+        "shuffled jsonl on rocksdb, p=1".into(),
+        job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),
+        rocks(vec![
+            format!("sources.nexmark.path={}", shuffled_file().display()),
+            format!("sources.nexmark.event-time.max-out-of-orderness={SHUFFLE_MS}ms"),
+        ]),
+    ));
     for (what, job, mut overrides) in runs {
         let out = out_dir();
         overrides.push(format!(

@@ -38,3 +38,9 @@ pub mod format;
 pub mod operators;
 pub mod plan;
 pub mod spec;
+
+/// weir's keyed state crate, for tools built on the runtime (benchmarks, tests).
+pub mod state {
+    pub use weir_state::key_groups::KeyGroupRange;
+    pub use weir_state::*;
+}

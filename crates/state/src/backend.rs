@@ -1,58 +1,50 @@
 //! The keyed state backend of one operator subtask, and typed views of its states.
 //!
-//! An operator registers its states once (`value_state`, `list_state`, `map_state`), keeps the
-//! typed ids, and reads or writes through short-lived views: `backend.value(&id).update(key, ns,
-//! |v| ...)`. Every access names the record's key (group and bytes) and a namespace (a window,
-//! or none). Views dispatch over the backend kind; the heap backend keeps Rust values in hash
-//! maps, and other backends plug in as further arms without changing operators.
+//! An operator registers its states once (`value_state`, `list_state`, `map_state`,
+//! `aggregating_state`), keeps the typed ids, and reads or writes through short-lived views:
+//! `backend.value(&id).modify(key, ns, init, |v| ...)`. Every access names the record's key
+//! (group and bytes) and a namespace (a window, or none). The heap backend keeps every value in
+//! memory; the RocksDB backend keeps the same tables as bounded write-back caches over one
+//! column family per state (see [`crate::table`] and [`crate::store`]). Operators cannot tell
+//! them apart, except by speed and by how much state fits.
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
+use std::sync::Arc;
 
-use crate::codec::{MapKey, StateValue};
+use crate::Clock;
+use crate::codec::{MapKey, NotU8, StateValue};
 use crate::error::StateError;
-use crate::heap::{ListTable, MapTable, SlotRef, ValueTable};
+use crate::heap::SlotRef;
 use crate::key_groups::KeyGroupRange;
 use crate::keys::KeyRef;
-use crate::timers::TimerService;
+use crate::store::{RocksConfig, Store, StoreCounters};
+use crate::table::Table;
+use crate::timers::{HeapTimers, RocksTimers, TimerService, Timers};
 
 /// A registered table, type-erased.
-trait Table: Send {
+trait AnyTable: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
-    fn len(&self) -> usize;
+    fn live(&self) -> usize;
+    fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError>;
 }
 
-impl<V: Send + 'static> Table for ValueTable<V> {
+impl<T: StateValue> AnyTable for Table<T> {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-    fn len(&self) -> usize {
-        self.map.len()
+    fn live(&self) -> usize {
+        self.live_entries().count()
     }
-}
-
-impl<V: Send + 'static> Table for ListTable<V> {
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn len(&self) -> usize {
-        self.map.iter().map(|(_, v)| v.len()).sum()
-    }
-}
-
-impl<K: Send + 'static, V: Send + 'static> Table for MapTable<K, V> {
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn len(&self) -> usize {
-        self.map.iter().map(|(_, v)| v.len()).sum()
+    fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError> {
+        Table::flush(self, store)
     }
 }
 
 struct Registered {
     type_id: TypeId,
-    table: Box<dyn Table>,
+    table: Box<dyn AnyTable>,
 }
 
 /// Typed id of a value state.
@@ -106,11 +98,30 @@ macro_rules! copy_id {
 }
 copy_id!(ValueId<V>, ListId<V>, MapId<K, V>);
 
+/// Options of one state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateOptions {
+    /// Entries not written for this long (ms, processing time) read as absent and are removed
+    /// in the background.
+    pub ttl_ms: Option<i64>,
+}
+
 /// Keyed state and timers of one operator subtask.
 pub struct KeyedStateBackend {
     tables: Vec<Registered>,
     names: HashMap<String, usize>,
-    timers: TimerService,
+    timers: Timers,
+    /// The RocksDB store, for the RocksDB backend.
+    store: Option<Store>,
+    /// Entries per state cache (RocksDB).
+    cache_entries: usize,
+    /// Default options for states registered without their own.
+    defaults: StateOptions,
+    clock: Clock,
+    /// Whether any state has a TTL (only then do accesses read the clock).
+    has_ttl: bool,
+    /// Whether the store started empty (not reopened), so tables know what they never wrote.
+    fresh: bool,
     /// The key groups this subtask owns.
     range: KeyGroupRange,
     key_groups: u32,
@@ -121,8 +132,18 @@ impl std::fmt::Debug for KeyedStateBackend {
         f.debug_struct("KeyedStateBackend")
             .field("states", &self.names.keys().collect::<Vec<_>>())
             .field("range", &self.range)
+            .field("store", &self.store)
             .finish()
     }
+}
+
+/// Wall-clock epoch milliseconds.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
 }
 
 impl KeyedStateBackend {
@@ -131,10 +152,76 @@ impl KeyedStateBackend {
         Self {
             tables: Vec::new(),
             names: HashMap::new(),
-            timers: TimerService::new(),
+            timers: Timers::Heap(HeapTimers::new()),
+            store: None,
+            cache_entries: usize::MAX,
+            defaults: StateOptions::default(),
+            clock: system_clock(),
+            has_ttl: false,
+            fresh: true,
             range,
             key_groups,
         }
+    }
+
+    /// A RocksDB backend in a fresh database at `config.path`.
+    pub fn rocksdb(
+        key_groups: u32,
+        range: KeyGroupRange,
+        config: RocksConfig,
+    ) -> Result<Self, StateError> {
+        let cache_entries = config.cache_entries;
+        let store = Store::open(config, true)?;
+        Ok(Self {
+            tables: Vec::new(),
+            names: HashMap::new(),
+            timers: Timers::Rocks(RocksTimers::new()),
+            store: Some(store),
+            cache_entries,
+            defaults: StateOptions::default(),
+            clock: system_clock(),
+            has_ttl: false,
+            fresh: true,
+            range,
+            key_groups,
+        })
+    }
+
+    /// Reopens the RocksDB database at `config.path` as it was left (flushed) by
+    /// [`Self::flush`]: its states and timers, with the watermark holds rebuilt in one pass.
+    pub fn reopen_rocksdb(
+        key_groups: u32,
+        range: KeyGroupRange,
+        config: RocksConfig,
+    ) -> Result<Self, StateError> {
+        let cache_entries = config.cache_entries;
+        let store = Store::open(config, false)?;
+        let timers = RocksTimers::rebuild(&store)?;
+        Ok(Self {
+            tables: Vec::new(),
+            names: HashMap::new(),
+            timers: Timers::Rocks(timers),
+            store: Some(store),
+            cache_entries,
+            defaults: StateOptions::default(),
+            clock: system_clock(),
+            has_ttl: false,
+            fresh: false,
+            range,
+            key_groups,
+        })
+    }
+
+    /// Uses `clock` (epoch ms) for TTL instead of the wall clock (tests inject one).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Options for states registered without their own (a job-wide TTL, say).
+    pub fn with_defaults(mut self, defaults: StateOptions) -> Self {
+        self.defaults = defaults;
+        self
     }
 
     pub fn key_group_range(&self) -> KeyGroupRange {
@@ -145,17 +232,41 @@ impl KeyedStateBackend {
         self.key_groups
     }
 
-    fn register<T: Table + Default + 'static>(&mut self, name: &str) -> Result<usize, StateError> {
+    /// Whether state lives in RocksDB.
+    pub fn is_rocksdb(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// RocksDB work counters (RocksDB backend).
+    pub fn store_counters(&self) -> Option<Arc<StoreCounters>> {
+        self.store.as_ref().map(Store::counters)
+    }
+
+    fn register<T: StateValue>(
+        &mut self,
+        name: &str,
+        options: Option<StateOptions>,
+    ) -> Result<usize, StateError> {
         if let Some(&i) = self.names.get(name) {
-            return if self.tables[i].type_id == TypeId::of::<T>() {
+            return if self.tables[i].type_id == TypeId::of::<Table<T>>() {
                 Ok(i)
             } else {
                 Err(StateError::Conflict(name.to_string()))
             };
         }
+        let options = options.unwrap_or(self.defaults);
+        self.has_ttl |= options.ttl_ms.is_some();
+        if let Some(store) = self.store.as_mut() {
+            store.create_state(name, options.ttl_ms.map(|t| (t, self.clock.clone())))?;
+        }
         self.tables.push(Registered {
-            type_id: TypeId::of::<T>(),
-            table: Box::new(T::default()),
+            type_id: TypeId::of::<Table<T>>(),
+            table: Box::new(Table::<T>::new(
+                name,
+                self.cache_entries,
+                options.ttl_ms,
+                self.fresh,
+            )),
         });
         self.names.insert(name.to_string(), self.tables.len() - 1);
         Ok(self.tables.len() - 1)
@@ -163,12 +274,38 @@ impl KeyedStateBackend {
 
     /// Registers (or finds) the value state `name`.
     pub fn value_state<V: StateValue>(&mut self, name: &str) -> Result<ValueId<V>, StateError> {
-        Ok(ValueId(self.register::<ValueTable<V>>(name)?, PhantomData))
+        Ok(ValueId(self.register::<V>(name, None)?, PhantomData))
+    }
+
+    /// Registers (or finds) the value state `name` with its own options.
+    pub fn value_state_with<V: StateValue>(
+        &mut self,
+        name: &str,
+        options: StateOptions,
+    ) -> Result<ValueId<V>, StateError> {
+        Ok(ValueId(
+            self.register::<V>(name, Some(options))?,
+            PhantomData,
+        ))
     }
 
     /// Registers (or finds) the list state `name`.
-    pub fn list_state<V: StateValue>(&mut self, name: &str) -> Result<ListId<V>, StateError> {
-        Ok(ListId(self.register::<ListTable<V>>(name)?, PhantomData))
+    pub fn list_state<V: StateValue + NotU8>(
+        &mut self,
+        name: &str,
+    ) -> Result<ListId<V>, StateError> {
+        Ok(ListId(self.register::<Vec<V>>(name, None)?, PhantomData))
+    }
+
+    /// Registers (or finds) the map state `name`.
+    pub fn map_state<K: MapKey, V: StateValue>(
+        &mut self,
+        name: &str,
+    ) -> Result<MapId<K, V>, StateError> {
+        Ok(MapId(
+            self.register::<BTreeMap<K, V>>(name, None)?,
+            PhantomData,
+        ))
     }
 
     /// Registers (or finds) the aggregating state `name`.
@@ -179,24 +316,21 @@ impl KeyedStateBackend {
         Ok(AggregatingId(self.value_state(name)?))
     }
 
-    /// Registers (or finds) the map state `name`.
-    pub fn map_state<K: MapKey, V: StateValue>(
-        &mut self,
-        name: &str,
-    ) -> Result<MapId<K, V>, StateError> {
-        Ok(MapId(self.register::<MapTable<K, V>>(name)?, PhantomData))
-    }
-
-    fn table<T: 'static>(&mut self, index: usize) -> &mut T {
-        self.tables[index]
+    fn view<T: 'static>(&mut self, index: usize) -> View<'_, T> {
+        let table = self.tables[index]
             .table
             .as_any_mut()
             .downcast_mut::<T>()
-            .expect("an id is only made by registering a table of its type")
+            .expect("an id is only made by registering a table of its type");
+        View {
+            table,
+            store: self.store.as_ref(),
+            now: if self.has_ttl { (self.clock)() } else { 0 },
+        }
     }
 
     pub fn value<V: StateValue>(&mut self, id: &ValueId<V>) -> ValueState<'_, V> {
-        ValueState(ValueInner::Heap(self.table::<ValueTable<V>>(id.0)))
+        ValueState(self.view::<Table<V>>(id.0))
     }
 
     pub fn aggregating<'a, A: Aggregator>(
@@ -210,47 +344,96 @@ impl KeyedStateBackend {
         }
     }
 
-    pub fn list<V: StateValue>(&mut self, id: &ListId<V>) -> ListState<'_, V> {
-        ListState(ListInner::Heap(self.table::<ListTable<V>>(id.0)))
+    pub fn list<V: StateValue + NotU8>(&mut self, id: &ListId<V>) -> ListState<'_, V> {
+        ListState(self.view::<Table<Vec<V>>>(id.0))
     }
 
     pub fn map<K: MapKey, V: StateValue>(&mut self, id: &MapId<K, V>) -> MapState<'_, K, V> {
-        MapState(MapInner::Heap(self.table::<MapTable<K, V>>(id.0)))
+        MapState(self.view::<Table<BTreeMap<K, V>>>(id.0))
     }
 
-    pub fn timers(&mut self) -> &mut TimerService {
-        &mut self.timers
+    pub fn timers(&mut self) -> TimerService<'_> {
+        TimerService::new(&mut self.timers, self.store.as_ref())
     }
 
-    /// Entries over all states (values, list elements, map entries).
+    /// Entries in memory over all states (values, lists, maps), for metrics.
     pub fn entries(&self) -> usize {
-        self.tables.iter().map(|t| t.table.len()).sum()
+        self.tables.iter().map(|t| t.table.live()).sum()
+    }
+
+    /// Writes every cached change (states and timers) to the store (RocksDB backend).
+    pub fn flush(&mut self) -> Result<(), StateError> {
+        let store = self.store.as_ref();
+        for t in &mut self.tables {
+            t.table.flush(store)?;
+        }
+        if let (Some(store), Timers::Rocks(t)) = (store, &mut self.timers) {
+            t.flush(store)?;
+        }
+        Ok(())
+    }
+
+    /// Entries of state `name` stored in RocksDB (after a flush), for tests.
+    #[cfg(test)]
+    pub(crate) fn stored_entries(&self, name: &str) -> usize {
+        self.store
+            .as_ref()
+            .and_then(|s| s.range(name, &[], &[0xff; 4], usize::MAX).ok())
+            .map_or(0, |r| r.len())
+    }
+
+    /// Compacts the store now (RocksDB), running TTL compaction filters.
+    pub fn compact(&mut self) -> Result<(), StateError> {
+        self.flush()?;
+        if let Some(store) = &self.store {
+            store.compact_all()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes the store, removing its working directory.
+    pub fn close(&mut self) -> Result<(), StateError> {
+        if let Some(mut store) = self.store.take() {
+            store.close()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes the store, keeping its directory (to reopen it).
+    pub fn close_keeping_files(&mut self) -> Result<(), StateError> {
+        self.flush()?;
+        if let Some(mut store) = self.store.take() {
+            store.close_keeping_files()?;
+        }
+        Ok(())
     }
 }
 
-enum ValueInner<'a, V> {
-    Heap(&'a mut ValueTable<V>),
+/// A table with what its operations need.
+struct View<'a, T> {
+    table: &'a mut T,
+    store: Option<&'a Store>,
+    now: i64,
 }
 
 /// A view of one value state.
-pub struct ValueState<'a, V>(ValueInner<'a, V>);
+pub struct ValueState<'a, V>(View<'a, Table<V>>);
 
 impl<V: StateValue> ValueState<'_, V> {
     /// A copy of the value of (key, namespace).
-    pub fn get(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<V>, StateError> {
+    pub fn get(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<V>, StateError> {
         self.with(key, ns, |v| v.cloned())
     }
 
     /// Reads the value without copying it.
     pub fn with<R>(
-        &self,
+        &mut self,
         key: KeyRef<'_>,
         ns: &[u8],
         f: impl FnOnce(Option<&V>) -> R,
     ) -> Result<R, StateError> {
-        match &self.0 {
-            ValueInner::Heap(t) => Ok(f(t.map.get(SlotRef::new(key, ns)))),
-        }
+        let v = &mut self.0;
+        Ok(f(v.table.peek(v.store, SlotRef::new(key, ns), v.now)?))
     }
 
     /// Read-modify-write: `f` sees the value (or `None`) and may change or clear it.
@@ -260,29 +443,8 @@ impl<V: StateValue> ValueState<'_, V> {
         ns: &[u8],
         f: impl FnOnce(&mut Option<V>) -> R,
     ) -> Result<R, StateError> {
-        match &mut self.0 {
-            ValueInner::Heap(t) => {
-                let slot = SlotRef::new(key, ns);
-                match t.map.remove_entry(slot) {
-                    Some((owned, value)) => {
-                        let mut current = Some(value);
-                        let r = f(&mut current);
-                        if let Some(new) = current {
-                            t.map.insert_owned(owned, new);
-                        }
-                        Ok(r)
-                    }
-                    None => {
-                        let mut current = None;
-                        let r = f(&mut current);
-                        if let Some(new) = current {
-                            t.map.insert(slot, new);
-                        }
-                        Ok(r)
-                    }
-                }
-            }
-        }
+        let v = &mut self.0;
+        v.table.update(v.store, SlotRef::new(key, ns), v.now, f)
     }
 
     /// Changes the value in place, inserting `init()` first if absent.
@@ -293,9 +455,7 @@ impl<V: StateValue> ValueState<'_, V> {
         init: impl FnOnce() -> V,
         f: impl FnOnce(&mut V) -> R,
     ) -> Result<R, StateError> {
-        match &mut self.0 {
-            ValueInner::Heap(t) => Ok(f(t.map.get_or_insert_with(SlotRef::new(key, ns), init))),
-        }
+        Ok(self.modify_or_init(key, ns, init, f)?.0)
     }
 
     /// Like [`Self::modify`], also saying whether the value was created by `init`.
@@ -306,28 +466,20 @@ impl<V: StateValue> ValueState<'_, V> {
         init: impl FnOnce() -> V,
         f: impl FnOnce(&mut V) -> R,
     ) -> Result<(R, bool), StateError> {
-        match &mut self.0 {
-            ValueInner::Heap(t) => {
-                let (v, created) = t.map.get_or_insert_flagged(SlotRef::new(key, ns), init);
-                Ok((f(v), created))
-            }
-        }
+        let v = &mut self.0;
+        v.table
+            .modify(v.store, SlotRef::new(key, ns), v.now, init, f)
     }
 
     pub fn put(&mut self, key: KeyRef<'_>, ns: &[u8], value: V) -> Result<(), StateError> {
-        match &mut self.0 {
-            ValueInner::Heap(t) => {
-                t.map.insert(SlotRef::new(key, ns), value);
-                Ok(())
-            }
-        }
+        let v = &mut self.0;
+        v.table.put(v.store, SlotRef::new(key, ns), value, v.now)
     }
 
     /// Removes and returns the value.
     pub fn remove(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<V>, StateError> {
-        match &mut self.0 {
-            ValueInner::Heap(t) => Ok(t.map.remove(SlotRef::new(key, ns))),
-        }
+        let v = &mut self.0;
+        v.table.remove(v.store, SlotRef::new(key, ns), v.now)
     }
 }
 
@@ -366,13 +518,17 @@ impl<A: Aggregator> AggregatingState<'_, A> {
     }
 
     /// The current result, if (key, namespace) has an accumulator.
-    pub fn get(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Output>, StateError> {
+    pub fn get(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Output>, StateError> {
         let agg = self.aggregator;
         self.values.with(key, ns, |acc| acc.map(|a| agg.result(a)))
     }
 
     /// The accumulator itself (to merge elsewhere or move).
-    pub fn accumulator(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Acc>, StateError> {
+    pub fn accumulator(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+    ) -> Result<Option<A::Acc>, StateError> {
         self.values.get(key, ns)
     }
 
@@ -383,45 +539,34 @@ impl<A: Aggregator> AggregatingState<'_, A> {
     }
 }
 
-enum ListInner<'a, V> {
-    Heap(&'a mut ListTable<V>),
-}
-
 /// A view of one list state.
-pub struct ListState<'a, V>(ListInner<'a, V>);
+pub struct ListState<'a, V>(View<'a, Table<Vec<V>>>);
 
-impl<V: StateValue> ListState<'_, V> {
+impl<V: StateValue + NotU8> ListState<'_, V> {
     pub fn add(&mut self, key: KeyRef<'_>, ns: &[u8], value: V) -> Result<(), StateError> {
-        match &mut self.0 {
-            ListInner::Heap(t) => {
-                t.map
-                    .get_or_insert_with(SlotRef::new(key, ns), Vec::new)
-                    .push(value);
-                Ok(())
-            }
-        }
+        self.update(key, ns, |list| list.push(value))
     }
 
     /// Reads the list without copying it (empty if absent).
     pub fn with<R>(
-        &self,
+        &mut self,
         key: KeyRef<'_>,
         ns: &[u8],
         f: impl FnOnce(&[V]) -> R,
     ) -> Result<R, StateError> {
-        match &self.0 {
-            ListInner::Heap(t) => Ok(f(t
-                .map
-                .get(SlotRef::new(key, ns))
-                .map_or(&[][..], Vec::as_slice))),
-        }
+        let v = &mut self.0;
+        Ok(f(v
+            .table
+            .peek(v.store, SlotRef::new(key, ns), v.now)?
+            .map_or(&[][..], Vec::as_slice)))
     }
 
     /// Removes and returns the list.
     pub fn take(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Vec<V>, StateError> {
-        match &mut self.0 {
-            ListInner::Heap(t) => Ok(t.map.remove(SlotRef::new(key, ns)).unwrap_or_default()),
-        }
+        let v = &mut self.0;
+        Ok(v.table
+            .remove(v.store, SlotRef::new(key, ns), v.now)?
+            .unwrap_or_default())
     }
 
     /// Changes the list in place (an empty list afterwards removes it).
@@ -431,36 +576,29 @@ impl<V: StateValue> ListState<'_, V> {
         ns: &[u8],
         f: impl FnOnce(&mut Vec<V>) -> R,
     ) -> Result<R, StateError> {
-        match &mut self.0 {
-            ListInner::Heap(t) => {
-                let slot = SlotRef::new(key, ns);
-                let list = t.map.get_or_insert_with(slot, Vec::new);
-                let r = f(list);
-                if list.is_empty() {
-                    t.map.remove(slot);
-                }
-                Ok(r)
-            }
-        }
+        let v = &mut self.0;
+        let slot = SlotRef::new(key, ns);
+        let (r, _) = v.table.modify(v.store, slot, v.now, Vec::new, f)?;
+        v.table.remove_if(v.store, slot, Vec::is_empty);
+        Ok(r)
     }
 }
 
-enum MapInner<'a, K, V> {
-    Heap(&'a mut MapTable<K, V>),
-}
-
 /// A view of one map state: per (key, namespace), an ordered map from user keys to values.
-pub struct MapState<'a, K, V>(MapInner<'a, K, V>);
+pub struct MapState<'a, K, V>(View<'a, Table<BTreeMap<K, V>>>);
 
 impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
-    pub fn get(&self, key: KeyRef<'_>, ns: &[u8], user_key: &K) -> Result<Option<V>, StateError> {
-        match &self.0 {
-            MapInner::Heap(t) => Ok(t
-                .map
-                .get(SlotRef::new(key, ns))
-                .and_then(|m| m.get(user_key))
-                .cloned()),
-        }
+    pub fn get(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        user_key: &K,
+    ) -> Result<Option<V>, StateError> {
+        let v = &mut self.0;
+        Ok(v.table
+            .peek(v.store, SlotRef::new(key, ns), v.now)?
+            .and_then(|m| m.get(user_key))
+            .cloned())
     }
 
     pub fn put(
@@ -470,14 +608,29 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
         user_key: K,
         value: V,
     ) -> Result<(), StateError> {
-        match &mut self.0 {
-            MapInner::Heap(t) => {
-                t.map
-                    .get_or_insert_with(SlotRef::new(key, ns), BTreeMap::new)
-                    .insert(user_key, value);
-                Ok(())
-            }
+        let v = &mut self.0;
+        v.table
+            .modify(v.store, SlotRef::new(key, ns), v.now, BTreeMap::new, |m| {
+                m.insert(user_key, value);
+            })
+            .map(|_| ())
+    }
+
+    /// Changes the map of (key, namespace) in place (an empty map afterwards removes it).
+    fn change<R>(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        f: impl FnOnce(&mut BTreeMap<K, V>) -> R,
+    ) -> Result<R, StateError> {
+        let v = &mut self.0;
+        let slot = SlotRef::new(key, ns);
+        if v.table.peek(v.store, slot, v.now)?.is_none() {
+            return Ok(f(&mut BTreeMap::new()));
         }
+        let (r, _) = v.table.modify(v.store, slot, v.now, BTreeMap::new, f)?;
+        v.table.remove_if(v.store, slot, BTreeMap::is_empty);
+        Ok(r)
     }
 
     pub fn remove(
@@ -486,35 +639,32 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
         ns: &[u8],
         user_key: &K,
     ) -> Result<Option<V>, StateError> {
-        match &mut self.0 {
-            MapInner::Heap(t) => {
-                let slot = SlotRef::new(key, ns);
-                let Some(m) = t.map.get_mut(slot) else {
-                    return Ok(None);
-                };
-                let v = m.remove(user_key);
-                if m.is_empty() {
-                    t.map.remove(slot);
-                }
-                Ok(v)
-            }
-        }
+        self.change(key, ns, |m| m.remove(user_key))
     }
 
     /// Reads the entries in user-key order without copying them.
     pub fn with<R>(
-        &self,
+        &mut self,
         key: KeyRef<'_>,
         ns: &[u8],
         f: impl FnOnce(&mut dyn Iterator<Item = (&K, &V)>) -> R,
     ) -> Result<R, StateError> {
-        match &self.0 {
-            MapInner::Heap(t) => {
-                let empty = BTreeMap::new();
-                let m = t.map.get(SlotRef::new(key, ns)).unwrap_or(&empty);
-                Ok(f(&mut m.iter()))
-            }
-        }
+        let v = &mut self.0;
+        let empty = BTreeMap::new();
+        let m = v
+            .table
+            .peek(v.store, SlotRef::new(key, ns), v.now)?
+            .unwrap_or(&empty);
+        Ok(f(&mut m.iter()))
+    }
+
+    /// The smallest user key of (key, namespace), if any.
+    pub fn first_key(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<K>, StateError> {
+        let v = &mut self.0;
+        Ok(v.table
+            .peek(v.store, SlotRef::new(key, ns), v.now)?
+            .and_then(|m| m.first_key_value())
+            .map(|(k, _)| k.clone()))
     }
 
     /// Removes and returns the entries whose user key is at most `up_to`, in order.
@@ -524,36 +674,7 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
         ns: &[u8],
         up_to: &K,
     ) -> Result<Vec<(K, V)>, StateError> {
-        match &mut self.0 {
-            MapInner::Heap(t) => {
-                let slot = SlotRef::new(key, ns);
-                let Some(m) = t.map.get_mut(slot) else {
-                    return Ok(Vec::new());
-                };
-                let mut taken = Vec::new();
-                while let Some(entry) = m.first_entry() {
-                    if entry.key() > up_to {
-                        break;
-                    }
-                    taken.push(entry.remove_entry());
-                }
-                if m.is_empty() {
-                    t.map.remove(slot);
-                }
-                Ok(taken)
-            }
-        }
-    }
-
-    /// The smallest user key of (key, namespace), if any.
-    pub fn first_key(&self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<K>, StateError> {
-        match &self.0 {
-            MapInner::Heap(t) => Ok(t
-                .map
-                .get(SlotRef::new(key, ns))
-                .and_then(|m| m.first_key_value())
-                .map(|(k, _)| k.clone())),
-        }
+        self.take_while(key, ns, |k| k <= up_to)
     }
 
     /// Removes and returns the leading entries (in user-key order) for which `pred` holds.
@@ -563,35 +684,24 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
         ns: &[u8],
         mut pred: impl FnMut(&K) -> bool,
     ) -> Result<Vec<(K, V)>, StateError> {
-        match &mut self.0 {
-            MapInner::Heap(t) => {
-                let slot = SlotRef::new(key, ns);
-                let Some(m) = t.map.get_mut(slot) else {
-                    return Ok(Vec::new());
-                };
-                let mut taken = Vec::new();
-                while let Some(entry) = m.first_entry() {
-                    if !pred(entry.key()) {
-                        break;
-                    }
-                    taken.push(entry.remove_entry());
+        self.change(key, ns, |m| {
+            let mut taken = Vec::new();
+            while let Some(entry) = m.first_entry() {
+                if !pred(entry.key()) {
+                    break;
                 }
-                if m.is_empty() {
-                    t.map.remove(slot);
-                }
-                Ok(taken)
+                taken.push(entry.remove_entry());
             }
-        }
+            taken
+        })
     }
 
     /// Removes every entry of (key, namespace).
     pub fn clear(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<(), StateError> {
-        match &mut self.0 {
-            MapInner::Heap(t) => {
-                t.map.remove(SlotRef::new(key, ns));
-                Ok(())
-            }
-        }
+        let v = &mut self.0;
+        v.table
+            .remove(v.store, SlotRef::new(key, ns), v.now)
+            .map(|_| ())
     }
 }
 

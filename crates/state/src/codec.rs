@@ -204,6 +204,25 @@ impl<A: StateValue, B: StateValue, C: StateValue> StateValue for (A, B, C) {
     }
 }
 
+impl<K: MapKey, V: StateValue> StateValue for std::collections::BTreeMap<K, V> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.len() as u64);
+        for (k, v) in self {
+            k.encode(out);
+            v.encode(out);
+        }
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, String> {
+        let n = get_varint(input)? as usize;
+        let mut m = std::collections::BTreeMap::new();
+        for _ in 0..n {
+            let k = K::decode(input)?;
+            m.insert(k, V::decode(input)?);
+        }
+        Ok(m)
+    }
+}
+
 /// `i64` in big-endian with the sign bit flipped: byte order equals numeric order.
 pub fn put_ordered_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(&((v as u64) ^ (1 << 63)).to_be_bytes());

@@ -1,10 +1,9 @@
-//! The heap backend's tables: hash maps from (key group, key, namespace) to typed values.
+//! The hash map under every state table: (key group, key, namespace) → value.
 //!
 //! Values stay as Rust values (no serialization on access); a lookup borrows the key and
 //! namespace bytes without allocating (hashbrown's `Equivalent`), and only inserting a new
 //! (key, namespace) allocates.
 
-use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use std::hash::BuildHasher;
@@ -112,24 +111,6 @@ impl<V> SlotMap<V> {
             .map(|(_, v)| v)
     }
 
-    /// The value of `slot`, inserting `default()` first if absent.
-    pub(crate) fn get_or_insert_with(
-        &mut self,
-        slot: SlotRef<'_>,
-        default: impl FnOnce() -> V,
-    ) -> &mut V {
-        let h = self.hash(slot);
-        let hasher = &self.hasher;
-        match self.table.entry(
-            h,
-            |(k, _)| slot.equivalent(k),
-            |(k, _)| hasher.hash_one(k.as_ref()),
-        ) {
-            Entry::Occupied(e) => &mut e.into_mut().1,
-            Entry::Vacant(e) => &mut e.insert((slot.to_owned(), default())).into_mut().1,
-        }
-    }
-
     /// Like [`Self::get_or_insert_with`], also saying whether the slot was inserted.
     pub(crate) fn get_or_insert_flagged(
         &mut self,
@@ -167,72 +148,30 @@ impl<V> SlotMap<V> {
     }
 
     pub(crate) fn remove(&mut self, slot: SlotRef<'_>) -> Option<V> {
-        self.remove_entry(slot).map(|(_, v)| v)
-    }
-
-    /// Removes the entry, handing back its owned slot so it can be reinserted without
-    /// allocating.
-    pub(crate) fn remove_entry(&mut self, slot: SlotRef<'_>) -> Option<(Slot, V)> {
         let h = self.hash(slot);
         self.table
             .find_entry(h, |(k, _)| slot.equivalent(k))
             .ok()
-            .map(|e| e.remove().0)
-    }
-
-    /// Inserts an entry whose slot is known to be absent.
-    pub(crate) fn insert_owned(&mut self, slot: Slot, value: V) {
-        let h = self.hash(slot.as_ref());
-        let hasher = &self.hasher;
-        self.table
-            .insert_unique(h, (slot, value), |(k, _)| hasher.hash_one(k.as_ref()));
+            .map(|e| e.remove().0.1)
     }
 
     pub(crate) fn len(&self) -> usize {
         self.table.len()
     }
 
+    pub(crate) fn clear(&mut self) {
+        self.table.clear();
+    }
+
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Slot, &mut V) -> bool) {
+        self.table.retain(|(k, v)| keep(k, v));
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&Slot, &mut V)> {
+        self.table.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Slot, &V)> {
         self.table.iter().map(|(k, v)| (k, v))
-    }
-}
-
-/// Value state: one value per (key, namespace).
-#[derive(Debug)]
-pub(crate) struct ValueTable<V> {
-    pub(crate) map: SlotMap<V>,
-}
-
-/// List state: a list per (key, namespace).
-#[derive(Debug)]
-pub(crate) struct ListTable<V> {
-    pub(crate) map: SlotMap<Vec<V>>,
-}
-
-/// Map state: an ordered map per (key, namespace).
-#[derive(Debug)]
-pub(crate) struct MapTable<K, V> {
-    pub(crate) map: SlotMap<BTreeMap<K, V>>,
-}
-
-impl<V> Default for ValueTable<V> {
-    fn default() -> Self {
-        Self {
-            map: SlotMap::default(),
-        }
-    }
-}
-impl<V> Default for ListTable<V> {
-    fn default() -> Self {
-        Self {
-            map: SlotMap::default(),
-        }
-    }
-}
-impl<K, V> Default for MapTable<K, V> {
-    fn default() -> Self {
-        Self {
-            map: SlotMap::default(),
-        }
     }
 }

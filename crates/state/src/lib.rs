@@ -16,8 +16,10 @@
 //! - [`keys`]: [`KeyRef`] (a record's key) and [`Window`] (the usual namespace).
 //! - [`codec`]: encodings of state values and ordered map keys.
 //! - [`backend`]: the backend, typed state ids and views.
-//! - [`heap`]: the heap backend's tables.
-//! - [`timers`]: the timer service and watermark holds.
+//! - [`heap`]: the hash map under every table.
+//! - [`table`]: a state's table: all in memory (heap), or a write-back cache over RocksDB.
+//! - [`store`]: the RocksDB database of a subtask: column families, key layout, batches.
+//! - [`timers`]: the timer service and watermark holds, in memory or in RocksDB.
 //! - [`error`]: what can go wrong ([`StateError`]).
 //!
 //! # Example
@@ -31,8 +33,8 @@
 //! let window = Window::new(0, 10_000);
 //! let ns = window.to_namespace();
 //! state.value(&counts).modify(key, &ns, || 0, |c| *c += 1).unwrap();
-//! state.timers().set(TimeDomain::EventTime, window.max_timestamp(), key, &ns, None);
-//! let fired = state.timers().pop_due(TimeDomain::EventTime, 9_999).unwrap();
+//! state.timers().set(TimeDomain::EventTime, window.max_timestamp(), key, &ns, None).unwrap();
+//! let fired = state.timers().pop_due(TimeDomain::EventTime, 9_999).unwrap().unwrap();
 //! assert_eq!(state.value(&counts).remove(fired.key(), &fired.namespace).unwrap(), Some(1));
 //! ```
 
@@ -42,13 +44,23 @@ pub mod error;
 pub mod heap;
 pub mod key_groups;
 pub mod keys;
+pub mod store;
+pub mod table;
 pub mod timers;
+
+#[cfg(test)]
+mod conformance;
+
+/// A clock in epoch milliseconds (processing time, for TTL).
+pub type Clock = std::sync::Arc<dyn Fn() -> i64 + Send + Sync>;
 
 pub use backend::{
     AggregatingId, AggregatingState, Aggregator, KeyedStateBackend, ListId, ListState, MapId,
-    MapState, ValueId, ValueState,
+    MapState, StateOptions, ValueId, ValueState, system_clock,
 };
 pub use codec::{MapKey, StateValue};
 pub use error::StateError;
 pub use keys::{KeyRef, NO_NAMESPACE, Window};
-pub use timers::{TimeDomain, Timer, TimerService};
+pub use rocksdb::Cache as BlockCache;
+pub use store::{Compression, RocksConfig, StoreCounters};
+pub use timers::{HeapTimers, RocksTimers, TimeDomain, Timer, TimerService};

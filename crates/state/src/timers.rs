@@ -3,15 +3,21 @@
 //!
 //! Timers are ordered by (time, key group, key, namespace), so the due ones come out first
 //! without looking at the others: setting, deleting and firing a timer cost O(log n), whatever
-//! the number pending. A timer may carry a *hold*, an output timestamp earlier than its firing
+//! the number pending. The heap backend keeps them in a `BTreeMap`; the RocksDB backend in a
+//! column family whose keys sort the same way, so firing everything due is one ordered range
+//! read, and a set or delete is a blind write, through an in-memory overlay that absorbs a timer
+//! set and deleted again before it ever reaches RocksDB (a session window moving its end). A timer may carry a *hold*, an output timestamp earlier than its firing
 //! time that holds back the operator's output watermark until the timer fires or is deleted.
 //! Holds live in an ordered multiset beside the timers, so the minimum hold is read in
 //! O(log n) and never recomputed by scanning (lesson 3 of `DESIGN.md`: Beam's Flink runner
 //! scanned every timer on every set and lost 50–80% of its Nexmark throughput).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
+use crate::codec::{get_ordered_i64, get_varint, put_ordered_i64, put_varint};
+use crate::error::StateError;
 use crate::keys::KeyRef;
+use crate::store::{Store, TIMERS_CF};
 
 /// Which clock a timer follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,16 +50,16 @@ struct Queue {
     timers: BTreeMap<Timer, Option<i64>>,
 }
 
-/// The timers of one operator subtask.
+/// The timers of one operator subtask in memory (the heap backend).
 #[derive(Debug, Default)]
-pub struct TimerService {
+pub struct HeapTimers {
     event: Queue,
     processing: Queue,
     /// Hold time → number of pending timers holding it (an ordered multiset).
     holds: BTreeMap<i64, u64>,
 }
 
-impl TimerService {
+impl HeapTimers {
     pub fn new() -> Self {
         Self::default()
     }
@@ -186,6 +192,559 @@ impl TimerService {
     }
 }
 
+/// Timers fetched per range read.
+const FETCH: usize = 1024;
+/// Overlay entries before they are written to RocksDB anyway.
+const OVERLAY_LIMIT: usize = 65_536;
+
+fn domain_byte(domain: TimeDomain) -> u8 {
+    match domain {
+        TimeDomain::EventTime => 0,
+        TimeDomain::ProcessingTime => 1,
+    }
+}
+
+/// `[domain][time, ordered][group u16 BE][varint key length][key][namespace]`.
+fn timer_key(domain: TimeDomain, timer: &Timer) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12 + timer.key.len() + timer.namespace.len());
+    out.push(domain_byte(domain));
+    put_ordered_i64(&mut out, timer.time);
+    out.extend_from_slice(&(timer.key_group as u16).to_be_bytes());
+    put_varint(&mut out, timer.key.len() as u64);
+    out.extend_from_slice(&timer.key);
+    out.extend_from_slice(&timer.namespace);
+    out
+}
+
+fn decode_timer(mut bytes: &[u8]) -> Result<(TimeDomain, Timer), String> {
+    let (&d, rest) = bytes.split_first().ok_or("empty timer key")?;
+    bytes = rest;
+    let domain = if d == 0 {
+        TimeDomain::EventTime
+    } else {
+        TimeDomain::ProcessingTime
+    };
+    let time = get_ordered_i64(&mut bytes)?;
+    if bytes.len() < 2 {
+        return Err("short timer key".into());
+    }
+    let group = u16::from_be_bytes([bytes[0], bytes[1]]) as u32;
+    bytes = &bytes[2..];
+    let n = get_varint(&mut bytes)? as usize;
+    if bytes.len() < n {
+        return Err("short timer key".into());
+    }
+    let (key, ns) = bytes.split_at(n);
+    Ok((
+        domain,
+        Timer {
+            time,
+            key_group: group,
+            key: key.into(),
+            namespace: ns.into(),
+        },
+    ))
+}
+
+fn encode_hold(hold: Option<i64>) -> Vec<u8> {
+    hold.map_or_else(Vec::new, |h| h.to_le_bytes().to_vec())
+}
+
+fn decode_hold(bytes: &[u8]) -> Option<i64> {
+    <[u8; 8]>::try_from(bytes).ok().map(i64::from_le_bytes)
+}
+
+/// A timer read from RocksDB and due: its key, the timer, its hold.
+type DueTimer = (Vec<u8>, Timer, Option<i64>);
+
+/// The timers of one operator subtask in RocksDB.
+#[derive(Debug)]
+pub struct RocksTimers {
+    /// Changes not yet written: `Some(hold)` sets, `None` deletes.
+    overlay: BTreeMap<(u8, Timer), Option<Option<i64>>>,
+    /// Due timers already read (and deleted) from RocksDB, per domain, in RocksDB key order,
+    /// with their keys.
+    due: [VecDeque<DueTimer>; 2],
+    /// Per domain, the RocksDB key just after the last timer read: reads resume here, so they
+    /// never step over the tombstones of timers already fired (a RocksDB queue read from its
+    /// start would, and slow down with every timer ever fired). Timers set below it go straight
+    /// to `due`.
+    frontier: [Vec<u8>; 2],
+    /// The time of the frontier per domain: timers later than it skip the key comparison.
+    frontier_time: [i64; 2],
+    /// Timer keys ever written to RocksDB: deleting a timer that only ever lived in the overlay
+    /// just forgets it, with no tombstone.
+    written: crate::table::Written,
+    /// Hold time → pending timers holding it.
+    holds: BTreeMap<i64, u64>,
+}
+
+impl Default for RocksTimers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RocksTimers {
+    pub fn new() -> Self {
+        Self {
+            overlay: BTreeMap::new(),
+            due: [VecDeque::new(), VecDeque::new()],
+            frontier: [Vec::new(), Vec::new()],
+            frontier_time: [i64::MIN, i64::MIN],
+            written: crate::table::Written::new(true),
+            holds: BTreeMap::new(),
+        }
+    }
+
+    /// Timers of a reopened store, with the holds rebuilt in one pass over them (once, on
+    /// restore; never per record or per watermark).
+    pub fn rebuild(store: &Store) -> Result<Self, StateError> {
+        let mut t = Self::new();
+        // Timers written before the reopen are unknown to the filter: assume any may exist.
+        t.written = crate::table::Written::new(false);
+        let mut from = vec![0u8];
+        loop {
+            let chunk = store.range(TIMERS_CF, &from, &[0xff; 16], FETCH)?;
+            let Some((last, _)) = chunk.last() else { break };
+            let mut next = last.clone();
+            next.push(0);
+            for (_, value) in &chunk {
+                if let Some(h) = decode_hold(value) {
+                    *t.holds.entry(h).or_insert(0) += 1;
+                }
+            }
+            from = next;
+        }
+        Ok(t)
+    }
+
+    fn add_hold(&mut self, hold: Option<i64>) {
+        if let Some(h) = hold {
+            *self.holds.entry(h).or_insert(0) += 1;
+        }
+    }
+
+    fn release_hold(&mut self, hold: Option<i64>) {
+        if let Some(h) = hold {
+            if let Some(n) = self.holds.get_mut(&h) {
+                *n -= 1;
+                if *n == 0 {
+                    self.holds.remove(&h);
+                }
+            }
+        }
+    }
+
+    /// The hold of a pending timer: from the overlay, else one point read.
+    fn current_hold(
+        &self,
+        store: &Store,
+        domain: TimeDomain,
+        timer: &Timer,
+    ) -> Result<Option<i64>, StateError> {
+        if let Some(change) = self.overlay.get(&(domain_byte(domain), timer.clone())) {
+            return Ok(change.flatten());
+        }
+        Ok(store
+            .get(TIMERS_CF, &timer_key(domain, timer))?
+            .and_then(|v| decode_hold(&v)))
+    }
+
+    /// Where a timer (by its RocksDB key) sits in the fetched list, if reading has passed its
+    /// place.
+    fn due_position(
+        &self,
+        domain: TimeDomain,
+        time: i64,
+        key: impl FnOnce() -> Vec<u8>,
+    ) -> Option<(Vec<u8>, Result<usize, usize>)> {
+        let d = domain_byte(domain) as usize;
+        if self.frontier[d].is_empty() || time > self.frontier_time[d] {
+            return None;
+        }
+        let key = key();
+        let passed = key < self.frontier[d];
+        if !passed {
+            return None;
+        }
+        let pos = self.due[d].binary_search_by(|(k, _, _)| k.as_slice().cmp(&key));
+        Some((key, pos))
+    }
+
+    fn set(
+        &mut self,
+        store: &Store,
+        domain: TimeDomain,
+        timer: Timer,
+        hold: Option<i64>,
+    ) -> Result<(), StateError> {
+        if let Some((key, pos)) =
+            self.due_position(domain, timer.time, || timer_key(domain, &timer))
+        {
+            let due = &mut self.due[domain_byte(domain) as usize];
+            let previous = match pos {
+                Ok(i) => Some(std::mem::replace(&mut due[i].2, hold)),
+                Err(i) => {
+                    due.insert(i, (key, timer, hold));
+                    None
+                }
+            };
+            self.release_hold(previous.flatten());
+            self.add_hold(hold);
+            return Ok(());
+        }
+        // Holds are tracked exactly; the previous hold is only looked up when holds are in use.
+        if hold.is_some() || !self.holds.is_empty() {
+            let previous = self.current_hold(store, domain, &timer)?;
+            self.release_hold(previous);
+        }
+        self.add_hold(hold);
+        self.overlay
+            .insert((domain_byte(domain), timer), Some(hold));
+        if self.overlay.len() >= OVERLAY_LIMIT {
+            self.flush(store)?;
+        }
+        Ok(())
+    }
+
+    fn delete(
+        &mut self,
+        store: &Store,
+        domain: TimeDomain,
+        timer: Timer,
+    ) -> Result<(), StateError> {
+        match self
+            .due_position(domain, timer.time, || timer_key(domain, &timer))
+            .map(|(_, p)| p)
+        {
+            Some(Ok(i)) => {
+                if let Some((_, _, hold)) = self.due[domain_byte(domain) as usize].remove(i) {
+                    self.release_hold(hold);
+                }
+                return Ok(());
+            }
+            // Below the read frontier and not due: already fired, or never set.
+            Some(Err(_)) => return Ok(()),
+            None => {}
+        }
+        if !self.holds.is_empty() {
+            let previous = self.current_hold(store, domain, &timer)?;
+            self.release_hold(previous);
+        }
+        let entry = (domain_byte(domain), timer);
+        if !self.written.may_contain(&entry) {
+            // Never written to RocksDB: forgetting it is the whole deletion.
+            self.overlay.remove(&entry);
+            return Ok(());
+        }
+        self.overlay.insert(entry, None);
+        if self.overlay.len() >= OVERLAY_LIMIT {
+            self.flush(store)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the overlay to RocksDB in one batch.
+    pub fn flush(&mut self, store: &Store) -> Result<(), StateError> {
+        if self.overlay.is_empty() {
+            return Ok(());
+        }
+        let overlay = std::mem::take(&mut self.overlay);
+        let mut writes = Vec::with_capacity(overlay.len());
+        for (entry, change) in overlay {
+            if change.is_some() {
+                self.written.insert(&entry);
+            }
+            let domain = if entry.0 == 0 {
+                TimeDomain::EventTime
+            } else {
+                TimeDomain::ProcessingTime
+            };
+            writes.push((timer_key(domain, &entry.1), change.map(encode_hold)));
+        }
+        store.write(TIMERS_CF, writes)
+    }
+
+    /// Reads the next due timers of `domain` up to `up_to` into `due`: the next chunk from
+    /// RocksDB (one range read from the frontier, removed from the store) merged with the
+    /// overlay's changes in the same key range. Timers set and fired while in the overlay never
+    /// reach RocksDB at all.
+    fn fetch(&mut self, store: &Store, domain: TimeDomain, up_to: i64) -> Result<(), StateError> {
+        let d = domain_byte(domain);
+        let mut from = vec![d];
+        put_ordered_i64(&mut from, i64::MIN);
+        if self.frontier[d as usize] > from {
+            from = self.frontier[d as usize].clone();
+        }
+        let mut to = vec![d];
+        match up_to.checked_add(1) {
+            Some(end) => put_ordered_i64(&mut to, end),
+            None => to = vec![d + 1],
+        }
+        let chunk = store.range(TIMERS_CF, &from, &to, FETCH)?;
+        // A full chunk may stop short of `up_to`: take overlay changes only up to where it
+        // stopped, so the merged order has no holes.
+        let limit = (chunk.len() == FETCH)
+            .then(|| chunk.last().map(|(k, _)| k.clone()))
+            .flatten();
+        let mut merged: BTreeMap<Vec<u8>, Option<(Timer, Option<i64>)>> = BTreeMap::new();
+        let mut deletes = Vec::with_capacity(chunk.len());
+        for (key, value) in chunk {
+            let (_, timer) = decode_timer(&key).map_err(|message| StateError::Codec {
+                state: TIMERS_CF.into(),
+                message,
+            })?;
+            merged.insert(key.clone(), Some((timer, decode_hold(&value))));
+            deletes.push((key, None));
+        }
+        let from_time = decode_timer(&from).map_or(i64::MIN, |(_, t)| t.time);
+        let start = (
+            d,
+            Timer {
+                time: from_time,
+                key_group: 0,
+                key: Box::new([]),
+                namespace: Box::new([]),
+            },
+        );
+        let mut taken = Vec::new();
+        for ((od, timer), change) in self.overlay.range(start..) {
+            if *od != d || timer.time > up_to {
+                break;
+            }
+            let key = timer_key(domain, timer);
+            if key < from || limit.as_ref().is_some_and(|l| key > *l) {
+                continue;
+            }
+            taken.push((*od, timer.clone()));
+            merged.insert(key, change.map(|hold| (timer.clone(), hold)));
+        }
+        for k in taken {
+            self.overlay.remove(&k);
+        }
+        for (key, entry) in merged {
+            let mut next = key.clone();
+            next.push(0);
+            self.frontier[d as usize] = next;
+            self.frontier_time[d as usize] = decode_timer(&key).map_or(i64::MAX, |(_, t)| t.time);
+            if let Some((timer, hold)) = entry {
+                self.due[d as usize].push_back((key, timer, hold));
+            }
+        }
+        store.write(TIMERS_CF, deletes)
+    }
+
+    fn pop_due(
+        &mut self,
+        store: &Store,
+        domain: TimeDomain,
+        up_to: i64,
+    ) -> Result<Option<Timer>, StateError> {
+        let d = domain_byte(domain) as usize;
+        if self.due[d].is_empty() {
+            self.fetch(store, domain, up_to)?;
+        }
+        match self.due[d].front() {
+            Some((_, t, _)) if t.time <= up_to => {
+                let (_, timer, hold) = self.due[d].pop_front().expect("front exists");
+                self.release_hold(hold);
+                Ok(Some(timer))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn next_time(&mut self, store: &Store, domain: TimeDomain) -> Result<Option<i64>, StateError> {
+        let d = domain_byte(domain) as usize;
+        if let Some((_, t, _)) = self.due[d].front() {
+            return Ok(Some(t.time));
+        }
+        self.flush(store)?;
+        let from = vec![domain_byte(domain)];
+        let to = vec![domain_byte(domain) + 1];
+        let first = store.range(TIMERS_CF, &from, &to, 1)?;
+        Ok(match first.first() {
+            Some((key, _)) => Some(
+                decode_timer(key)
+                    .map_err(|message| StateError::Codec {
+                        state: TIMERS_CF.into(),
+                        message,
+                    })?
+                    .1
+                    .time,
+            ),
+            None => None,
+        })
+    }
+
+    fn len(&mut self, store: &Store, domain: TimeDomain) -> Result<usize, StateError> {
+        self.flush(store)?;
+        let d = domain_byte(domain);
+        let mut n = self.due[d as usize].len();
+        let mut from = vec![d];
+        loop {
+            let chunk = store.range(TIMERS_CF, &from, &[d + 1], FETCH)?;
+            let Some((last, _)) = chunk.last() else { break };
+            n += chunk.len();
+            from = last.clone();
+            from.push(0);
+        }
+        Ok(n)
+    }
+}
+
+/// The timers of a backend: in memory or in RocksDB.
+#[derive(Debug)]
+pub(crate) enum Timers {
+    Heap(HeapTimers),
+    Rocks(RocksTimers),
+}
+
+/// A view of a backend's timers (see the module documentation).
+pub struct TimerService<'a> {
+    timers: &'a mut Timers,
+    store: Option<&'a Store>,
+}
+
+impl<'a> TimerService<'a> {
+    pub(crate) fn new(timers: &'a mut Timers, store: Option<&'a Store>) -> Self {
+        Self { timers, store }
+    }
+
+    fn rocks(&mut self) -> Option<(&mut RocksTimers, &Store)> {
+        match (&mut *self.timers, self.store) {
+            (Timers::Rocks(t), Some(s)) => Some((t, s)),
+            _ => None,
+        }
+    }
+
+    /// Sets a timer. Setting the same (domain, time, key, namespace) again replaces its hold;
+    /// it still fires once.
+    pub fn set(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        key: KeyRef<'_>,
+        namespace: &[u8],
+        hold: Option<i64>,
+    ) -> Result<(), StateError> {
+        if let Some((t, s)) = self.rocks() {
+            let timer = Timer {
+                time,
+                key_group: key.group,
+                key: key.bytes.into(),
+                namespace: namespace.into(),
+            };
+            return t.set(s, domain, timer, hold);
+        }
+        if let Timers::Heap(t) = &mut *self.timers {
+            t.set(domain, time, key, namespace, hold);
+        }
+        Ok(())
+    }
+
+    /// Deletes a timer if it is pending.
+    pub fn delete(
+        &mut self,
+        domain: TimeDomain,
+        time: i64,
+        key: KeyRef<'_>,
+        namespace: &[u8],
+    ) -> Result<(), StateError> {
+        if let Some((t, s)) = self.rocks() {
+            let timer = Timer {
+                time,
+                key_group: key.group,
+                key: key.bytes.into(),
+                namespace: namespace.into(),
+            };
+            return t.delete(s, domain, timer);
+        }
+        if let Timers::Heap(t) = &mut *self.timers {
+            t.delete(domain, time, key, namespace);
+        }
+        Ok(())
+    }
+
+    /// Removes and returns the earliest timer with time ≤ `up_to`, if any.
+    pub fn pop_due(&mut self, domain: TimeDomain, up_to: i64) -> Result<Option<Timer>, StateError> {
+        if let Some((t, s)) = self.rocks() {
+            return t.pop_due(s, domain, up_to);
+        }
+        match &mut *self.timers {
+            Timers::Heap(t) => Ok(t.pop_due(domain, up_to)),
+            Timers::Rocks(_) => Err(StateError::Storage("the RocksDB store is closed".into())),
+        }
+    }
+
+    /// The earliest pending time in `domain`.
+    pub fn next_time(&mut self, domain: TimeDomain) -> Result<Option<i64>, StateError> {
+        if let Some((t, s)) = self.rocks() {
+            return t.next_time(s, domain);
+        }
+        match &*self.timers {
+            Timers::Heap(t) => Ok(t.next_time(domain)),
+            Timers::Rocks(_) => Ok(None),
+        }
+    }
+
+    /// The least hold of all pending timers.
+    pub fn min_hold(&self) -> Option<i64> {
+        match &*self.timers {
+            Timers::Heap(t) => t.min_hold(),
+            Timers::Rocks(t) => t.holds.first_key_value().map(|(h, _)| *h),
+        }
+    }
+
+    /// The operator's output watermark for an input watermark: held back by pending holds.
+    pub fn output_watermark(&self, input: i64) -> i64 {
+        self.min_hold()
+            .map_or(input, |h| input.min(h.saturating_sub(1)))
+    }
+
+    /// Pending timers of `domain` (O(n) for RocksDB: for tests and metrics).
+    pub fn len(&mut self, domain: TimeDomain) -> Result<usize, StateError> {
+        if let Some((t, s)) = self.rocks() {
+            return t.len(s, domain);
+        }
+        match &*self.timers {
+            Timers::Heap(t) => Ok(t.len(domain)),
+            Timers::Rocks(_) => Ok(0),
+        }
+    }
+
+    /// The minimum hold computed the naive way, by visiting every pending timer: what Beam's
+    /// Flink runner did on every timer set and delete. weir never calls this; it exists as the
+    /// baseline arm of `weir bench timers`, which shows what the ordered multiset saves.
+    pub fn min_hold_by_scan(&mut self) -> Result<Option<i64>, StateError> {
+        if let Some((t, s)) = self.rocks() {
+            t.flush(s)?;
+            let mut min = t.due.iter().flatten().filter_map(|(_, _, h)| *h).min();
+            let mut from = vec![0u8];
+            loop {
+                let chunk = s.range(TIMERS_CF, &from, &[0xff; 16], FETCH)?;
+                let Some((last, _)) = chunk.last() else { break };
+                for (_, v) in &chunk {
+                    if let Some(h) = decode_hold(v) {
+                        min = Some(min.map_or(h, |m: i64| m.min(h)));
+                    }
+                }
+                from = last.clone();
+                from.push(0);
+            }
+            return Ok(min);
+        }
+        match &*self.timers {
+            Timers::Heap(t) => Ok(t.iter().filter_map(|(_, _, h)| h).min()),
+            Timers::Rocks(_) => Ok(None),
+        }
+    }
+
+    pub fn is_empty(&mut self) -> Result<bool, StateError> {
+        Ok(self.len(TimeDomain::EventTime)? == 0 && self.len(TimeDomain::ProcessingTime)? == 0)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +787,7 @@ mod tests {
     fn timers_match_a_sorted_list_model_on_random_operations() {
         for seed in 1..=8u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let mut service = TimerService::new();
+            let mut service = HeapTimers::new();
             let mut model = Model::default();
             let mut watermark = 0i64;
             for _ in 0..4000 {
@@ -287,7 +846,7 @@ mod tests {
 
     #[test]
     fn holds_keep_the_output_watermark_back_until_their_timer_goes() {
-        let mut s = TimerService::new();
+        let mut s = HeapTimers::new();
         let key = KeyRef::new(0, b"k");
         s.set(TimeDomain::EventTime, 100, key, b"", Some(40));
         assert_eq!(s.output_watermark(90), 39);
@@ -303,7 +862,7 @@ mod tests {
 
     #[test]
     fn domains_are_separate() {
-        let mut s = TimerService::new();
+        let mut s = HeapTimers::new();
         let key = KeyRef::new(1, b"k");
         s.set(TimeDomain::ProcessingTime, 5, key, b"", None);
         assert!(s.pop_due(TimeDomain::EventTime, i64::MAX).is_none());

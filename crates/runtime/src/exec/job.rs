@@ -28,6 +28,9 @@ pub struct RunningJob {
     ids: Vec<TaskId>,
     metrics: Arc<JobMetrics>,
     stop: CancellationToken,
+    /// The run's RocksDB working directory: each database removes its own directory when it
+    /// closes; this removes what is left.
+    state_dir: Option<std::path::PathBuf>,
 }
 
 /// Starts a planned job on the current tokio runtime.
@@ -56,6 +59,7 @@ pub fn start(plan: &Plan) -> Result<RunningJob, JobError> {
         ids,
         metrics: instantiated.metrics,
         stop,
+        state_dir: plan.state_dir.clone(),
     })
 }
 
@@ -72,6 +76,22 @@ impl RunningJob {
 
     /// Waits for the job to end.
     pub async fn wait(mut self) -> Result<JobSummary, JobError> {
+        let result = self.wait_tasks().await;
+        if let Some(dir) = &self.state_dir {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove the run's state directory");
+                }
+            }
+            // The job's directory too, once no run of it is left.
+            if let Some(parent) = dir.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+        result
+    }
+
+    async fn wait_tasks(&mut self) -> Result<JobSummary, JobError> {
         let mut secondary: Option<JobError> = None;
         while let Some(joined) = self.tasks.join_next().await {
             let failure = match joined {

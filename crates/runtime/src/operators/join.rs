@@ -223,14 +223,19 @@ impl Operator for Join {
                 match earliest {
                     Some((t, _)) if t <= keep_until => {}
                     Some((t, _)) => {
-                        let timers = self.state.timers();
-                        timers.delete(TimeDomain::EventTime, t, key, &ns);
-                        timers.set(TimeDomain::EventTime, keep_until, key, &ns, None);
+                        let mut timers = self.state.timers();
+                        timers
+                            .delete(TimeDomain::EventTime, t, key, &ns)
+                            .map_err(state_error)?;
+                        timers
+                            .set(TimeDomain::EventTime, keep_until, key, &ns, None)
+                            .map_err(state_error)?;
                     }
                     None => {
                         self.state
                             .timers()
-                            .set(TimeDomain::EventTime, keep_until, key, &ns, None);
+                            .set(TimeDomain::EventTime, keep_until, key, &ns, None)
+                            .map_err(state_error)?;
                     }
                 }
             }
@@ -263,6 +268,7 @@ impl Operator for Join {
             .state
             .timers()
             .pop_due(TimeDomain::EventTime, watermark)
+            .map_err(state_error)?
         {
             let side = usize::from(timer.namespace.first().copied().unwrap_or(0)).min(1);
             let mut side_state = self.state.map(&self.sides[side]);
@@ -274,13 +280,16 @@ impl Operator for Join {
                 .first_key(timer.key(), NO_NAMESPACE)
                 .map_err(state_error)?;
             if let Some((until, _)) = next {
-                self.state.timers().set(
-                    TimeDomain::EventTime,
-                    until,
-                    timer.key(),
-                    &timer.namespace,
-                    None,
-                );
+                self.state
+                    .timers()
+                    .set(
+                        TimeDomain::EventTime,
+                        until,
+                        timer.key(),
+                        &timer.namespace,
+                        None,
+                    )
+                    .map_err(state_error)?;
             }
         }
         Ok(watermark)

@@ -103,7 +103,8 @@ impl Operator for OverAggregate {
                 .map_err(state_error)?;
             self.state
                 .timers()
-                .set(TimeDomain::EventTime, t, key, NO_NAMESPACE, None);
+                .set(TimeDomain::EventTime, t, key, NO_NAMESPACE, None)
+                .map_err(state_error)?;
         }
         if late > 0 {
             self.metrics.late_dropped.fetch_add(late, Ordering::Relaxed);
@@ -123,6 +124,7 @@ impl Operator for OverAggregate {
             .state
             .timers()
             .pop_due(TimeDomain::EventTime, watermark)
+            .map_err(state_error)?
         {
             let key = timer.key();
             let due = self

@@ -138,7 +138,8 @@ impl Operator for TopN {
             if created {
                 self.state
                     .timers()
-                    .set(TimeDomain::EventTime, f, key, &ns, None);
+                    .set(TimeDomain::EventTime, f, key, &ns, None)
+                    .map_err(state_error)?;
             }
         }
         if late > 0 {
@@ -158,6 +159,7 @@ impl Operator for TopN {
             .state
             .timers()
             .pop_due(TimeDomain::EventTime, watermark)
+            .map_err(state_error)?
         {
             let group = self
                 .state

@@ -106,39 +106,49 @@ impl WindowAggregate {
         window.max_timestamp().saturating_add(self.def.lateness) <= self.watermark
     }
 
-    fn set_timers(&mut self, key: KeyRef<'_>, window: &Window) {
+    fn set_timers(&mut self, key: KeyRef<'_>, window: &Window) -> Result<(), OperatorError> {
         let ns = window.to_namespace();
-        let timers = self.state.timers();
-        timers.set(
-            TimeDomain::EventTime,
-            window.max_timestamp(),
-            key,
-            &ns,
-            None,
-        );
-        if self.def.lateness > 0 {
-            timers.set(
+        let mut timers = self.state.timers();
+        timers
+            .set(
                 TimeDomain::EventTime,
-                window.max_timestamp().saturating_add(self.def.lateness),
+                window.max_timestamp(),
                 key,
                 &ns,
                 None,
-            );
+            )
+            .map_err(state_error)?;
+        if self.def.lateness > 0 {
+            timers
+                .set(
+                    TimeDomain::EventTime,
+                    window.max_timestamp().saturating_add(self.def.lateness),
+                    key,
+                    &ns,
+                    None,
+                )
+                .map_err(state_error)?;
         }
+        Ok(())
     }
 
-    fn delete_timers(&mut self, key: KeyRef<'_>, window: &Window) {
+    fn delete_timers(&mut self, key: KeyRef<'_>, window: &Window) -> Result<(), OperatorError> {
         let ns = window.to_namespace();
-        let timers = self.state.timers();
-        timers.delete(TimeDomain::EventTime, window.max_timestamp(), key, &ns);
+        let mut timers = self.state.timers();
+        timers
+            .delete(TimeDomain::EventTime, window.max_timestamp(), key, &ns)
+            .map_err(state_error)?;
         if self.def.lateness > 0 {
-            timers.delete(
-                TimeDomain::EventTime,
-                window.max_timestamp().saturating_add(self.def.lateness),
-                key,
-                &ns,
-            );
+            timers
+                .delete(
+                    TimeDomain::EventTime,
+                    window.max_timestamp().saturating_add(self.def.lateness),
+                    key,
+                    &ns,
+                )
+                .map_err(state_error)?;
         }
+        Ok(())
     }
 
     fn add_to_windows(
@@ -168,7 +178,7 @@ impl WindowAggregate {
                 None
             };
             if created {
-                self.set_timers(key, w);
+                self.set_timers(key, w)?;
             }
             if let Some(accs) = refire {
                 self.pending.push((key.bytes.into(), *w, accs));
@@ -224,11 +234,11 @@ impl WindowAggregate {
             .map_err(state_error)??;
         for w in &merged_away {
             if *w != merged {
-                self.delete_timers(key, w);
+                self.delete_timers(key, w)?;
             }
         }
         if !merged_away.contains(&merged) {
-            self.set_timers(key, &merged);
+            self.set_timers(key, &merged)?;
         }
         if let Some(accs) = fired {
             self.pending.push((key.bytes.into(), merged, accs));
@@ -368,6 +378,7 @@ impl Operator for WindowAggregate {
             .state
             .timers()
             .pop_due(TimeDomain::EventTime, watermark)
+            .map_err(state_error)?
         {
             self.on_timer(timer)?;
             if self.pending.len() >= 4096 {
@@ -398,7 +409,39 @@ mod tests {
         ]))
     }
 
-    fn operator(window: WindowSpec, lateness: i64) -> (WindowAggregate, Arc<SubtaskMetrics>) {
+    /// The backends every test runs on: the heap, and RocksDB with a 2-entry cache (so state
+    /// really goes through the store).
+    fn backends() -> Vec<(&'static str, Option<tempfile::TempDir>)> {
+        vec![
+            ("heap", None),
+            ("rocksdb", Some(tempfile::tempdir().unwrap())),
+        ]
+    }
+
+    fn backend(dir: &Option<tempfile::TempDir>) -> KeyedStateBackend {
+        let range = KeyGroupRange::of_subtask(0, 128, 1);
+        match dir {
+            None => KeyedStateBackend::heap(128, range),
+            Some(d) => KeyedStateBackend::rocksdb(
+                128,
+                range,
+                weir_state::RocksConfig {
+                    path: d.path().join("db"),
+                    block_cache: weir_state::RocksConfig::shared_block_cache(1 << 20),
+                    write_buffer: 1 << 20,
+                    compression: weir_state::Compression::None,
+                    cache_entries: 2,
+                },
+            )
+            .unwrap(),
+        }
+    }
+
+    fn operator(
+        window: WindowSpec,
+        lateness: i64,
+        dir: &Option<tempfile::TempDir>,
+    ) -> (WindowAggregate, Arc<SubtaskMetrics>) {
         let schema = input_schema();
         let keys = Arc::new(KeySelector::new(
             vec![Expr::compile("k", &schema).unwrap()],
@@ -418,7 +461,7 @@ mod tests {
             schema: out,
         });
         let metrics = Arc::new(SubtaskMetrics::default());
-        let state = KeyedStateBackend::heap(128, KeyGroupRange::of_subtask(0, 128, 1));
+        let state = backend(dir);
         let op = WindowAggregate::new(def, KeyEncoder::new(keys).unwrap(), state, metrics.clone())
             .unwrap();
         (op, metrics)
@@ -471,92 +514,99 @@ mod tests {
 
     #[test]
     fn windows_fire_when_the_watermark_reaches_their_end_and_empty_ones_never() {
-        let (mut op, _) = operator(tumbling(10), 0);
-        let mut out = Vec::new();
-        op.process_batch(
-            0,
-            batch(&[("a", 1, 1), ("a", 5, 2), ("b", 12, 10), ("a", 35, 4)]),
-            &mut out,
-        )
-        .unwrap();
-        assert!(out.is_empty());
-        op.process_watermark(8, &mut out).unwrap();
-        assert!(out.is_empty(), "[0, 10) is complete only at 9");
-        op.process_watermark(9, &mut out).unwrap();
-        assert_eq!(rows(&out), vec![("a".into(), 0, 10, 2, 3)]);
-        out.clear();
-        // One watermark jumps over several windows: each fires once, in time order; the empty
-        // window [20, 30) produces nothing.
-        op.process_watermark(1_000, &mut out).unwrap();
-        assert_eq!(
-            rows(&out),
-            vec![("b".into(), 10, 20, 1, 10), ("a".into(), 30, 40, 1, 4)]
-        );
-        assert_eq!(op.state.entries(), 0, "fired windows leave no state");
-        assert!(op.state.timers().is_empty());
+        for (name, dir) in backends() {
+            let (mut op, _) = operator(tumbling(10), 0, &dir);
+            let mut out = Vec::new();
+            op.process_batch(
+                0,
+                batch(&[("a", 1, 1), ("a", 5, 2), ("b", 12, 10), ("a", 35, 4)]),
+                &mut out,
+            )
+            .unwrap();
+            assert!(out.is_empty());
+            op.process_watermark(8, &mut out).unwrap();
+            assert!(out.is_empty(), "[0, 10) is complete only at 9");
+            op.process_watermark(9, &mut out).unwrap();
+            assert_eq!(rows(&out), vec![("a".into(), 0, 10, 2, 3)]);
+            out.clear();
+            // One watermark jumps over several windows: each fires once, in time order; the empty
+            // window [20, 30) produces nothing.
+            op.process_watermark(1_000, &mut out).unwrap();
+            assert_eq!(
+                rows(&out),
+                vec![("b".into(), 10, 20, 1, 10), ("a".into(), 30, 40, 1, 4)]
+            );
+            assert_eq!(
+                op.state.entries(),
+                0,
+                "{name}: fired windows leave no state"
+            );
+            assert!(op.state.timers().is_empty().unwrap());
+        }
     }
 
     #[test]
     fn late_records_within_lateness_update_and_re_emit_and_later_ones_are_dropped() {
-        let (mut op, metrics) = operator(tumbling(10), 5);
-        let mut out = Vec::new();
-        op.process_batch(0, batch(&[("a", 3, 1)]), &mut out)
-            .unwrap();
-        op.process_watermark(9, &mut out).unwrap();
-        assert_eq!(rows(&out), vec![("a".into(), 0, 10, 1, 1)]);
-        out.clear();
-        // Late but within 5 ms of the window's end (9 + 5 = 14 > watermark 12): updates, re-emits.
-        op.process_watermark(12, &mut out).unwrap();
-        op.process_batch(0, batch(&[("a", 7, 2)]), &mut out)
-            .unwrap();
-        assert_eq!(rows(&out), vec![("a".into(), 0, 10, 2, 3)]);
-        out.clear();
-        // The state is cleaned up at 14; after that the window is gone and late records drop.
-        op.process_watermark(14, &mut out).unwrap();
-        assert!(out.is_empty());
-        op.process_batch(0, batch(&[("a", 8, 100)]), &mut out)
-            .unwrap();
-        assert!(out.is_empty());
-        assert_eq!(metrics.late_dropped.load(Ordering::Relaxed), 1);
-        assert_eq!(op.state.entries(), 0);
+        for (name, dir) in backends() {
+            let (mut op, metrics) = operator(tumbling(10), 5, &dir);
+            let mut out = Vec::new();
+            op.process_batch(0, batch(&[("a", 3, 1)]), &mut out)
+                .unwrap();
+            op.process_watermark(9, &mut out).unwrap();
+            assert_eq!(rows(&out), vec![("a".into(), 0, 10, 1, 1)]);
+            out.clear();
+            // Late but within 5 ms of the window's end (9 + 5 = 14 > watermark 12): updates, re-emits.
+            op.process_watermark(12, &mut out).unwrap();
+            op.process_batch(0, batch(&[("a", 7, 2)]), &mut out)
+                .unwrap();
+            assert_eq!(rows(&out), vec![("a".into(), 0, 10, 2, 3)]);
+            out.clear();
+            // The state is cleaned up at 14; after that the window is gone and late records drop.
+            op.process_watermark(14, &mut out).unwrap();
+            assert!(out.is_empty());
+            op.process_batch(0, batch(&[("a", 8, 100)]), &mut out)
+                .unwrap();
+            assert!(out.is_empty());
+            assert_eq!(metrics.late_dropped.load(Ordering::Relaxed), 1, "{name}");
+            assert_eq!(op.state.entries(), 0);
+        }
     }
 
     #[test]
     fn a_late_record_bridging_two_sessions_merges_them() {
-        let (mut op, _) = operator(
-            WindowSpec::Session {
-                gap: HumanDuration::from_millis(10),
-            },
-            0,
-        );
-        let mut out = Vec::new();
-        // Sessions [0, 10) and [15, 25) are apart; a record at 8 (arriving later) touches both.
-        op.process_batch(0, batch(&[("a", 0, 1), ("a", 15, 2)]), &mut out)
+        let session = || WindowSpec::Session {
+            gap: HumanDuration::from_millis(10),
+        };
+        for (name, dir) in backends() {
+            let (mut op, _) = operator(session(), 0, &dir);
+            let mut out = Vec::new();
+            // Sessions [0, 10) and [15, 25) are apart; a record at 8 (arriving later) touches
+            // both.
+            op.process_batch(0, batch(&[("a", 0, 1), ("a", 15, 2)]), &mut out)
+                .unwrap();
+            op.process_batch(0, batch(&[("a", 8, 4)]), &mut out)
+                .unwrap();
+            op.process_watermark(i64::MAX, &mut out).unwrap();
+            assert_eq!(rows(&out), vec![("a".into(), 0, 25, 3, 7)], "{name}");
+        }
+        for (name, dir) in backends() {
+            // Exactly the gap apart still merges (touching windows), one more splits.
+            let (mut op, _) = operator(session(), 0, &dir);
+            let mut out = Vec::new();
+            op.process_batch(
+                0,
+                batch(&[("b", 0, 1), ("b", 10, 1), ("b", 31, 1)]),
+                &mut out,
+            )
             .unwrap();
-        op.process_batch(0, batch(&[("a", 8, 4)]), &mut out)
-            .unwrap();
-        op.process_watermark(i64::MAX, &mut out).unwrap();
-        assert_eq!(rows(&out), vec![("a".into(), 0, 25, 3, 7)]);
-        // Exactly the gap apart still merges (touching windows), one more splits.
-        let (mut op, _) = operator(
-            WindowSpec::Session {
-                gap: HumanDuration::from_millis(10),
-            },
-            0,
-        );
-        let mut out = Vec::new();
-        op.process_batch(
-            0,
-            batch(&[("b", 0, 1), ("b", 10, 1), ("b", 31, 1)]),
-            &mut out,
-        )
-        .unwrap();
-        op.process_watermark(i64::MAX, &mut out).unwrap();
-        assert_eq!(
-            rows(&out),
-            vec![("b".into(), 0, 20, 2, 2), ("b".into(), 31, 41, 1, 1)]
-        );
-        assert_eq!(op.state.entries(), 0);
+            op.process_watermark(i64::MAX, &mut out).unwrap();
+            assert_eq!(
+                rows(&out),
+                vec![("b".into(), 0, 20, 2, 2), ("b".into(), 31, 41, 1, 1)],
+                "{name}"
+            );
+            assert_eq!(op.state.entries(), 0);
+        }
     }
 
     #[test]
@@ -565,15 +615,17 @@ mod tests {
             size: HumanDuration::from_millis(10),
             slide: HumanDuration::from_millis(5),
         };
-        let (mut op, _) = operator(spec, 0);
-        let mut out = Vec::new();
-        op.process_batch(0, batch(&[("a", 7, 1), ("a", 12, 1)]), &mut out)
-            .unwrap();
-        op.process_watermark(i64::MAX, &mut out).unwrap();
-        let got: BTreeMap<(i64, i64), i64> =
-            rows(&out).into_iter().map(|r| ((r.1, r.2), r.3)).collect();
-        let expected: BTreeMap<(i64, i64), i64> =
-            [((0, 10), 1), ((5, 15), 2), ((10, 20), 1)].into();
-        assert_eq!(got, expected);
+        for (name, dir) in backends() {
+            let (mut op, _) = operator(spec.clone(), 0, &dir);
+            let mut out = Vec::new();
+            op.process_batch(0, batch(&[("a", 7, 1), ("a", 12, 1)]), &mut out)
+                .unwrap();
+            op.process_watermark(i64::MAX, &mut out).unwrap();
+            let got: BTreeMap<(i64, i64), i64> =
+                rows(&out).into_iter().map(|r| ((r.1, r.2), r.3)).collect();
+            let expected: BTreeMap<(i64, i64), i64> =
+                [((0, 10), 1), ((5, 15), 2), ((10, 20), 1)].into();
+            assert_eq!(got, expected, "{name}");
+        }
     }
 }

@@ -169,13 +169,10 @@ impl Operator for WindowJoin {
                     })
                     .map_err(state_error)?;
                 if first {
-                    self.state.timers().set(
-                        TimeDomain::EventTime,
-                        w.max_timestamp(),
-                        key,
-                        &ns,
-                        None,
-                    );
+                    self.state
+                        .timers()
+                        .set(TimeDomain::EventTime, w.max_timestamp(), key, &ns, None)
+                        .map_err(state_error)?;
                 }
             }
         }
@@ -196,6 +193,7 @@ impl Operator for WindowJoin {
             .state
             .timers()
             .pop_due(TimeDomain::EventTime, watermark)
+            .map_err(state_error)?
         {
             let window =
                 Window::from_namespace(&timer.namespace).map_err(OperatorError::Internal)?;

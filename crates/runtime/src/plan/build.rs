@@ -8,12 +8,12 @@ use sqlparser::ast::SelectItem;
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
+use super::state::StateSettings;
 use super::{Factory, Plan, PlanEdge, PlanNode};
 use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
 use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
 use crate::connectors::sink;
 use crate::connectors::source::SourceFactory;
-use crate::connectors::source::SubtaskContext;
 use crate::exec::metrics::NodeRole;
 use crate::exec::task::EventTime;
 use crate::expr::Expr;
@@ -31,9 +31,7 @@ use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
 use crate::operators::window_join::{WindowJoin, WindowJoinDef};
 use crate::spec::load::{Dropped, LoadedJob, closest};
 use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
-use crate::spec::{JobSpec, SinkSpec, SourceSpec, StateBackendKind, TransformSpec};
-use weir_state::KeyedStateBackend;
-use weir_state::key_groups::KeyGroupRange;
+use crate::spec::{JobSpec, SinkSpec, SourceSpec, TransformSpec};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Section {
@@ -165,18 +163,6 @@ pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
         // With nodes left out, "feeds no sink" would mostly repeat their problems.
         check_reaches_a_sink(&defs, src, &mut problems);
     }
-    if spec.state.backend == StateBackendKind::Rocksdb
-        && spec
-            .transforms
-            .values()
-            .any(|t| matches!(t, TransformSpec::Aggregate(_)))
-    {
-        problems.push(src.at_value(
-            "/state/backend",
-            "the rocksdb backend is not available in this version of weir; use `heap`",
-        ));
-    }
-
     let mut compiled: Vec<Compiled> = (0..defs.len()).map(|_| Compiled::Failed).collect();
     for &i in &order {
         compiled[i] = compile(spec, &defs, &compiled, i, src, &mut problems);
@@ -835,6 +821,7 @@ fn assemble(
     order: &[usize],
 ) -> Plan {
     let job_parallelism = spec.parallelism as usize;
+    let settings = Arc::new(StateSettings::from_spec(spec));
     let virtual_def = |c: &Compiled| matches!(c, Compiled::KeyBy { .. } | Compiled::Union { .. });
 
     // The real producers behind an input (def, port), and the key partitioning on the way.
@@ -930,7 +917,9 @@ fn assemble(
                 calls,
             } => {
                 let out = schema.clone();
-                let key_groups = spec.key_groups;
+                let settings = settings.clone();
+                let node = def.name.to_string();
+                let ttl = state_ttl(def.transform);
                 let aggs = Arc::new(Accumulators { calls });
                 (
                     NodeRole::Operator,
@@ -941,13 +930,15 @@ fn assemble(
                             KeyEncoder::new(keys.clone())?,
                             aggs.clone(),
                             out.clone(),
-                            backend(key_groups, ctx),
+                            settings.backend(&node, ctx, ttl)?,
                         )?))
                     })),
                 )
             }
             Compiled::WindowAggregate { keys, def: d } => {
-                let key_groups = spec.key_groups;
+                let settings = settings.clone();
+                let node = def.name.to_string();
+                let ttl = state_ttl(def.transform);
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -956,14 +947,16 @@ fn assemble(
                         Ok(Box::new(WindowAggregate::new(
                             d.clone(),
                             KeyEncoder::new(keys.clone())?,
-                            backend(key_groups, ctx),
+                            settings.backend(&node, ctx, ttl)?,
                             ctx.metrics.clone(),
                         )?))
                     })),
                 )
             }
             Compiled::TopN { keys, def: d } => {
-                let key_groups = spec.key_groups;
+                let settings = settings.clone();
+                let node = def.name.to_string();
+                let ttl = state_ttl(def.transform);
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -972,14 +965,16 @@ fn assemble(
                         Ok(Box::new(TopN::new(
                             d.clone(),
                             KeyEncoder::new(keys.clone())?,
-                            backend(key_groups, ctx),
+                            settings.backend(&node, ctx, ttl)?,
                             ctx.metrics.clone(),
                         )?))
                     })),
                 )
             }
             Compiled::OverAggregate { keys, def: d } => {
-                let key_groups = spec.key_groups;
+                let settings = settings.clone();
+                let node = def.name.to_string();
+                let ttl = state_ttl(def.transform);
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -988,14 +983,16 @@ fn assemble(
                         Ok(Box::new(OverAggregate::new(
                             d.clone(),
                             KeyEncoder::new(keys.clone())?,
-                            backend(key_groups, ctx),
+                            settings.backend(&node, ctx, ttl)?,
                             ctx.metrics.clone(),
                         )?))
                     })),
                 )
             }
             Compiled::Join { keys, def: d } => {
-                let key_groups = spec.key_groups;
+                let settings = settings.clone();
+                let node = def.name.to_string();
+                let ttl = state_ttl(def.transform);
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -1007,13 +1004,15 @@ fn assemble(
                                 KeyEncoder::new(keys[0].clone())?,
                                 KeyEncoder::new(keys[1].clone())?,
                             ],
-                            backend(key_groups, ctx),
+                            settings.backend(&node, ctx, ttl)?,
                         )?))
                     })),
                 )
             }
             Compiled::WindowJoin { keys, def: d } => {
-                let key_groups = spec.key_groups;
+                let settings = settings.clone();
+                let node = def.name.to_string();
+                let ttl = state_ttl(def.transform);
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -1025,7 +1024,7 @@ fn assemble(
                                 KeyEncoder::new(keys[0].clone())?,
                                 KeyEncoder::new(keys[1].clone())?,
                             ],
-                            backend(key_groups, ctx),
+                            settings.backend(&node, ctx, ttl)?,
                             ctx.metrics.clone(),
                         )?))
                     })),
@@ -1057,15 +1056,8 @@ fn assemble(
     Plan {
         spec: spec.clone(),
         nodes,
+        state_dir: settings.run_dir().map(std::path::Path::to_path_buf),
     }
-}
-
-/// The keyed state backend of one operator subtask: its share of the key groups.
-fn backend(key_groups: u32, ctx: &SubtaskContext) -> KeyedStateBackend {
-    KeyedStateBackend::heap(
-        key_groups,
-        KeyGroupRange::of_subtask(ctx.subtask, key_groups, ctx.parallelism),
-    )
 }
 
 /// Compiles the keyed operators (all read `key-by` nodes).
@@ -1568,5 +1560,14 @@ fn split_direction(item: &str) -> (&str, bool) {
         (t[..t.len() - 4].trim_end(), false)
     } else {
         (t, false)
+    }
+}
+
+/// An operator's own state TTL, if its spec has one.
+fn state_ttl(transform: Option<&TransformSpec>) -> Option<crate::spec::HumanDuration> {
+    match transform {
+        Some(TransformSpec::Aggregate(a)) => a.state_ttl,
+        Some(TransformSpec::Join(j)) => j.state_ttl,
+        _ => None,
     }
 }

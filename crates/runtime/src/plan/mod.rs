@@ -9,9 +9,11 @@
 //! # Layout
 //! - [`build`]: spec → [`Plan`] (wiring, cycles, schemas, expressions).
 //! - [`physical`]: [`Plan`] → tasks: chaining, channels, subtasks.
+//! - [`state`]: the state backend each keyed subtask gets, and weir's data directory.
 
 pub mod build;
 pub mod physical;
+pub mod state;
 
 use std::sync::Arc;
 
@@ -88,6 +90,8 @@ pub struct PlanNode {
 pub struct Plan {
     pub spec: JobSpec,
     pub nodes: Vec<PlanNode>,
+    /// The run's working directory for RocksDB state, removed when the run ends.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Plan {

@@ -410,6 +410,9 @@ pub struct AggregateSpec {
     /// `count(x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`.
     #[schemars(length(min = 1))]
     pub aggregates: IndexMap<String, String>,
+    /// Keys not updated for this long (processing time) are forgotten (default: `state.ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl: Option<HumanDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
@@ -529,6 +532,10 @@ pub struct JoinSpec {
     /// Output columns: name → expression over both rows (default: every column as `l.x`, `r.x`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<IndexMap<String, String>>,
+    /// Stored rows of a key not touched for this long (processing time) are forgotten
+    /// (default: `state.ttl`): bounds a regular join's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl: Option<HumanDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
@@ -742,7 +749,8 @@ pub struct StateSpec {
     /// `heap` keeps state in memory; `rocksdb` keeps it on local disk.
     #[serde(default)]
     pub backend: StateBackendKind,
-    /// Directory of the RocksDB backend (default: `state/` under the data directory).
+    /// Directory of the RocksDB backend (default: `state/` under the data directory, which is
+    /// `data/` or `$WEIR_DATA_DIR`). Each run works in its own subdirectory, removed at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// RocksDB block cache shared by the job's states.
@@ -754,6 +762,19 @@ pub struct StateSpec {
     /// Compression of RocksDB files.
     #[serde(default)]
     pub compression: Compression,
+    /// RocksDB: entries each state keeps in its write-back cache before writing them out.
+    #[serde(default = "default_cache_entries")]
+    #[schemars(range(min = 1))]
+    pub cache_entries: u64,
+    /// State not written for this long (processing time) is dropped, in every keyed operator of
+    /// the job, as with Flink SQL's state TTL: longer than any window, or windows lose state.
+    /// Leave out to keep state until operators clear it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<HumanDuration>,
+}
+
+fn default_cache_entries() -> u64 {
+    100_000
 }
 
 impl Default for StateSpec {
@@ -764,6 +785,8 @@ impl Default for StateSpec {
             block_cache: default_block_cache(),
             write_buffer: default_write_buffer(),
             compression: Compression::default(),
+            cache_entries: default_cache_entries(),
+            ttl: None,
         }
     }
 }

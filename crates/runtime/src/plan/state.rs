@@ -1,0 +1,127 @@
+//! How keyed operators get their state backend: heap or RocksDB, from the job's `state`
+//! section.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use weir_state::key_groups::KeyGroupRange;
+use weir_state::{BlockCache, KeyedStateBackend, RocksConfig, StateOptions};
+
+use crate::connectors::source::SubtaskContext;
+use crate::error::OperatorError;
+use crate::spec::{Compression, JobSpec, StateBackendKind};
+
+/// weir's data directory: `$WEIR_DATA_DIR`, or `data` under the working directory.
+pub fn data_dir() -> PathBuf {
+    std::env::var_os("WEIR_DATA_DIR").map_or_else(|| PathBuf::from("data"), PathBuf::from)
+}
+
+/// The state settings of one run of a job, shared by its keyed operators.
+pub struct StateSettings {
+    key_groups: u32,
+    kind: StateBackendKind,
+    /// This run's directory for RocksDB databases (one per keyed subtask).
+    run_dir: PathBuf,
+    /// One block cache for every database of the run.
+    block_cache: Option<BlockCache>,
+    write_buffer: usize,
+    compression: weir_state::Compression,
+    cache_entries: usize,
+    ttl_ms: Option<i64>,
+}
+
+impl std::fmt::Debug for StateSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateSettings")
+            .field("kind", &self.kind)
+            .field("run_dir", &self.run_dir)
+            .finish()
+    }
+}
+
+impl StateSettings {
+    pub fn from_spec(spec: &JobSpec) -> Self {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let root = spec
+            .state
+            .path
+            .as_ref()
+            .map_or_else(|| data_dir().join("state"), PathBuf::from);
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let run = format!(
+            "{started}-{}-{}",
+            std::process::id(),
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        );
+        let rocks = spec.state.backend == StateBackendKind::Rocksdb;
+        Self {
+            key_groups: spec.key_groups,
+            kind: spec.state.backend,
+            run_dir: root.join(safe_name(&spec.name)).join(run),
+            block_cache: rocks
+                .then(|| RocksConfig::shared_block_cache(spec.state.block_cache.0 as usize)),
+            write_buffer: spec.state.write_buffer.0 as usize,
+            compression: match spec.state.compression {
+                Compression::None => weir_state::Compression::None,
+                Compression::Lz4 => weir_state::Compression::Lz4,
+                Compression::Zstd => weir_state::Compression::Zstd,
+            },
+            cache_entries: spec.state.cache_entries as usize,
+            ttl_ms: spec.state.ttl.map(|t| t.as_millis_i64()),
+        }
+    }
+
+    /// The keyed state of subtask `ctx` of `node`; `ttl` overrides the job's state TTL.
+    pub fn backend(
+        &self,
+        node: &str,
+        ctx: &SubtaskContext,
+        ttl: Option<crate::spec::HumanDuration>,
+    ) -> Result<KeyedStateBackend, OperatorError> {
+        let range = KeyGroupRange::of_subtask(ctx.subtask, self.key_groups, ctx.parallelism);
+        let defaults = StateOptions {
+            ttl_ms: ttl.map(|t| t.as_millis_i64()).or(self.ttl_ms),
+        };
+        let backend = match (&self.kind, &self.block_cache) {
+            (StateBackendKind::Rocksdb, Some(cache)) => {
+                let config = RocksConfig {
+                    path: self
+                        .run_dir
+                        .join(format!("{}-{}", safe_name(node), ctx.subtask)),
+                    block_cache: cache.clone(),
+                    write_buffer: self.write_buffer,
+                    compression: self.compression,
+                    cache_entries: self.cache_entries,
+                };
+                KeyedStateBackend::rocksdb(self.key_groups, range, config).map_err(|e| {
+                    OperatorError::External {
+                        message: format!("opening the RocksDB state of `{node}`: {e}"),
+                        source: None,
+                    }
+                })?
+            }
+            _ => KeyedStateBackend::heap(self.key_groups, range),
+        };
+        Ok(backend.with_defaults(defaults))
+    }
+
+    /// The run's RocksDB directory, to remove when the run ends.
+    pub fn run_dir(&self) -> Option<&Path> {
+        (self.kind == StateBackendKind::Rocksdb).then_some(self.run_dir.as_path())
+    }
+}
+
+/// A name safe as one path component.
+fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

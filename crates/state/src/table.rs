@@ -1,0 +1,370 @@
+//! One state's table: a hash map from (key group, key, namespace) to a value, optionally
+//! backed by RocksDB.
+//!
+//! Without a store (the heap backend) the map holds everything. With a store (the RocksDB
+//! backend) it is a bounded write-back cache: a miss reads RocksDB once and remembers the answer
+//! (absent included), writes stay in the cache marked dirty, and when the cache is full every
+//! dirty entry goes to RocksDB in one write batch and the cache starts empty. Hot keys therefore
+//! cost what they cost on the heap; cold ones cost a point read.
+//!
+//! A state with a TTL stamps every write with the clock; an entry older than the TTL reads as
+//! absent, and is removed: on the heap by a sweep every so many writes, in RocksDB by a
+//! compaction filter.
+
+use crate::codec::StateValue;
+use crate::error::StateError;
+use crate::heap::{Slot, SlotMap, SlotRef};
+use crate::keys::KeyRef;
+use crate::store::{Store, entry_key};
+
+/// A cached entry.
+#[derive(Debug)]
+pub(crate) struct Entry<T> {
+    /// The value, or `None` when known to be absent (a deletion waiting for flush, or a cached
+    /// miss).
+    pub(crate) value: Option<T>,
+    /// Written since the last flush.
+    pub(crate) dirty: bool,
+    /// When the value was last written (for TTL), epoch ms.
+    pub(crate) written: i64,
+}
+
+/// A Bloom filter of the keys a table has written to RocksDB: a miss on a key it has never
+/// written needs no read (new windows, new keys: most misses of a streaming job).
+pub(crate) struct Written {
+    bits: Vec<u64>,
+    hasher: hashbrown::DefaultHashBuilder,
+    /// False after reopening a store whose earlier writes the filter never saw: then every
+    /// miss reads.
+    complete: bool,
+}
+
+impl std::fmt::Debug for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Written(complete: {})", self.complete)
+    }
+}
+
+/// 2^23 bits (1 MiB) per state: ~1% false positives at a million distinct keys written.
+const FILTER_BITS: u64 = 1 << 23;
+
+impl Written {
+    pub(crate) fn new(complete: bool) -> Self {
+        Self {
+            bits: Vec::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            complete,
+        }
+    }
+
+    fn probes(&self, slot: impl std::hash::Hash) -> [u64; 3] {
+        use std::hash::BuildHasher;
+        let a = self.hasher.hash_one(slot);
+        let b = a.rotate_left(21) ^ 0x9e37_79b9_7f4a_7c15;
+        [
+            a % FILTER_BITS,
+            b % FILTER_BITS,
+            (a ^ b.rotate_left(7)) % FILTER_BITS,
+        ]
+    }
+
+    pub(crate) fn insert(&mut self, slot: impl std::hash::Hash) {
+        if self.bits.is_empty() {
+            self.bits = vec![0; (FILTER_BITS / 64) as usize];
+        }
+        for p in self.probes(slot) {
+            self.bits[(p / 64) as usize] |= 1 << (p % 64);
+        }
+    }
+
+    /// Whether the store may hold `slot`.
+    pub(crate) fn may_contain(&self, slot: impl std::hash::Hash) -> bool {
+        if !self.complete {
+            return true;
+        }
+        if self.bits.is_empty() {
+            return false;
+        }
+        self.probes(slot)
+            .iter()
+            .all(|p| self.bits[(p / 64) as usize] & (1 << (p % 64)) != 0)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Table<T> {
+    pub(crate) name: String,
+    pub(crate) cache: SlotMap<Entry<T>>,
+    /// Keys written to the store (RocksDB).
+    written: Written,
+    /// Entries kept before flushing (RocksDB only).
+    capacity: usize,
+    /// Time to live in ms, if any.
+    ttl: Option<i64>,
+    /// Writes since the last TTL sweep (heap only).
+    writes_since_sweep: usize,
+    scratch: Vec<u8>,
+}
+
+impl<T: StateValue> Table<T> {
+    /// A table; `fresh` when its store holds nothing of it yet (so misses on keys it never
+    /// wrote need no read).
+    pub(crate) fn new(name: &str, capacity: usize, ttl: Option<i64>, fresh: bool) -> Self {
+        Self {
+            name: name.to_string(),
+            cache: SlotMap::default(),
+            written: Written::new(fresh),
+            capacity: capacity.max(1),
+            ttl,
+            writes_since_sweep: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The cached entry of `slot`, inserted empty when absent. With a store, a new entry is
+    /// filled from it (unless the filter of written keys rules it out): one probe of the cache
+    /// on a hit, one read of the store on a true miss.
+    fn entry(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+    ) -> Result<&mut Entry<T>, StateError> {
+        if let Some(store) = store {
+            if self.cache.len() >= self.capacity && self.cache.get(slot).is_none() {
+                self.flush(Some(store))?;
+                self.cache.clear();
+            }
+        }
+        let may_be_stored = store.is_some() && self.written.may_contain(slot);
+        let (entry, inserted) = self.cache.get_or_insert_flagged(slot, || Entry {
+            value: None,
+            dirty: false,
+            written: 0,
+        });
+        if inserted && may_be_stored {
+            if let Some(store) = store {
+                entry_key(
+                    KeyRef::new(slot.group, slot.key),
+                    slot.ns,
+                    &mut self.scratch,
+                );
+                if let Some(bytes) = store.get(&self.name, &self.scratch)? {
+                    let (written, payload) = if self.ttl.is_some() {
+                        let (t, rest) = bytes.split_at(8.min(bytes.len()));
+                        (
+                            <[u8; 8]>::try_from(t).map(i64::from_le_bytes).unwrap_or(0),
+                            rest,
+                        )
+                    } else {
+                        (0, &bytes[..])
+                    };
+                    entry.value =
+                        Some(T::from_bytes(payload).map_err(|message| StateError::Codec {
+                            state: self.name.clone(),
+                            message,
+                        })?);
+                    entry.written = written;
+                }
+            }
+        }
+        Ok(entry)
+    }
+
+    /// Forgets an entry that is absent and need not be written (heap: always; RocksDB: when
+    /// the store never had it).
+    fn forget_if_absent(&mut self, store: Option<&Store>, slot: SlotRef<'_>) {
+        let drop = match self.cache.get(slot) {
+            Some(e) => e.value.is_none() && (store.is_none() || !self.written.may_contain(slot)),
+            None => false,
+        };
+        if drop {
+            self.cache.remove(slot);
+        }
+    }
+
+    /// Read-only lookup (a miss is cached with a store, not inserted on the heap).
+    pub(crate) fn peek(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        now: i64,
+    ) -> Result<Option<&T>, StateError> {
+        let ttl = self.ttl;
+        let live = |e: &Entry<T>| ttl.is_none_or(|ttl| e.written.saturating_add(ttl) > now);
+        if store.is_none() {
+            return Ok(self
+                .cache
+                .get(slot)
+                .filter(|e| live(e))
+                .and_then(|e| e.value.as_ref()));
+        }
+        let entry = self.entry(store, slot)?;
+        Ok(if live(entry) {
+            entry.value.as_ref()
+        } else {
+            None
+        })
+    }
+
+    /// Sets the value of `slot` (no read needed).
+    pub(crate) fn put(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        value: T,
+        now: i64,
+    ) -> Result<(), StateError> {
+        if store.is_some() && self.cache.len() >= self.capacity && self.cache.get(slot).is_none() {
+            self.flush(store)?;
+            self.cache.clear();
+        }
+        self.cache.insert(
+            slot,
+            Entry {
+                value: Some(value),
+                dirty: true,
+                written: now,
+            },
+        );
+        self.wrote(store, now);
+        Ok(())
+    }
+
+    /// Read-modify-write with removal: `f` sees the value (or `None`) and may change or clear it.
+    pub(crate) fn update<R>(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        now: i64,
+        f: impl FnOnce(&mut Option<T>) -> R,
+    ) -> Result<R, StateError> {
+        let ttl = self.ttl;
+        let entry = self.entry(store, slot)?;
+        if ttl.is_some_and(|ttl| entry.written.saturating_add(ttl) <= now) {
+            entry.value = None;
+        }
+        let r = f(&mut entry.value);
+        entry.dirty = true;
+        entry.written = now;
+        self.forget_if_absent(store, slot);
+        self.wrote(store, now);
+        Ok(r)
+    }
+
+    /// Changes the value of `slot` in place, creating it with `init` if absent; says whether
+    /// it was created. An emptied value is not removed: callers remove explicitly.
+    pub(crate) fn modify<R>(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        now: i64,
+        init: impl FnOnce() -> T,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Result<(R, bool), StateError> {
+        let ttl = self.ttl;
+        let entry = self.entry(store, slot)?;
+        let live =
+            entry.value.is_some() && ttl.is_none_or(|ttl| entry.written.saturating_add(ttl) > now);
+        let created = !live;
+        if created {
+            entry.value = Some(init());
+        }
+        entry.dirty = true;
+        entry.written = now;
+        let r = f(entry.value.as_mut().expect("set just above when absent"));
+        self.wrote(store, now);
+        Ok((r, created))
+    }
+
+    /// Removes the value of `slot`, returning it.
+    pub(crate) fn remove(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        now: i64,
+    ) -> Result<Option<T>, StateError> {
+        let ttl = self.ttl;
+        if store.is_none() && self.cache.get(slot).is_none() {
+            return Ok(None);
+        }
+        let entry = self.entry(store, slot)?;
+        let expired = ttl.is_some_and(|ttl| entry.written.saturating_add(ttl) <= now);
+        let value = entry.value.take().filter(|_| !expired);
+        // A tombstone until the next flush deletes the RocksDB entry, unless there is none.
+        entry.dirty = true;
+        self.forget_if_absent(store, slot);
+        Ok(value)
+    }
+
+    /// Drops an entry that became empty (a list or map with nothing left).
+    pub(crate) fn remove_if(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        empty: impl Fn(&T) -> bool,
+    ) {
+        let Some(entry) = self.cache.get_mut(slot) else {
+            return;
+        };
+        if entry.value.as_ref().is_some_and(empty) {
+            entry.value = None;
+            entry.dirty = true;
+            self.forget_if_absent(store, slot);
+        }
+    }
+
+    /// Counts a write; on the heap, sweeps expired entries every so many writes (amortised
+    /// O(1) per write).
+    fn wrote(&mut self, store: Option<&Store>, now: i64) {
+        let Some(ttl) = self.ttl else { return };
+        if store.is_some() {
+            return;
+        }
+        self.writes_since_sweep += 1;
+        if self.writes_since_sweep >= self.cache.len().max(1024) {
+            self.writes_since_sweep = 0;
+            self.cache
+                .retain(|_, e| e.value.is_some() && e.written.saturating_add(ttl) > now);
+        }
+    }
+
+    /// Writes every dirty entry to the store in one batch.
+    pub(crate) fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError> {
+        let Some(store) = store else {
+            return Ok(());
+        };
+        let mut writes = Vec::new();
+        for (slot, entry) in self.cache.iter_mut() {
+            if !entry.dirty {
+                continue;
+            }
+            entry.dirty = false;
+            if entry.value.is_none() && !self.written.may_contain(slot.as_ref()) {
+                // Deleting what was never written: nothing to tell the store.
+                continue;
+            }
+            if entry.value.is_some() {
+                self.written.insert(slot.as_ref());
+            }
+            let mut key = Vec::new();
+            entry_key(KeyRef::new(slot.group, &slot.key), &slot.ns, &mut key);
+            let value = entry.value.as_ref().map(|v| {
+                let mut bytes = Vec::new();
+                if self.ttl.is_some() {
+                    bytes.extend_from_slice(&entry.written.to_le_bytes());
+                }
+                v.encode(&mut bytes);
+                bytes
+            });
+            writes.push((key, value));
+        }
+        store.write(&self.name, writes)
+    }
+
+    /// Live entries (values present and not expired), for metrics.
+    pub(crate) fn live_entries(&self) -> impl Iterator<Item = (&Slot, &T)> {
+        self.cache
+            .iter()
+            .filter_map(|(s, e)| e.value.as_ref().map(|v| (s, v)))
+    }
+}
