@@ -282,7 +282,7 @@ fn state_survives_flush_close_and_reopen() {
 }
 
 #[test]
-fn setting_and_deleting_a_timer_reads_nothing_however_many_are_pending() {
+fn setting_and_deleting_a_timer_never_scans_however_many_are_pending() {
     let dir = tempfile::tempdir().unwrap();
     let mut b = make(
         Kind::Rocks {
@@ -326,11 +326,15 @@ fn setting_and_deleting_a_timer_reads_nothing_however_many_are_pending() {
             StoreCounters::get(&counters.iterator_steps) - steps,
         ));
     }
-    assert_eq!(
-        cost_at,
-        vec![(0, 0), (0, 0)],
-        "no point read and no iterator step per set/delete, at 1,000 or 100,000 pending"
-    );
+    for (reads, steps) in &cost_at {
+        assert_eq!(*steps, 0, "no iterator step per set/delete: {cost_at:?}");
+        // The only reads are the written-timers filter's rare false positives, each confirmed
+        // by one point read: a handful per thousand operations at most, whatever is pending.
+        assert!(
+            *reads <= 10,
+            "point reads per 1,000 set/delete pairs: {cost_at:?}"
+        );
+    }
     // Firing reads exactly the due timers: one step each, not the pending ones behind them.
     let steps = StoreCounters::get(&counters.iterator_steps);
     let kb = key(0);

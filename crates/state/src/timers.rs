@@ -254,6 +254,15 @@ fn decode_hold(bytes: &[u8]) -> Option<i64> {
     <[u8; 8]>::try_from(bytes).ok().map(i64::from_le_bytes)
 }
 
+/// A change of the overlay.
+#[derive(Clone, Copy, Debug)]
+struct Change {
+    /// `Some(hold)`: set (with that hold); `None`: deleted.
+    set: Option<Option<i64>>,
+    /// Whether RocksDB holds this timer (so a deletion must reach it).
+    stored: bool,
+}
+
 /// A timer read from RocksDB and due: its key, the timer, its hold.
 type DueTimer = (Vec<u8>, Timer, Option<i64>);
 
@@ -261,7 +270,7 @@ type DueTimer = (Vec<u8>, Timer, Option<i64>);
 #[derive(Debug)]
 pub struct RocksTimers {
     /// Changes not yet written: `Some(hold)` sets, `None` deletes.
-    overlay: BTreeMap<(u8, Timer), Option<Option<i64>>>,
+    overlay: BTreeMap<(u8, Timer), Change>,
     /// Due timers already read (and deleted) from RocksDB, per domain, in RocksDB key order,
     /// with their keys.
     due: [VecDeque<DueTimer>; 2],
@@ -336,19 +345,23 @@ impl RocksTimers {
         }
     }
 
-    /// The hold of a pending timer: from the overlay, else one point read.
-    fn current_hold(
+    /// A pending timer's hold and whether RocksDB holds it: from the overlay, else from the
+    /// filter of written timers, confirmed by one point read when the filter says "maybe" (so
+    /// a false positive costs one read, never a tombstone left behind).
+    fn previous(
         &self,
         store: &Store,
+        entry: &(u8, Timer),
         domain: TimeDomain,
-        timer: &Timer,
-    ) -> Result<Option<i64>, StateError> {
-        if let Some(change) = self.overlay.get(&(domain_byte(domain), timer.clone())) {
-            return Ok(change.flatten());
+    ) -> Result<(Option<i64>, bool), StateError> {
+        if let Some(change) = self.overlay.get(entry) {
+            return Ok((change.set.flatten(), change.stored));
         }
-        Ok(store
-            .get(TIMERS_CF, &timer_key(domain, timer))?
-            .and_then(|v| decode_hold(&v)))
+        if !self.written.may_contain(entry) {
+            return Ok((None, false));
+        }
+        let found = store.get(TIMERS_CF, &timer_key(domain, &entry.1))?;
+        Ok((found.as_deref().and_then(decode_hold), found.is_some()))
     }
 
     /// Where a timer (by its RocksDB key) sits in the fetched list, if reading has passed its
@@ -394,14 +407,17 @@ impl RocksTimers {
             self.add_hold(hold);
             return Ok(());
         }
-        // Holds are tracked exactly; the previous hold is only looked up when holds are in use.
-        if hold.is_some() || !self.holds.is_empty() {
-            let previous = self.current_hold(store, domain, &timer)?;
-            self.release_hold(previous);
-        }
+        let entry = (domain_byte(domain), timer);
+        let (previous, stored) = self.previous(store, &entry, domain)?;
+        self.release_hold(previous);
         self.add_hold(hold);
-        self.overlay
-            .insert((domain_byte(domain), timer), Some(hold));
+        self.overlay.insert(
+            entry,
+            Change {
+                set: Some(hold),
+                stored,
+            },
+        );
         if self.overlay.len() >= OVERLAY_LIMIT {
             self.flush(store)?;
         }
@@ -428,17 +444,21 @@ impl RocksTimers {
             Some(Err(_)) => return Ok(()),
             None => {}
         }
-        if !self.holds.is_empty() {
-            let previous = self.current_hold(store, domain, &timer)?;
-            self.release_hold(previous);
-        }
         let entry = (domain_byte(domain), timer);
-        if !self.written.may_contain(&entry) {
+        let (previous, stored) = self.previous(store, &entry, domain)?;
+        self.release_hold(previous);
+        if !stored {
             // Never written to RocksDB: forgetting it is the whole deletion.
             self.overlay.remove(&entry);
             return Ok(());
         }
-        self.overlay.insert(entry, None);
+        self.overlay.insert(
+            entry,
+            Change {
+                set: None,
+                stored: true,
+            },
+        );
         if self.overlay.len() >= OVERLAY_LIMIT {
             self.flush(store)?;
         }
@@ -453,7 +473,7 @@ impl RocksTimers {
         let overlay = std::mem::take(&mut self.overlay);
         let mut writes = Vec::with_capacity(overlay.len());
         for (entry, change) in overlay {
-            if change.is_some() {
+            if change.set.is_some() {
                 self.written.insert(&entry);
             }
             let domain = if entry.0 == 0 {
@@ -461,7 +481,7 @@ impl RocksTimers {
             } else {
                 TimeDomain::ProcessingTime
             };
-            writes.push((timer_key(domain, &entry.1), change.map(encode_hold)));
+            writes.push((timer_key(domain, &entry.1), change.set.map(encode_hold)));
         }
         store.write(TIMERS_CF, writes)
     }
@@ -518,7 +538,7 @@ impl RocksTimers {
                 continue;
             }
             taken.push((*od, timer.clone()));
-            merged.insert(key, change.map(|hold| (timer.clone(), hold)));
+            merged.insert(key, change.set.map(|hold| (timer.clone(), hold)));
         }
         for k in taken {
             self.overlay.remove(&k);
