@@ -16,18 +16,34 @@ use std::sync::Arc;
 use crate::Clock;
 use crate::codec::{MapKey, NotU8, StateValue};
 use crate::error::StateError;
-use crate::heap::SlotRef;
+use crate::heap::{Slot, SlotRef};
 use crate::key_groups::KeyGroupRange;
 use crate::keys::KeyRef;
+use crate::snapshot::{Staged, new_lineage};
 use crate::store::{RocksConfig, Store, StoreCounters};
-use crate::table::Table;
+use crate::table::{Relayout, Table};
 use crate::timers::{HeapTimers, RocksTimers, TimerService, Timers};
 
+/// A value that can be encoded without knowing its type (for snapshots of heap tables).
+pub(crate) trait EncodeValue {
+    fn encode_value(&self, out: &mut Vec<u8>);
+}
+
+impl<T: StateValue> EncodeValue for T {
+    fn encode_value(&self, out: &mut Vec<u8>) {
+        self.encode(out);
+    }
+}
+
 /// A registered table, type-erased.
-trait AnyTable: Send {
+pub(crate) trait AnyTable: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn live(&self) -> usize;
     fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError>;
+    fn name(&self) -> &str;
+    fn ttl(&self) -> Option<i64>;
+    /// Calls `f` with every live entry at `now`: its slot, write time and value.
+    fn visit_live<'a>(&'a self, now: i64, f: &mut dyn FnMut(&'a Slot, i64, &'a dyn EncodeValue));
 }
 
 impl<T: StateValue> AnyTable for Table<T> {
@@ -40,11 +56,22 @@ impl<T: StateValue> AnyTable for Table<T> {
     fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError> {
         Table::flush(self, store)
     }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn ttl(&self) -> Option<i64> {
+        Table::ttl(self)
+    }
+    fn visit_live<'a>(&'a self, now: i64, f: &mut dyn FnMut(&'a Slot, i64, &'a dyn EncodeValue)) {
+        for (slot, written, value) in self.live_at(now) {
+            f(slot, written, value);
+        }
+    }
 }
 
-struct Registered {
+pub(crate) struct Registered {
     type_id: TypeId,
-    table: Box<dyn AnyTable>,
+    pub(crate) table: Box<dyn AnyTable>,
 }
 
 /// Typed id of a value state.
@@ -108,23 +135,31 @@ pub struct StateOptions {
 
 /// Keyed state and timers of one operator subtask.
 pub struct KeyedStateBackend {
-    tables: Vec<Registered>,
+    pub(crate) tables: Vec<Registered>,
     names: HashMap<String, usize>,
-    timers: Timers,
+    pub(crate) timers: Timers,
     /// The RocksDB store, for the RocksDB backend.
-    store: Option<Store>,
+    pub(crate) store: Option<Store>,
     /// Entries per state cache (RocksDB).
     cache_entries: usize,
     /// Default options for states registered without their own.
     defaults: StateOptions,
-    clock: Clock,
+    pub(crate) clock: Clock,
     /// Whether any state has a TTL (only then do accesses read the clock).
     has_ttl: bool,
-    /// Whether the store started empty (not reopened), so tables know what they never wrote.
+    /// Whether the store started empty (not reopened or restored): then a registered state's
+    /// table knows every key it has (none), without a pass over its column family.
     fresh: bool,
     /// The key groups this subtask owns.
-    range: KeyGroupRange,
-    key_groups: u32,
+    pub(crate) range: KeyGroupRange,
+    pub(crate) key_groups: u32,
+    /// Entries a heap restore read for states not registered yet, by state name: registering
+    /// the state decodes them into its table. Those of a state never registered stay here
+    /// (and go into this backend's snapshots) until the backend is dropped.
+    pub(crate) staged: HashMap<String, Staged>,
+    /// Names this backend's snapshots: fresh for every backend made, reopened or restored
+    /// (see [`crate::snapshot::KeyedSnapshot::lineage`]).
+    pub(crate) lineage: u64,
 }
 
 impl std::fmt::Debug for KeyedStateBackend {
@@ -161,6 +196,8 @@ impl KeyedStateBackend {
             fresh: true,
             range,
             key_groups,
+            staged: HashMap::new(),
+            lineage: new_lineage(),
         }
     }
 
@@ -172,6 +209,7 @@ impl KeyedStateBackend {
     ) -> Result<Self, StateError> {
         let cache_entries = config.cache_entries;
         let store = Store::open(config, true)?;
+        store.record_layout(key_groups, range)?;
         Ok(Self {
             tables: Vec::new(),
             names: HashMap::new(),
@@ -184,11 +222,14 @@ impl KeyedStateBackend {
             fresh: true,
             range,
             key_groups,
+            staged: HashMap::new(),
+            lineage: new_lineage(),
         })
     }
 
-    /// Reopens the RocksDB database at `config.path` as it was left (flushed) by
-    /// [`Self::flush`]: its states and timers, with the watermark holds rebuilt in one pass.
+    /// Reopens the RocksDB database at `config.path` as it was left by
+    /// [`Self::close_keeping_files`]: its states and timers, with the watermark holds rebuilt in
+    /// one pass.
     pub fn reopen_rocksdb(
         key_groups: u32,
         range: KeyGroupRange,
@@ -196,8 +237,26 @@ impl KeyedStateBackend {
     ) -> Result<Self, StateError> {
         let cache_entries = config.cache_entries;
         let store = Store::open(config, false)?;
+        store.record_layout(key_groups, range)?;
         let timers = RocksTimers::rebuild(&store)?;
-        Ok(Self {
+        Ok(Self::with_store(
+            key_groups,
+            range,
+            cache_entries,
+            store,
+            timers,
+        ))
+    }
+
+    /// A RocksDB backend over a store that already holds state (reopened or restored).
+    pub(crate) fn with_store(
+        key_groups: u32,
+        range: KeyGroupRange,
+        cache_entries: usize,
+        store: Store,
+        timers: RocksTimers,
+    ) -> Self {
+        Self {
             tables: Vec::new(),
             names: HashMap::new(),
             timers: Timers::Rocks(timers),
@@ -209,7 +268,9 @@ impl KeyedStateBackend {
             fresh: false,
             range,
             key_groups,
-        })
+            staged: HashMap::new(),
+            lineage: new_lineage(),
+        }
     }
 
     /// Uses `clock` (epoch ms) for TTL instead of the wall clock (tests inject one).
@@ -254,19 +315,29 @@ impl KeyedStateBackend {
                 Err(StateError::Conflict(name.to_string()))
             };
         }
-        let options = options.unwrap_or(self.defaults);
-        self.has_ttl |= options.ttl_ms.is_some();
+        let ttl = options.unwrap_or(self.defaults).ttl_ms;
+        let mut table = Table::<T>::new(name, self.cache_entries, ttl);
         if let Some(store) = self.store.as_mut() {
-            store.create_state(name, options.ttl_ms.map(|t| (t, self.clock.clone())))?;
+            store.ensure_state(name)?;
+            if !self.fresh {
+                // The values may have been written with another TTL setting (a restored
+                // snapshot's): bring them to this one, and learn the keys on the way.
+                let relayout = match (store.recorded_state(name)?, ttl) {
+                    (Some(Some(_)), None) => Relayout::Strip,
+                    (Some(None), Some(_)) => Relayout::Stamp((self.clock)()),
+                    _ => Relayout::Keep,
+                };
+                table.load_stored(store, relayout)?;
+            }
+            store.set_state_ttl(name, ttl.map(|t| (t, self.clock.clone())))?;
+        } else if let Some(staged) = self.staged.get(name) {
+            table.restore_staged(staged, (self.clock)())?;
+            self.staged.remove(name);
         }
+        self.has_ttl |= ttl.is_some();
         self.tables.push(Registered {
             type_id: TypeId::of::<Table<T>>(),
-            table: Box::new(Table::<T>::new(
-                name,
-                self.cache_entries,
-                options.ttl_ms,
-                self.fresh,
-            )),
+            table: Box::new(table),
         });
         self.names.insert(name.to_string(), self.tables.len() - 1);
         Ok(self.tables.len() - 1)
@@ -402,6 +473,10 @@ impl KeyedStateBackend {
     /// Flushes and closes the store, keeping its directory (to reopen it).
     pub fn close_keeping_files(&mut self) -> Result<(), StateError> {
         self.flush()?;
+        if let (Some(store), Timers::Rocks(t)) = (self.store.as_ref(), &mut self.timers) {
+            // Due timers already read from RocksDB would otherwise be lost.
+            t.persist(store)?;
+        }
         if let Some(mut store) = self.store.take() {
             store.close_keeping_files()?;
         }

@@ -1,5 +1,7 @@
 //! Errors of keyed state.
 
+use std::path::PathBuf;
+
 /// Why a state operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -13,4 +15,14 @@ pub enum StateError {
     /// The storage underneath failed (disk, RocksDB); may work on retry.
     #[error("state storage: {0}")]
     Storage(String),
+    /// A snapshot cannot be restored: a file is corrupt or cut short, or it was written for
+    /// another job (another number of key groups). Retrying the same snapshot does not help:
+    /// restore an earlier checkpoint, or fix the job.
+    #[error("snapshot `{}`: {message}", path.display())]
+    Snapshot { path: PathBuf, message: String },
+    /// The caller asked for something this backend cannot do, or broke a precondition (a
+    /// native snapshot of a heap backend, a snapshot into a directory that exists): a bug in
+    /// the caller.
+    #[error("invalid request: {0}")]
+    Invalid(String),
 }

@@ -20,6 +20,8 @@
 //! - [`table`]: a state's table: all in memory (heap), or a write-back cache over RocksDB.
 //! - [`store`]: the RocksDB database of a subtask: column families, key layout, batches.
 //! - [`timers`]: the timer service and watermark holds, in memory or in RocksDB.
+//! - [`snapshot`]: checkpoint snapshots (logical, or RocksDB-native and incremental) and
+//!   restore at any parallelism, by key group.
 //! - [`error`]: what can go wrong ([`StateError`]).
 //!
 //! # Example
@@ -44,12 +46,15 @@ pub mod error;
 pub mod heap;
 pub mod key_groups;
 pub mod keys;
+pub mod snapshot;
 pub mod store;
 pub mod table;
 pub mod timers;
 
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod snapshot_tests;
 
 /// A clock in epoch milliseconds (processing time, for TTL).
 pub type Clock = std::sync::Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -62,5 +67,6 @@ pub use codec::{MapKey, StateValue};
 pub use error::StateError;
 pub use keys::{KeyRef, NO_NAMESPACE, Window};
 pub use rocksdb::Cache as BlockCache;
+pub use snapshot::{KeyedSnapshot, RestoreSource, SnapshotFile, SnapshotFormat, StateMeta};
 pub use store::{Compression, RocksConfig, StoreCounters};
 pub use timers::{HeapTimers, RocksTimers, TimeDomain, Timer, TimerService};

@@ -9,25 +9,98 @@
 //!
 //! Writes reach RocksDB in batches (the tables' write-back caches, the timers' overlay) with the
 //! write-ahead log off: durability comes from checkpoints, not from the WAL.
+//!
+//! # Catalog
+//! The column family `_meta` records what a reader of the files needs beyond the entries
+//! themselves, so that a reopened database, or a native snapshot of one, explains itself: the
+//! key groups and range (`layout`), and for each state whether its values carry the TTL
+//! write-time prefix (`state/<name>`).
+//!
+//! # TTL
+//! Every state column family has a compaction filter factory reading the state's TTL from a
+//! `TtlSlot` that registering the state fills: expired entries are dropped by compaction in a
+//! fresh, a reopened and a restored database alike. Until the state is registered the slot is
+//! empty and compaction keeps everything.
 
+use std::collections::HashMap;
+use std::ffi::CStr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, DB, DBCompressionType, Options, WriteBatch,
     WriteOptions,
 };
 
-use crate::codec::put_varint;
+use crate::codec::{get_varint, put_varint};
 use crate::error::StateError;
+use crate::key_groups::KeyGroupRange;
 use crate::keys::KeyRef;
+use crate::snapshot::StateMeta;
 
 /// A RocksDB key and its value.
 pub(crate) type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// Column family of the timers.
 pub(crate) const TIMERS_CF: &str = "_timers";
+/// Column family of the catalog (see the module documentation).
+pub(crate) const META_CF: &str = "_meta";
+
+/// Whether a column family holds a state (not the timers, the catalog or RocksDB's default).
+pub(crate) fn is_state_cf(name: &str) -> bool {
+    name != "default" && name != TIMERS_CF && name != META_CF
+}
+
+/// Catalog key of the layout: key groups and range, u32 LE each.
+const LAYOUT_KEY: &[u8] = b"layout";
+/// Catalog key prefix of a state: `state/<name>` → `[0]` (no TTL) or `[1][ttl ms: i64 LE]`.
+const STATE_PREFIX: &[u8] = b"state/";
+
+/// The TTL a state column family's compaction filter applies, and its clock: empty until the
+/// state is registered (then nothing expires).
+pub(crate) type TtlSlot = Mutex<Option<(i64, crate::Clock)>>;
+
+/// Makes one [`TtlFilter`] per compaction from the state's [`TtlSlot`].
+struct TtlFilterFactory(Arc<TtlSlot>);
+
+impl CompactionFilterFactory for TtlFilterFactory {
+    type Filter = TtlFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> TtlFilter {
+        let slot = match self.0.lock() {
+            Ok(slot) => slot.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        // One clock reading per compaction: an entry expiring during it goes next time.
+        TtlFilter(slot.map(|(ttl_ms, clock)| (ttl_ms, clock())))
+    }
+
+    fn name(&self) -> &CStr {
+        c"weir-ttl-factory"
+    }
+}
+
+/// Drops entries whose write time (the value's first 8 bytes) is older than the TTL.
+struct TtlFilter(Option<(i64, i64)>);
+
+impl CompactionFilter for TtlFilter {
+    fn filter(&mut self, _level: u32, _key: &[u8], value: &[u8]) -> Decision {
+        let Some((ttl_ms, now)) = self.0 else {
+            return Decision::Keep;
+        };
+        match value.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+            Some(t) if i64::from_le_bytes(t).saturating_add(ttl_ms) <= now => Decision::Remove,
+            _ => Decision::Keep,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"weir-ttl"
+    }
+}
 
 /// Compression of RocksDB files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,9 +166,11 @@ impl StoreCounters {
 pub struct Store {
     db: Option<DB>,
     /// Options of the column families created after opening. rust-rocksdb's `create_cf` does
-    /// not keep what its options own (the TTL compaction filter among them) alive, so the store
-    /// keeps them until the database is closed.
+    /// not keep what its options own alive, so the store keeps them until the database is
+    /// closed.
     created: Vec<Options>,
+    /// The TTL slot of each state column family, read by its compaction filter.
+    ttl_slots: HashMap<String, Arc<TtlSlot>>,
     path: PathBuf,
     config: RocksConfig,
     write_options: WriteOptions,
@@ -129,7 +204,7 @@ impl Store {
         // Two background threads: the machine weir targets has few cores, and the operator
         // threads matter more than compaction catching up.
         opts.increase_parallelism(2);
-        let mut families = vec![TIMERS_CF.to_string()];
+        let mut families = vec![TIMERS_CF.to_string(), META_CF.to_string()];
         if !fresh {
             for cf in DB::list_cf(&opts, &path).unwrap_or_default() {
                 if cf != "default" && !families.contains(&cf) {
@@ -137,9 +212,18 @@ impl Store {
                 }
             }
         }
-        let descriptors = families.iter().map(|name| {
-            rocksdb::ColumnFamilyDescriptor::new(name, Self::cf_options(&config, None))
-        });
+        let mut ttl_slots = HashMap::new();
+        let descriptors: Vec<_> = families
+            .iter()
+            .map(|name| {
+                let slot = is_state_cf(name).then(|| {
+                    let slot = Arc::new(TtlSlot::default());
+                    ttl_slots.insert(name.clone(), slot.clone());
+                    slot
+                });
+                rocksdb::ColumnFamilyDescriptor::new(name, Self::cf_options(&config, slot))
+            })
+            .collect();
         let db = DB::open_cf_descriptors(&opts, &path, descriptors)
             .map_err(|e| storage(&format!("opening RocksDB at {}", path.display()), e))?;
         let mut write_options = WriteOptions::new();
@@ -147,6 +231,7 @@ impl Store {
         Ok(Store {
             db: Some(db),
             created: Vec::new(),
+            ttl_slots,
             path,
             config,
             write_options,
@@ -154,7 +239,8 @@ impl Store {
         })
     }
 
-    fn cf_options(config: &RocksConfig, ttl: Option<(i64, crate::Clock)>) -> Options {
+    /// Options of a column family; a state's (`ttl` given) drop expired entries in compaction.
+    fn cf_options(config: &RocksConfig, ttl: Option<Arc<TtlSlot>>) -> Options {
         let mut opts = Options::default();
         opts.set_write_buffer_size(config.write_buffer);
         opts.set_compression_type(match config.compression {
@@ -166,48 +252,106 @@ impl Store {
         table.set_block_cache(&config.block_cache);
         table.set_bloom_filter(10.0, false);
         opts.set_block_based_table_factory(&table);
-        if let Some((ttl_ms, clock)) = ttl {
+        if let Some(slot) = ttl {
             // Expired entries are dropped when compaction rewrites them: state with a TTL does
             // not grow forever even if nobody reads it again.
-            opts.set_compaction_filter(
-                "weir-ttl",
-                move |_level: u32, _key: &[u8], value: &[u8]| match value
-                    .get(..8)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                {
-                    Some(t) if i64::from_le_bytes(t).saturating_add(ttl_ms) <= clock() => {
-                        rocksdb::compaction_filter::Decision::Remove
-                    }
-                    _ => rocksdb::compaction_filter::Decision::Keep,
-                },
-            );
+            opts.set_compaction_filter_factory(TtlFilterFactory(slot));
         }
         opts
     }
 
-    fn db(&self) -> Result<&DB, StateError> {
+    pub(crate) fn db(&self) -> Result<&DB, StateError> {
         self.db
             .as_ref()
             .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))
     }
 
-    /// Creates the column family of a state.
-    pub(crate) fn create_state(
-        &mut self,
-        name: &str,
-        ttl: Option<(i64, crate::Clock)>,
-    ) -> Result<(), StateError> {
-        let opts = Self::cf_options(&self.config, ttl);
+    /// The column family of state `name`, created (with an empty TTL slot) if missing.
+    pub(crate) fn ensure_state(&mut self, name: &str) -> Result<Arc<TtlSlot>, StateError> {
+        if let Some(slot) = self.ttl_slots.get(name) {
+            return Ok(slot.clone());
+        }
+        if !is_state_cf(name) {
+            return Err(StateError::Invalid(format!(
+                "`{name}` is reserved and cannot name a state"
+            )));
+        }
+        let slot = Arc::new(TtlSlot::default());
+        let opts = Self::cf_options(&self.config, Some(slot.clone()));
         let db = self
             .db
             .as_mut()
             .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))?;
-        if db.cf_handle(name).is_none() {
-            db.create_cf(name, &opts)
-                .map_err(|e| storage(&format!("creating state `{name}`"), e))?;
-            self.created.push(opts);
+        db.create_cf(name, &opts)
+            .map_err(|e| storage(&format!("creating state `{name}`"), e))?;
+        self.created.push(opts);
+        self.ttl_slots.insert(name.to_string(), slot.clone());
+        Ok(slot)
+    }
+
+    /// Arms the compaction filter of state `name` with its TTL and records the state's layout
+    /// in the catalog (call once its column family is in that layout).
+    pub(crate) fn set_state_ttl(
+        &mut self,
+        name: &str,
+        ttl: Option<(i64, crate::Clock)>,
+    ) -> Result<(), StateError> {
+        let ttl_ms = ttl.as_ref().map(|(t, _)| *t);
+        let slot = self.ensure_state(name)?;
+        match slot.lock() {
+            Ok(mut s) => *s = ttl,
+            Err(poisoned) => *poisoned.into_inner() = ttl,
         }
-        Ok(())
+        self.record_state(name, ttl_ms)
+    }
+
+    /// Records in the catalog whether state `name`'s values carry the TTL prefix.
+    pub(crate) fn record_state(&self, name: &str, ttl_ms: Option<i64>) -> Result<(), StateError> {
+        self.write(
+            META_CF,
+            [(state_record_key(name), Some(encode_ttl(ttl_ms)))],
+        )
+    }
+
+    /// The catalog's record of state `name`: `None` if it has none (a state new to this
+    /// database, or one written before the catalog existed).
+    pub(crate) fn recorded_state(&self, name: &str) -> Result<Option<Option<i64>>, StateError> {
+        match self.get(META_CF, &state_record_key(name))? {
+            None => Ok(None),
+            Some(v) => decode_ttl(&v)
+                .map(Some)
+                .map_err(|message| StateError::Codec {
+                    state: format!("{META_CF}/{name}"),
+                    message,
+                }),
+        }
+    }
+
+    /// Records the key groups and range of this database.
+    pub(crate) fn record_layout(
+        &self,
+        key_groups: u32,
+        range: KeyGroupRange,
+    ) -> Result<(), StateError> {
+        self.write(
+            META_CF,
+            [(LAYOUT_KEY.to_vec(), Some(encode_layout(key_groups, range)))],
+        )
+    }
+
+    /// The states of this database, by name, with their recorded TTLs (none if unrecorded).
+    pub(crate) fn states(&self) -> Result<Vec<StateMeta>, StateError> {
+        let mut names: Vec<&String> = self.ttl_slots.keys().collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|name| {
+                Ok(StateMeta {
+                    name: name.clone(),
+                    ttl_ms: self.recorded_state(name)?.flatten(),
+                })
+            })
+            .collect()
     }
 
     pub(crate) fn cf(&self, name: &str) -> Result<&ColumnFamily, StateError> {
@@ -275,6 +419,60 @@ impl Store {
         Ok(out)
     }
 
+    /// Calls `f` on every entry of `cf` with keys in `[from, to)` (`to` `None`: to the end),
+    /// in key order, without copying them.
+    pub(crate) fn scan(
+        &self,
+        cf: &str,
+        from: &[u8],
+        to: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        let handle = self.cf(cf)?;
+        let mut opts = rocksdb::ReadOptions::default();
+        if let Some(to) = to {
+            opts.set_iterate_upper_bound(to.to_vec());
+        }
+        let mut it = self.db()?.raw_iterator_cf_opt(handle, opts);
+        it.seek(from);
+        let mut steps = 0;
+        while let Some((k, v)) = it.item() {
+            steps += 1;
+            f(k, v)?;
+            it.next();
+        }
+        StoreCounters::add(&self.counters.iterator_steps, steps);
+        it.status().map_err(|e| storage("reading a range", e))
+    }
+
+    /// Writes a batch spanning column families.
+    pub(crate) fn write_batch(&self, batch: WriteBatch) -> Result<(), StateError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        StoreCounters::add(&self.counters.batches_written, 1);
+        StoreCounters::add(&self.counters.entries_written, batch.len() as u64);
+        self.db()?
+            .write_opt(batch, &self.write_options)
+            .map_err(|e| storage("writing state", e))
+    }
+
+    /// Flushes the memtables of every column family to SST files.
+    pub(crate) fn flush_all(&self) -> Result<(), StateError> {
+        let db = self.db()?;
+        db.flush().map_err(|e| storage("flushing RocksDB", e))?;
+        for name in [TIMERS_CF, META_CF]
+            .into_iter()
+            .chain(self.ttl_slots.keys().map(String::as_str))
+        {
+            if let Some(handle) = db.cf_handle(name) {
+                db.flush_cf(handle)
+                    .map_err(|e| storage("flushing RocksDB", e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Compacts every column family now (what RocksDB does in the background; tests use it to
     /// see the TTL compaction filter at work).
     pub fn compact_all(&self) -> Result<(), StateError> {
@@ -331,6 +529,67 @@ impl Drop for Store {
     }
 }
 
+/// The catalog's TTL record: `[0]` none, `[1][ttl ms: i64 LE]`.
+pub(crate) fn encode_ttl(ttl_ms: Option<i64>) -> Vec<u8> {
+    match ttl_ms {
+        None => vec![0],
+        Some(t) => {
+            let mut v = vec![1];
+            v.extend_from_slice(&t.to_le_bytes());
+            v
+        }
+    }
+}
+
+/// The catalog's layout record: key groups, range start and end, u32 LE each.
+pub(crate) fn encode_layout(key_groups: u32, range: KeyGroupRange) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12);
+    for x in [key_groups, range.start, range.end] {
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v
+}
+
+pub(crate) fn decode_ttl(bytes: &[u8]) -> Result<Option<i64>, String> {
+    match bytes {
+        [0] => Ok(None),
+        [1, rest @ ..] => <[u8; 8]>::try_from(rest)
+            .map(|t| Some(i64::from_le_bytes(t)))
+            .map_err(|_| format!("a TTL record of {} bytes", bytes.len())),
+        _ => Err(format!("a TTL record of {} bytes", bytes.len())),
+    }
+}
+
+/// The catalog's layout record: (key groups, range).
+pub(crate) fn decode_layout(bytes: &[u8]) -> Result<(u32, KeyGroupRange), String> {
+    let word = |i: usize| {
+        bytes
+            .get(i * 4..i * 4 + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(|| format!("a layout record of {} bytes", bytes.len()))
+    };
+    Ok((
+        word(0)?,
+        KeyGroupRange {
+            start: word(1)?,
+            end: word(2)?,
+        },
+    ))
+}
+
+/// The catalog key of the layout record.
+pub(crate) fn layout_key() -> &'static [u8] {
+    LAYOUT_KEY
+}
+
+/// The catalog key of a state's record.
+pub(crate) fn state_record_key(name: &str) -> Vec<u8> {
+    let mut key = STATE_PREFIX.to_vec();
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
 /// `[group u16 BE][varint key length][key][namespace]`.
 pub(crate) fn entry_key(key: KeyRef<'_>, ns: &[u8], out: &mut Vec<u8>) {
     out.clear();
@@ -338,4 +597,30 @@ pub(crate) fn entry_key(key: KeyRef<'_>, ns: &[u8], out: &mut Vec<u8>) {
     put_varint(out, key.bytes.len() as u64);
     out.extend_from_slice(key.bytes);
     out.extend_from_slice(ns);
+}
+
+/// Splits a state entry's RocksDB key into (key group, key, namespace).
+pub(crate) fn decode_entry_key(bytes: &[u8]) -> Result<(u32, &[u8], &[u8]), String> {
+    let (group, mut rest) = match bytes {
+        [a, b, rest @ ..] => (u32::from(u16::from_be_bytes([*a, *b])), rest),
+        _ => return Err(format!("a state key of {} bytes", bytes.len())),
+    };
+    let n = usize::try_from(get_varint(&mut rest)?).map_err(|e| e.to_string())?;
+    if rest.len() < n {
+        return Err(format!("a key of {n} bytes in {} left", rest.len()));
+    }
+    let (key, ns) = rest.split_at(n);
+    Ok((group, key, ns))
+}
+
+/// The bounds of a key-group range in a state column family: the smallest key of group
+/// `range.start`, and the first key past group `range.end - 1` (`None`: no key is past it).
+pub(crate) fn group_bounds(range: KeyGroupRange) -> (Vec<u8>, Option<Vec<u8>>) {
+    let start = (range.start.min(u32::from(u16::MAX)) as u16)
+        .to_be_bytes()
+        .to_vec();
+    let end = u16::try_from(range.end)
+        .ok()
+        .map(|e| e.to_be_bytes().to_vec());
+    (start, end)
 }

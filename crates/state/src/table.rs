@@ -15,7 +15,24 @@ use crate::codec::StateValue;
 use crate::error::StateError;
 use crate::heap::{Slot, SlotMap, SlotRef};
 use crate::keys::KeyRef;
-use crate::store::{Store, entry_key};
+use crate::snapshot::Staged;
+use crate::store::{Store, decode_entry_key, entry_key};
+
+/// What registering a state does to the values its column family already holds, when they
+/// were written with another TTL setting (a state that gained or lost its TTL since the
+/// snapshot it was restored from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Relayout {
+    /// The layout is the table's already.
+    Keep,
+    /// Drop the 8-byte write-time prefix (the state no longer has a TTL).
+    Strip,
+    /// Prefix this write time (the state gained a TTL: its entries start their life now).
+    Stamp(i64),
+}
+
+/// Rewrites gathered before one batch goes to the store.
+const REWRITE_BATCH: usize = 4096;
 
 /// A cached entry.
 #[derive(Debug)]
@@ -38,28 +55,28 @@ pub(crate) struct Entry<T> {
 /// wrong answers). A filter that grew in layers was tried first: each layer added a cache miss
 /// to every negative answer, and the timer benchmark lost 3× between 1,000 and 1,000,000
 /// pending timers.
+///
+/// The filter must see every key the store holds: a reopened or restored store's are fed to
+/// it in one pass when the state is registered ([`Table::load_stored`]) or the timers rebuilt
+/// ([`crate::RocksTimers::rebuild`]).
 pub(crate) struct Written {
     bits: Vec<u64>,
     hasher: hashbrown::DefaultHashBuilder,
-    /// False after reopening a store whose earlier writes the filter never saw: then every
-    /// miss reads.
-    complete: bool,
 }
 
 impl std::fmt::Debug for Written {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Written(complete: {})", self.complete)
+        write!(f, "Written({} bits)", self.bits.len() * 64)
     }
 }
 
 const FILTER_BITS: u64 = 1 << 24;
 
 impl Written {
-    pub(crate) fn new(complete: bool) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             bits: Vec::new(),
             hasher: hashbrown::DefaultHashBuilder::default(),
-            complete,
         }
     }
 
@@ -87,9 +104,6 @@ impl Written {
 
     /// Whether the store may hold `slot`.
     pub(crate) fn may_contain(&self, slot: impl std::hash::Hash) -> bool {
-        if !self.complete {
-            return true;
-        }
         if self.bits.is_empty() {
             return false;
         }
@@ -115,13 +129,13 @@ pub(crate) struct Table<T> {
 }
 
 impl<T: StateValue> Table<T> {
-    /// A table; `fresh` when its store holds nothing of it yet (so misses on keys it never
-    /// wrote need no read).
-    pub(crate) fn new(name: &str, capacity: usize, ttl: Option<i64>, fresh: bool) -> Self {
+    /// A table whose store holds nothing of it yet, so misses on keys it never wrote need no
+    /// read; a reopened or restored store's keys are learnt with [`Self::load_stored`].
+    pub(crate) fn new(name: &str, capacity: usize, ttl: Option<i64>) -> Self {
         Self {
             name: name.to_string(),
             cache: SlotMap::default(),
-            written: Written::new(fresh),
+            written: Written::new(),
             capacity: capacity.max(1),
             ttl,
             writes_since_sweep: 0,
@@ -367,6 +381,93 @@ impl<T: StateValue> Table<T> {
             writes.push((key, value));
         }
         store.write(&self.name, writes)
+    }
+
+    /// Learns which keys the store holds of this table, in one pass over its column family, so
+    /// that the filter of written keys is complete again after a reopen or a restore (without
+    /// it, every miss would read RocksDB); rewrites the values on the way if `relayout` says so.
+    pub(crate) fn load_stored(
+        &mut self,
+        store: &Store,
+        relayout: Relayout,
+    ) -> Result<(), StateError> {
+        let name = self.name.clone();
+        let codec = |message: String| StateError::Codec {
+            state: name.clone(),
+            message,
+        };
+        let mut rewrites: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let written = &mut self.written;
+        store.scan(&self.name, &[], None, |key, value| {
+            let (group, k, ns) = decode_entry_key(key).map_err(codec)?;
+            written.insert(SlotRef { group, key: k, ns });
+            let rewritten = match relayout {
+                Relayout::Keep => return Ok(()),
+                Relayout::Strip => value
+                    .get(8..)
+                    .ok_or_else(|| codec(format!("a TTL value of {} bytes", value.len())))?
+                    .to_vec(),
+                Relayout::Stamp(now) => {
+                    let mut v = Vec::with_capacity(8 + value.len());
+                    v.extend_from_slice(&now.to_le_bytes());
+                    v.extend_from_slice(value);
+                    v
+                }
+            };
+            rewrites.push((key.to_vec(), Some(rewritten)));
+            if rewrites.len() >= REWRITE_BATCH {
+                store.write(&name, std::mem::take(&mut rewrites))?;
+            }
+            Ok(())
+        })?;
+        store.write(&self.name, rewrites)
+    }
+
+    /// Fills a heap table from the entries a restore staged for it (see
+    /// [`crate::snapshot`]): decodes every value, and keeps each write time if the snapshot
+    /// had a TTL for the state (a state that gained one starts its entries' lives `now`).
+    /// Entries already expired are left out.
+    pub(crate) fn restore_staged(&mut self, staged: &Staged, now: i64) -> Result<(), StateError> {
+        for e in &staged.entries {
+            let written = if staged.ttl_ms.is_some() {
+                e.written
+            } else {
+                now
+            };
+            if self
+                .ttl
+                .is_some_and(|ttl| written.saturating_add(ttl) <= now)
+            {
+                continue;
+            }
+            let value = T::from_bytes(&e.value).map_err(|message| StateError::Codec {
+                state: self.name.clone(),
+                message,
+            })?;
+            self.cache.insert(
+                e.slot.as_ref(),
+                Entry {
+                    value: Some(value),
+                    dirty: false,
+                    written,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Live entries (present, not expired at `now`) with their write times, for snapshots.
+    pub(crate) fn live_at(&self, now: i64) -> impl Iterator<Item = (&Slot, i64, &T)> {
+        let ttl = self.ttl;
+        self.cache.iter().filter_map(move |(s, e)| {
+            let v = e.value.as_ref()?;
+            ttl.is_none_or(|ttl| e.written.saturating_add(ttl) > now)
+                .then_some((s, e.written, v))
+        })
+    }
+
+    pub(crate) fn ttl(&self) -> Option<i64> {
+        self.ttl
     }
 
     /// Live entries (values present and not expired), for metrics.

@@ -197,7 +197,7 @@ const FETCH: usize = 1024;
 /// Overlay entries before they are written to RocksDB anyway.
 const OVERLAY_LIMIT: usize = 65_536;
 
-fn domain_byte(domain: TimeDomain) -> u8 {
+pub(crate) fn domain_byte(domain: TimeDomain) -> u8 {
     match domain {
         TimeDomain::EventTime => 0,
         TimeDomain::ProcessingTime => 1,
@@ -205,7 +205,7 @@ fn domain_byte(domain: TimeDomain) -> u8 {
 }
 
 /// `[domain][time, ordered][group u16 BE][varint key length][key][namespace]`.
-fn timer_key(domain: TimeDomain, timer: &Timer) -> Vec<u8> {
+pub(crate) fn timer_key(domain: TimeDomain, timer: &Timer) -> Vec<u8> {
     let mut out = Vec::with_capacity(12 + timer.key.len() + timer.namespace.len());
     out.push(domain_byte(domain));
     put_ordered_i64(&mut out, timer.time);
@@ -216,7 +216,7 @@ fn timer_key(domain: TimeDomain, timer: &Timer) -> Vec<u8> {
     out
 }
 
-fn decode_timer(mut bytes: &[u8]) -> Result<(TimeDomain, Timer), String> {
+pub(crate) fn decode_timer(mut bytes: &[u8]) -> Result<(TimeDomain, Timer), String> {
     let (&d, rest) = bytes.split_first().ok_or("empty timer key")?;
     bytes = rest;
     let domain = if d == 0 {
@@ -246,11 +246,11 @@ fn decode_timer(mut bytes: &[u8]) -> Result<(TimeDomain, Timer), String> {
     ))
 }
 
-fn encode_hold(hold: Option<i64>) -> Vec<u8> {
+pub(crate) fn encode_hold(hold: Option<i64>) -> Vec<u8> {
     hold.map_or_else(Vec::new, |h| h.to_le_bytes().to_vec())
 }
 
-fn decode_hold(bytes: &[u8]) -> Option<i64> {
+pub(crate) fn decode_hold(bytes: &[u8]) -> Option<i64> {
     <[u8; 8]>::try_from(bytes).ok().map(i64::from_le_bytes)
 }
 
@@ -301,31 +301,50 @@ impl RocksTimers {
             due: [VecDeque::new(), VecDeque::new()],
             frontier: [Vec::new(), Vec::new()],
             frontier_time: [i64::MIN, i64::MIN],
-            written: crate::table::Written::new(true),
+            written: crate::table::Written::new(),
             holds: BTreeMap::new(),
         }
     }
 
-    /// Timers of a reopened store, with the holds rebuilt in one pass over them (once, on
-    /// restore; never per record or per watermark).
+    /// Timers of a reopened or restored store, in one pass over them (once, on restore; never
+    /// per record or per watermark): the holds rebuilt, and the filter of written timers
+    /// refilled so that setting a new timer needs no read.
     pub fn rebuild(store: &Store) -> Result<Self, StateError> {
         let mut t = Self::new();
-        // Timers written before the reopen are unknown to the filter: assume any may exist.
-        t.written = crate::table::Written::new(false);
-        let mut from = vec![0u8];
-        loop {
-            let chunk = store.range(TIMERS_CF, &from, &[0xff; 16], FETCH)?;
-            let Some((last, _)) = chunk.last() else { break };
-            let mut next = last.clone();
-            next.push(0);
-            for (_, value) in &chunk {
-                if let Some(h) = decode_hold(value) {
-                    *t.holds.entry(h).or_insert(0) += 1;
-                }
+        let (holds, written) = (&mut t.holds, &mut t.written);
+        store.scan(TIMERS_CF, &[], None, |key, value| {
+            let (domain, timer) = decode_timer(key).map_err(|message| StateError::Codec {
+                state: TIMERS_CF.into(),
+                message,
+            })?;
+            written.insert(&(domain_byte(domain), timer));
+            if let Some(h) = decode_hold(value) {
+                *holds.entry(h).or_insert(0) += 1;
             }
-            from = next;
-        }
+            Ok(())
+        })?;
         Ok(t)
+    }
+
+    /// Makes RocksDB hold every pending timer, for a snapshot of its files: writes the overlay,
+    /// and writes back the due timers already read (and deleted) from RocksDB, moving the read
+    /// frontier back to the first of them so that they are read again in order.
+    pub(crate) fn persist(&mut self, store: &Store) -> Result<(), StateError> {
+        self.flush(store)?;
+        let mut writes = Vec::new();
+        for d in 0..2 {
+            let due = std::mem::take(&mut self.due[d]);
+            let Some((first, timer, _)) = due.front() else {
+                continue;
+            };
+            self.frontier[d] = first.clone();
+            self.frontier_time[d] = timer.time;
+            for (key, timer, hold) in due {
+                self.written.insert(&(d as u8, timer));
+                writes.push((key, Some(encode_hold(hold))));
+            }
+        }
+        store.write(TIMERS_CF, writes)
     }
 
     fn add_hold(&mut self, hold: Option<i64>) {
