@@ -1,8 +1,46 @@
 //! Checkpoints, savepoints and restore for weir jobs.
 //!
-//! This crate will own the checkpoint coordinator (aligned barriers, acknowledgements, timeouts),
-//! the checkpoint storage (local files by default, object storage later) with atomic, checksummed
-//! metadata, savepoints, and the restore reader that reads merged operator-state files in offset
-//! order without seeking when it is already positioned (lesson 5 of `DESIGN.md`).
+//! A job's [`coordinator`] injects barriers through the runtime, collects every task's
+//! snapshot, stores the files, and publishes the checkpoint by writing its [`metadata`] last,
+//! atomically and with checksums. [`restore`] reads a snapshot back, verifying everything
+//! before the job starts, and [`catalog`] finds "the latest" and removes old checkpoints.
 //!
-//! It is empty until the checkpoint issue lands.
+//! # Layout
+//! - [`storage`]: the storage interface (object-store shaped) and local files.
+//! - [`metadata`]: the metadata document, its on-disk form and checksums.
+//! - [`catalog`]: a job's snapshots in storage: naming, listing, retention.
+//! - [`coordinator`]: triggering, acknowledgements, timeouts, savepoints, publishing.
+//! - [`restore`]: opening a snapshot and fetching keyed state for new subtasks.
+//! - [`error`]: what can go wrong, grouped by what to do about it.
+//!
+//! # Example
+//! ```
+//! use weir_checkpoint::metadata::{CheckpointMetadata, SnapshotKind, VERSION};
+//!
+//! let m = CheckpointMetadata {
+//!     version: VERSION, job: "q5".into(), id: 3, kind: SnapshotKind::Checkpoint,
+//!     triggered_at: 0, completed_at: 5, key_groups: 128, operator_state: None, nodes: vec![],
+//! };
+//! let bytes = m.encode().unwrap();
+//! assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
+//! let mut damaged = bytes.clone();
+//! damaged.truncate(bytes.len() - 1);
+//! assert!(CheckpointMetadata::decode(&damaged).is_err());
+//! ```
+
+pub mod catalog;
+pub mod coordinator;
+#[cfg(test)]
+mod coordinator_tests;
+pub mod error;
+pub mod metadata;
+pub mod restore;
+pub mod storage;
+
+pub use catalog::{JobCheckpoints, SnapshotRef};
+pub use coordinator::{
+    Barrier, BarrierKind, CheckpointStats, Completed, CoordinatorConfig, CoordinatorHandle,
+    JobHooks, NodeInfo, SubtaskSnapshot, TaskReport,
+};
+pub use error::{CheckpointError, RestoreError, StorageError};
+pub use storage::{CheckpointStorage, LocalStorage};

@@ -1,0 +1,375 @@
+//! A job's checkpoints in storage: naming, listing, loading, retention.
+//!
+//! # Layout under the storage root
+//! ```text
+//! <job>/chk-0000000007/_metadata          complete once this exists (written last)
+//! <job>/chk-0000000007/operator-state     merged non-keyed state of every subtask
+//! <job>/chk-0000000007/<node>-<i>/...     files of one subtask's keyed snapshot
+//! <job>/shared/<lineage>/<node>-<i>/*.sst RocksDB files shared by incremental checkpoints
+//! <job>/sp-0000000009/...                 a savepoint: self-contained, never shares files
+//! <job>/final-0000000012/...              the last transactions of a bounded run
+//! ```
+//! Identifiers come from one sequence per job (checkpoints, savepoints and final snapshots
+//! alike), continued across runs, so "the latest" is the one with the highest id.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::error::{RestoreError, StorageError};
+use crate::metadata::{CheckpointMetadata, METADATA, SnapshotKind};
+use crate::storage::{CheckpointStorage, delete_prefix};
+
+/// A snapshot directory found in storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub kind: SnapshotKind,
+    pub id: u64,
+    /// Whether its metadata exists (it may still be corrupt).
+    pub has_metadata: bool,
+}
+
+/// Where one snapshot lives: a storage and the key of its directory.
+#[derive(Clone, Debug)]
+pub struct SnapshotRef {
+    pub storage: Arc<dyn CheckpointStorage>,
+    pub dir: String,
+}
+
+impl SnapshotRef {
+    /// The key of `path`, relative to the snapshot's directory (`../` allowed).
+    pub fn key(&self, path: &str) -> String {
+        join(&self.dir, path)
+    }
+
+    /// The snapshot's location, for messages.
+    pub fn location(&self) -> String {
+        self.storage.location(&self.dir)
+    }
+
+    /// Loads and verifies the metadata.
+    pub async fn metadata(&self) -> Result<CheckpointMetadata, RestoreError> {
+        let key = self.key(METADATA);
+        let bytes = match self.storage.get(&key).await {
+            Ok(bytes) => bytes,
+            Err(e) if e.is_not_found() => {
+                return Err(RestoreError::Corrupt {
+                    location: self.location(),
+                    reason: format!(
+                        "it has no {METADATA} (the checkpoint never completed, or this is not a checkpoint directory)"
+                    ),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        CheckpointMetadata::decode(&bytes).map_err(|reason| RestoreError::Corrupt {
+            location: self.storage.location(&key),
+            reason,
+        })
+    }
+}
+
+/// `dir` joined with a relative `path` whose leading `../` climb out of `dir`.
+pub fn join(dir: &str, path: &str) -> String {
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
+/// The checkpoints of one job in one storage.
+#[derive(Clone, Debug)]
+pub struct JobCheckpoints {
+    storage: Arc<dyn CheckpointStorage>,
+    /// The job's directory key (its name, made safe as a path component).
+    job: String,
+}
+
+/// A name safe as one path component.
+pub fn safe_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl JobCheckpoints {
+    pub fn new(storage: Arc<dyn CheckpointStorage>, job: &str) -> Self {
+        Self {
+            storage,
+            job: safe_name(job),
+        }
+    }
+
+    pub fn storage(&self) -> &Arc<dyn CheckpointStorage> {
+        &self.storage
+    }
+
+    /// The job directory's key.
+    pub fn job_dir(&self) -> &str {
+        &self.job
+    }
+
+    pub fn dir_key(&self, kind: SnapshotKind, id: u64) -> String {
+        format!("{}/{}-{id:010}", self.job, kind.prefix())
+    }
+
+    pub fn snapshot(&self, kind: SnapshotKind, id: u64) -> SnapshotRef {
+        SnapshotRef {
+            storage: self.storage.clone(),
+            dir: self.dir_key(kind, id),
+        }
+    }
+
+    /// Every snapshot directory of the job, by id.
+    pub async fn list(&self) -> Result<Vec<Listed>, StorageError> {
+        let prefix = format!("{}/", self.job);
+        let mut found: std::collections::BTreeMap<(u64, u8), Listed> = Default::default();
+        for object in self.storage.list(&prefix).await? {
+            let rest = &object.key[prefix.len()..];
+            let mut parts = rest.splitn(2, '/');
+            let (Some(dir), Some(file)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Some((kind, id)) = parse_dir(dir) else {
+                continue;
+            };
+            let entry = found.entry((id, kind as u8)).or_insert(Listed {
+                kind,
+                id,
+                has_metadata: false,
+            });
+            entry.has_metadata |= file == METADATA;
+        }
+        Ok(found.into_values().collect())
+    }
+
+    /// The highest id used so far (0 when none), complete or not.
+    pub async fn highest_id(&self) -> Result<u64, StorageError> {
+        Ok(self.list().await?.iter().map(|l| l.id).max().unwrap_or(0))
+    }
+
+    /// Snapshots with metadata, newest first: the candidates for "latest". Final snapshots
+    /// count: restoring one just finishes the commit of a completed run.
+    pub async fn complete_newest_first(&self) -> Result<Vec<SnapshotRef>, StorageError> {
+        let mut listed: Vec<Listed> = self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|l| l.has_metadata)
+            .collect();
+        listed.sort_by_key(|l| std::cmp::Reverse(l.id));
+        Ok(listed
+            .into_iter()
+            .map(|l| self.snapshot(l.kind, l.id))
+            .collect())
+    }
+
+    /// Writes `metadata` last, making the snapshot complete.
+    pub async fn publish(&self, metadata: &CheckpointMetadata) -> Result<(), StorageError> {
+        let bytes = metadata.encode().map_err(|e| StorageError {
+            op: "encoding",
+            location: self
+                .storage
+                .location(&self.dir_key(metadata.kind, metadata.id)),
+            source: std::io::Error::other(e),
+        })?;
+        let key = join(&self.dir_key(metadata.kind, metadata.id), METADATA);
+        self.storage.put(&key, bytes).await.map(|_| ())
+    }
+
+    /// Removes a snapshot's own directory (not the shared files it refers to).
+    pub async fn remove(&self, kind: SnapshotKind, id: u64) -> Result<(), StorageError> {
+        let dir = self.dir_key(kind, id);
+        // The metadata goes first: a half-deleted checkpoint must not look complete.
+        self.storage.delete(&join(&dir, METADATA)).await?;
+        delete_prefix(self.storage.as_ref(), &format!("{dir}/")).await?;
+        Ok(())
+    }
+
+    /// Keeps the `retained` newest complete checkpoints and removes older ones, incomplete
+    /// checkpoints older than `newest`, and shared files no kept snapshot refers to.
+    /// Savepoints are the user's and are never removed. Call only when no checkpoint is in
+    /// flight: the files of one being written are not referred to by any metadata yet.
+    pub async fn retain(&self, retained: usize, newest: u64) -> Result<Retention, StorageError> {
+        let listed = self.list().await?;
+        let mut complete: Vec<u64> = listed
+            .iter()
+            .filter(|l| l.kind == SnapshotKind::Checkpoint && l.has_metadata)
+            .map(|l| l.id)
+            .collect();
+        complete.sort_unstable();
+        let keep_from = complete.len().saturating_sub(retained.max(1));
+        let mut result = Retention::default();
+        for id in &complete[..keep_from] {
+            self.remove(SnapshotKind::Checkpoint, *id).await?;
+            result.removed.push(*id);
+        }
+        for l in &listed {
+            if !l.has_metadata && l.id < newest {
+                self.remove(l.kind, l.id).await?;
+                result.removed_incomplete.push(l.id);
+            }
+        }
+        // Shared files: keep those any remaining snapshot refers to.
+        let mut referenced: HashSet<String> = HashSet::new();
+        for l in self.list().await?.iter().filter(|l| l.has_metadata) {
+            let snapshot = self.snapshot(l.kind, l.id);
+            match snapshot.metadata().await {
+                Ok(m) => referenced.extend(m.files().map(|f| snapshot.key(&f.path))),
+                Err(e) => {
+                    // A snapshot whose metadata cannot be read might still refer to shared
+                    // files: keep everything rather than guess.
+                    tracing::warn!(error = %e, "not collecting shared files this time");
+                    return Ok(result);
+                }
+            }
+        }
+        let shared_prefix = format!("{}/shared/", self.job);
+        for object in self.storage.list(&shared_prefix).await? {
+            if !referenced.contains(&object.key) {
+                self.storage.delete(&object.key).await?;
+                result.shared_deleted += 1;
+            }
+        }
+        Ok(result)
+    }
+}
+
+/// What a retention pass removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub removed: Vec<u64>,
+    pub removed_incomplete: Vec<u64>,
+    pub shared_deleted: usize,
+}
+
+/// `chk-0000000007` → (checkpoint, 7).
+pub fn parse_dir(name: &str) -> Option<(SnapshotKind, u64)> {
+    let (prefix, id) = name.split_once('-')?;
+    let kind = match prefix {
+        "chk" => SnapshotKind::Checkpoint,
+        "sp" => SnapshotKind::Savepoint,
+        "final" => SnapshotKind::Final,
+        _ => return None,
+    };
+    Some((kind, id.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{FileRef, KeyedFormat, KeyedHandle, NodeState, SubtaskState, VERSION};
+    use crate::storage::{LocalStorage, Placed};
+
+    fn metadata(id: u64, kind: SnapshotKind, shared: &[&str]) -> CheckpointMetadata {
+        CheckpointMetadata {
+            version: VERSION,
+            job: "j".into(),
+            id,
+            kind,
+            triggered_at: 0,
+            completed_at: 0,
+            key_groups: 128,
+            operator_state: None,
+            nodes: vec![NodeState {
+                name: "n".into(),
+                kind: "aggregate".into(),
+                parallelism: 1,
+                subtasks: vec![SubtaskState {
+                    subtask: 0,
+                    operator: None,
+                    keyed: Some(KeyedHandle {
+                        format: KeyedFormat::RocksNative,
+                        key_groups: [0, 128],
+                        files: shared
+                            .iter()
+                            .map(|f| {
+                                FileRef::new(
+                                    format!("../shared/L/n-0/{f}"),
+                                    Placed { size: 1, xxh3: 0 },
+                                )
+                            })
+                            .collect(),
+                        states: vec![],
+                    }),
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn relative_paths_climb_out_of_the_snapshot() {
+        assert_eq!(join("j/chk-1", "../shared/a.sst"), "j/shared/a.sst");
+        assert_eq!(join("j/chk-1", "n-0/keyed"), "j/chk-1/n-0/keyed");
+        assert_eq!(
+            parse_dir("chk-0000000012"),
+            Some((SnapshotKind::Checkpoint, 12))
+        );
+        assert_eq!(parse_dir("shared"), None);
+    }
+
+    #[tokio::test]
+    async fn retention_keeps_the_newest_and_what_they_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalStorage::new(dir.path()));
+        let jobs = JobCheckpoints::new(storage.clone(), "j");
+        for f in ["1.sst", "2.sst", "3.sst"] {
+            storage
+                .put(&format!("j/shared/L/n-0/{f}"), vec![1])
+                .await
+                .unwrap();
+        }
+        jobs.publish(&metadata(1, SnapshotKind::Checkpoint, &["1.sst"]))
+            .await
+            .unwrap();
+        jobs.publish(&metadata(2, SnapshotKind::Checkpoint, &["2.sst"]))
+            .await
+            .unwrap();
+        jobs.publish(&metadata(3, SnapshotKind::Savepoint, &[]))
+            .await
+            .unwrap();
+        // An abandoned checkpoint: files but no metadata.
+        storage
+            .put("j/chk-0000000004/n-0/x", vec![1])
+            .await
+            .unwrap();
+        jobs.publish(&metadata(5, SnapshotKind::Checkpoint, &["2.sst", "3.sst"]))
+            .await
+            .unwrap();
+        let r = jobs.retain(2, 5).await.unwrap();
+        assert_eq!(r.removed, [1]);
+        assert_eq!(r.removed_incomplete, [4]);
+        assert_eq!(
+            r.shared_deleted, 1,
+            "1.sst is referred to by no kept checkpoint"
+        );
+        let ids: Vec<(SnapshotKind, u64)> = jobs
+            .complete_newest_first()
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| parse_dir(s.dir.rsplit('/').next().unwrap()).unwrap())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                (SnapshotKind::Checkpoint, 5),
+                (SnapshotKind::Savepoint, 3),
+                (SnapshotKind::Checkpoint, 2)
+            ]
+        );
+        assert_eq!(jobs.highest_id().await.unwrap(), 5);
+    }
+}

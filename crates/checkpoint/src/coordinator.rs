@@ -1,0 +1,1050 @@
+//! The checkpoint coordinator of one job: triggers barriers, collects acknowledgements, stores
+//! the snapshots and publishes the metadata.
+//!
+//! A checkpoint goes through these steps (Chandy–Lamport with aligned barriers, as in Apache
+//! Flink):
+//! 1. **Trigger**: the coordinator picks the next id and asks the runtime to inject a barrier at
+//!    every source subtask ([`JobHooks::inject`]). Sources snapshot their position and send the
+//!    barrier downstream in band, after everything they emitted before it.
+//! 2. **Align and snapshot**: a task with several inputs waits until the barrier has arrived on
+//!    each, then snapshots every operator of its chain (keyed state through the backend,
+//!    operator state as bytes) and forwards the barrier; sinks move what they wrote into a
+//!    pending transaction.
+//! 3. **Acknowledge**: each task reports its snapshots ([`TaskReport::Ack`]). The coordinator
+//!    stores their files (off the task threads) as they come in.
+//! 4. **Complete**: with every task acknowledged and every file durable, the merged
+//!    operator-state file and then the metadata are written, and only then is the checkpoint
+//!    visible. The runtime commits the sinks' transactions ([`JobHooks::committed`]), and old
+//!    checkpoints are removed beyond the retained count.
+//!
+//! One coordinator runs per job as a task that owns all of this state; nothing is shared
+//! under a lock. At most `max-concurrent` checkpoints are in flight; one not complete by its
+//! deadline is abandoned. A savepoint requested while a checkpoint is in flight waits for it
+//! as a queued request that the checkpoint's completion starts: no thread sleeps or polls.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use weir_state::snapshot::{KeyedSnapshot, SnapshotFormat};
+
+use crate::catalog::{JobCheckpoints, join};
+use crate::error::{CheckpointError, StorageError};
+use crate::metadata::{
+    CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateInfo,
+    StateRange, SubtaskState, VERSION, hex,
+};
+
+/// What a barrier asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierKind {
+    Checkpoint,
+    /// A savepoint; with `stop`, the sources end once it completes.
+    Savepoint {
+        stop: bool,
+    },
+}
+
+/// The in-band checkpoint marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Barrier {
+    pub id: u64,
+    pub kind: BarrierKind,
+}
+
+impl Barrier {
+    /// How keyed state is snapshotted for this barrier: natively (incremental RocksDB files)
+    /// for checkpoints, in weir's logical format (portable across backends) for savepoints.
+    pub fn keyed_format(&self, rocksdb: bool) -> SnapshotFormat {
+        match self.kind {
+            BarrierKind::Checkpoint if rocksdb => SnapshotFormat::RocksNative,
+            _ => SnapshotFormat::Logical,
+        }
+    }
+
+    pub fn snapshot_kind(&self) -> SnapshotKind {
+        match self.kind {
+            BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
+            BarrierKind::Savepoint { .. } => SnapshotKind::Savepoint,
+        }
+    }
+}
+
+/// One operator subtask's part of a task's snapshot.
+#[derive(Debug)]
+pub struct SubtaskSnapshot {
+    /// Index of the node in the coordinator's node list.
+    pub node: usize,
+    pub subtask: u32,
+    /// Non-keyed state, encoded by the runtime.
+    pub operator: Option<Vec<u8>>,
+    /// The keyed backend's snapshot, in a local scratch directory the coordinator removes.
+    pub keyed: Option<KeyedSnapshot>,
+}
+
+/// What tasks tell the coordinator.
+#[derive(Debug)]
+pub enum TaskReport {
+    /// The task processed barrier `checkpoint` and snapshotted its operators.
+    Ack {
+        checkpoint: u64,
+        task: usize,
+        subtasks: Vec<SubtaskSnapshot>,
+    },
+    /// The task could not snapshot: the checkpoint fails (the job goes on).
+    Declined {
+        checkpoint: u64,
+        task: usize,
+        reason: String,
+    },
+    /// The task ended: checkpoints that still need it cannot complete, and no more can start.
+    Finished { task: usize },
+}
+
+/// A node of the job, as checkpoints record it.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    pub name: String,
+    pub kind: String,
+    pub parallelism: u32,
+}
+
+/// A completed snapshot, as the runtime sees it.
+#[derive(Debug)]
+pub struct Completed {
+    pub metadata: CheckpointMetadata,
+    /// Where it is, for messages and `--from`.
+    pub location: String,
+    /// Each subtask's operator state: (node index, subtask) → bytes.
+    pub operator_states: HashMap<(usize, u32), Vec<u8>>,
+}
+
+/// What the coordinator needs from the runtime.
+pub trait JobHooks: Send + Sync + 'static {
+    /// Sends `barrier` to every source subtask. An error means the job can no longer take
+    /// checkpoints (a source has finished, the job is stopping).
+    fn inject(&self, barrier: Barrier) -> Result<(), String>;
+
+    /// `completed` is durable: commit what the sinks prepared for it. An error fails the job
+    /// (the transactions stay pending and are committed again on restore).
+    fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>>;
+
+    /// A stop-with-savepoint completed: end the sources.
+    fn stop_sources(&self);
+}
+
+/// Settings of the coordinator (the job's `checkpoint` section).
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    pub timeout: Duration,
+    pub min_pause: Duration,
+    pub max_concurrent: usize,
+    pub retained: usize,
+    /// A name unique to this run attempt: shared files are stored under it, so files of
+    /// different attempts with the same RocksDB name never collide.
+    pub lineage: String,
+    /// Ids continue after this one.
+    pub last_id: u64,
+    /// Shared files already stored, per (node index, subtask), by file name: the files of the
+    /// checkpoint this run restored from, for subtasks restored one to one. They are referred
+    /// to instead of stored again.
+    pub reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
+}
+
+type Reply = oneshot::Sender<Result<Arc<Completed>, CheckpointError>>;
+
+enum Request {
+    Trigger {
+        kind: BarrierKind,
+        reply: Reply,
+    },
+    Final {
+        subtasks: Vec<SubtaskSnapshot>,
+        reply: Reply,
+    },
+}
+
+/// A handle to a job's coordinator: cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CoordinatorHandle {
+    requests: mpsc::Sender<Request>,
+    reports: mpsc::Sender<TaskReport>,
+    stats: Arc<CheckpointStats>,
+}
+
+impl CoordinatorHandle {
+    /// Triggers a checkpoint and waits for it to complete or fail.
+    pub async fn checkpoint(&self) -> Result<Arc<Completed>, CheckpointError> {
+        self.request(|reply| Request::Trigger {
+            kind: BarrierKind::Checkpoint,
+            reply,
+        })
+        .await
+    }
+
+    /// Asks for a checkpoint without waiting to hand the request over (for the scheduler's
+    /// timer thread); `None` if the coordinator is busy taking requests. The future resolves
+    /// when the checkpoint completes or fails.
+    pub fn try_checkpoint(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<Arc<Completed>, CheckpointError>>> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .try_send(Request::Trigger {
+                kind: BarrierKind::Checkpoint,
+                reply: tx,
+            })
+            .ok()?;
+        Some(Box::pin(async move {
+            rx.await.map_err(|_| CheckpointError::Stopped)?
+        }))
+    }
+
+    /// Takes a savepoint (after any checkpoint in flight) and waits for it; with `stop`, the
+    /// job's sources end once it completes.
+    pub async fn savepoint(&self, stop: bool) -> Result<Arc<Completed>, CheckpointError> {
+        self.request(|reply| Request::Trigger {
+            kind: BarrierKind::Savepoint { stop },
+            reply,
+        })
+        .await
+    }
+
+    /// Publishes the final snapshot of a bounded run: the sinks' last transactions.
+    pub async fn finish(
+        &self,
+        subtasks: Vec<SubtaskSnapshot>,
+    ) -> Result<Arc<Completed>, CheckpointError> {
+        self.request(|reply| Request::Final { subtasks, reply })
+            .await
+    }
+
+    async fn request(
+        &self,
+        make: impl FnOnce(Reply) -> Request,
+    ) -> Result<Arc<Completed>, CheckpointError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(make(tx))
+            .await
+            .map_err(|_| CheckpointError::Stopped)?;
+        rx.await.map_err(|_| CheckpointError::Stopped)?
+    }
+
+    /// Where tasks send their reports.
+    pub fn reports(&self) -> mpsc::Sender<TaskReport> {
+        self.reports.clone()
+    }
+
+    pub fn stats(&self) -> Arc<CheckpointStats> {
+        self.stats.clone()
+    }
+}
+
+/// How a snapshot ended, for metrics and the dashboard.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status")]
+pub enum Outcome {
+    Completed { location: String, bytes: u64 },
+    Failed { reason: String },
+}
+
+/// One snapshot in the history.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Record {
+    pub id: u64,
+    pub kind: SnapshotKind,
+    /// Epoch ms.
+    pub triggered_at: i64,
+    pub duration_ms: u64,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Counters and recent history of a job's checkpoints.
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    inner: Mutex<StatsInner>,
+}
+
+/// A snapshot of [`CheckpointStats`].
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StatsInner {
+    pub completed: u64,
+    pub failed: u64,
+    /// Triggers refused before starting (min pause, too many in flight, job finishing).
+    pub skipped: u64,
+    pub in_flight: Vec<u64>,
+    pub latest_completed: Option<Record>,
+    /// The last [`HISTORY`] snapshots, oldest first.
+    pub history: VecDeque<Record>,
+}
+
+/// Snapshots kept in the history.
+pub const HISTORY: usize = 32;
+
+impl CheckpointStats {
+    pub fn snapshot(&self) -> StatsInner {
+        self.inner.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut StatsInner)) {
+        if let Ok(mut s) = self.inner.lock() {
+            f(&mut s);
+        }
+    }
+
+    fn record(&self, record: Record) {
+        self.update(|s| {
+            s.in_flight.retain(|id| *id != record.id);
+            match &record.outcome {
+                Outcome::Completed { .. } => {
+                    s.completed += 1;
+                    s.latest_completed = Some(record.clone());
+                }
+                Outcome::Failed { .. } => s.failed += 1,
+            }
+            if s.history.len() == HISTORY {
+                s.history.pop_front();
+            }
+            s.history.push_back(record);
+        });
+    }
+}
+
+/// Epoch milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A snapshot in flight.
+struct Pending {
+    barrier: Barrier,
+    /// What is being taken (a final snapshot has no barrier of its own).
+    kind: SnapshotKind,
+    triggered_at: i64,
+    started: Instant,
+    deadline: Instant,
+    /// Tasks that have not acknowledged yet.
+    waiting: HashSet<usize>,
+    /// Stored state per (node, subtask).
+    subtasks: HashMap<(usize, u32), SubtaskState>,
+    operator_states: HashMap<(usize, u32), Vec<u8>>,
+    /// Keyed snapshots still being stored.
+    uploads: usize,
+    /// Being published (every task acknowledged and every file stored).
+    publishing: bool,
+    replies: Vec<Reply>,
+}
+
+/// Background work the coordinator's loop drives.
+enum Done {
+    Uploaded {
+        id: u64,
+        key: (usize, u32),
+        result: Result<KeyedHandle, StorageError>,
+    },
+    Published {
+        id: u64,
+        result: Result<Arc<Completed>, String>,
+    },
+    /// Old checkpoints were removed (or a failure logged): nothing to apply.
+    Retained,
+}
+
+/// Reports queued per task before a task waits to send (tasks send one per barrier).
+const REPORTS_PER_TASK: usize = 2;
+
+/// Starts the coordinator of a job with `tasks` tasks. The returned future is the
+/// coordinator itself: the caller owns it (spawns it and aborts or awaits it).
+pub fn coordinator(
+    config: CoordinatorConfig,
+    catalog: JobCheckpoints,
+    job: String,
+    key_groups: u32,
+    nodes: Vec<NodeInfo>,
+    tasks: usize,
+    hooks: Arc<dyn JobHooks>,
+) -> (CoordinatorHandle, BoxFuture<'static, ()>) {
+    // Requests come from a handful of callers (the scheduler, savepoint commands); reports
+    // from tasks, at most a couple per task in flight.
+    let (requests_tx, requests) = mpsc::channel(16);
+    let (reports_tx, reports) = mpsc::channel(tasks.max(1) * REPORTS_PER_TASK);
+    let stats = Arc::new(CheckpointStats::default());
+    let handle = CoordinatorHandle {
+        requests: requests_tx,
+        reports: reports_tx,
+        stats: stats.clone(),
+    };
+    let next_id = config.last_id + 1;
+    let state = Coordinator {
+        reuse: config.reuse.clone(),
+        config,
+        catalog,
+        job,
+        key_groups,
+        nodes,
+        tasks,
+        hooks,
+        stats,
+        next_id,
+        pending: HashMap::new(),
+        queued: VecDeque::new(),
+        closed: None,
+        last_finished: None,
+        retaining: false,
+        work: FuturesUnordered::new(),
+    };
+    (handle, Box::pin(state.run(requests, reports)))
+}
+
+struct Coordinator {
+    config: CoordinatorConfig,
+    catalog: JobCheckpoints,
+    job: String,
+    key_groups: u32,
+    nodes: Vec<NodeInfo>,
+    tasks: usize,
+    hooks: Arc<dyn JobHooks>,
+    stats: Arc<CheckpointStats>,
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    /// Savepoints waiting for an in-flight checkpoint to finish.
+    queued: VecDeque<(BarrierKind, Reply)>,
+    /// Why no more snapshots can be taken, once that is so.
+    closed: Option<String>,
+    last_finished: Option<Instant>,
+    /// Shared files stored by the latest completed checkpoint (see [`CoordinatorConfig::reuse`]).
+    reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
+    /// Old checkpoints are being removed.
+    retaining: bool,
+    work: FuturesUnordered<BoxFuture<'static, Done>>,
+}
+
+impl Coordinator {
+    async fn run(
+        mut self,
+        mut requests: mpsc::Receiver<Request>,
+        mut reports: mpsc::Receiver<TaskReport>,
+    ) {
+        loop {
+            let deadline = self.pending.values().map(|p| p.deadline).min();
+            tokio::select! {
+                request = requests.recv() => match request {
+                    Some(r) => self.request(r),
+                    None => break,
+                },
+                Some(report) = reports.recv() => self.report(report),
+                Some(done) = self.work.next(), if !self.work.is_empty() => self.done(done),
+                () = sleep_until(deadline) => self.expire(),
+            }
+        }
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            self.fail(id, CheckpointError::Stopped);
+        }
+    }
+
+    fn request(&mut self, request: Request) {
+        match request {
+            Request::Trigger { kind, reply } => self.trigger(kind, reply),
+            Request::Final { subtasks, reply } => self.publish_final(subtasks, reply),
+        }
+    }
+
+    fn skip(&self, reply: Reply, why: String) {
+        self.stats.update(|s| s.skipped += 1);
+        let _ = reply.send(Err(CheckpointError::Skipped(why)));
+    }
+
+    fn trigger(&mut self, kind: BarrierKind, reply: Reply) {
+        if let Some(why) = &self.closed {
+            return self.skip(reply, why.clone());
+        }
+        let in_flight = self.pending.len();
+        match kind {
+            BarrierKind::Checkpoint => {
+                if in_flight >= self.config.max_concurrent {
+                    return self.skip(reply, format!("{in_flight} already in flight"));
+                }
+                if !self.queued.is_empty() {
+                    return self.skip(reply, "a savepoint is waiting".into());
+                }
+                if let Some(last) = self.last_finished {
+                    if last.elapsed() < self.config.min_pause {
+                        return self.skip(reply, "the minimum pause has not elapsed".into());
+                    }
+                }
+                if self.retaining {
+                    return self.skip(reply, "old checkpoints are being removed".into());
+                }
+            }
+            BarrierKind::Savepoint { .. } => {
+                if in_flight > 0 {
+                    // Started by the completion of what is in flight.
+                    self.queued.push_back((kind, reply));
+                    return;
+                }
+            }
+        }
+        self.start(kind, vec![reply]);
+    }
+
+    fn start(&mut self, kind: BarrierKind, replies: Vec<Reply>) {
+        let barrier = Barrier {
+            id: self.next_id,
+            kind,
+        };
+        self.next_id += 1;
+        if let Err(why) = self.hooks.inject(barrier) {
+            self.closed.get_or_insert(why.clone());
+            for reply in replies {
+                self.skip(reply, why.clone());
+            }
+            return;
+        }
+        tracing::debug!(job = %self.job, checkpoint = barrier.id, ?kind, "barrier injected");
+        let now = Instant::now();
+        self.stats.update(|s| s.in_flight.push(barrier.id));
+        self.pending.insert(
+            barrier.id,
+            Pending {
+                barrier,
+                kind: barrier.snapshot_kind(),
+                triggered_at: now_ms(),
+                started: now,
+                deadline: now + self.config.timeout,
+                waiting: (0..self.tasks).collect(),
+                subtasks: HashMap::new(),
+                operator_states: HashMap::new(),
+                uploads: 0,
+                publishing: false,
+                replies,
+            },
+        );
+    }
+
+    fn report(&mut self, report: TaskReport) {
+        match report {
+            TaskReport::Ack {
+                checkpoint,
+                task,
+                subtasks,
+            } => self.ack(checkpoint, task, subtasks),
+            TaskReport::Declined {
+                checkpoint,
+                task,
+                reason,
+            } => self.fail(
+                checkpoint,
+                CheckpointError::Failed {
+                    id: checkpoint,
+                    reason: format!("task {task} declined: {reason}"),
+                },
+            ),
+            TaskReport::Finished { task } => {
+                let why = "a task of the job has finished".to_string();
+                self.closed.get_or_insert(why.clone());
+                let blocked: Vec<u64> = self
+                    .pending
+                    .iter()
+                    .filter(|(_, p)| p.waiting.contains(&task))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in blocked {
+                    self.fail(
+                        id,
+                        CheckpointError::Failed {
+                            id,
+                            reason: format!("task {task} finished before acknowledging"),
+                        },
+                    );
+                }
+                while let Some((_, reply)) = self.queued.pop_front() {
+                    self.skip(reply, why.clone());
+                }
+            }
+        }
+    }
+
+    fn ack(&mut self, id: u64, task: usize, subtasks: Vec<SubtaskSnapshot>) {
+        let Some(pending) = self.pending.get_mut(&id) else {
+            // Late, for an abandoned checkpoint: drop its scratch files.
+            discard(subtasks);
+            return;
+        };
+        pending.waiting.remove(&task);
+        self.absorb(id, subtasks);
+        self.maybe_publish(id);
+    }
+
+    /// Takes in the snapshots of some subtasks: operator state is kept, keyed files start
+    /// being stored.
+    fn absorb(&mut self, id: u64, subtasks: Vec<SubtaskSnapshot>) {
+        let Some(pending) = self.pending.get_mut(&id) else {
+            discard(subtasks);
+            return;
+        };
+        let kind = pending.kind;
+        let dir = self.catalog.dir_key(kind, id);
+        for s in subtasks {
+            let key = (s.node, s.subtask);
+            pending.subtasks.insert(
+                key,
+                SubtaskState {
+                    subtask: s.subtask,
+                    operator: None,
+                    keyed: None,
+                },
+            );
+            if let Some(bytes) = s.operator {
+                pending.operator_states.insert(key, bytes);
+            }
+            let Some(snapshot) = s.keyed else { continue };
+            let node = match self.nodes.get(s.node) {
+                Some(node) if kind != SnapshotKind::Final => node,
+                _ => {
+                    discard_keyed(Some(snapshot));
+                    continue;
+                }
+            };
+            pending.uploads += 1;
+            let own = format!("{}-{}", crate::catalog::safe_name(&node.name), s.subtask);
+            let upload = Upload {
+                storage: self.catalog.storage().clone(),
+                dir: dir.clone(),
+                own: own.clone(),
+                // Savepoints are self-contained: they share nothing.
+                shared: (kind == SnapshotKind::Checkpoint).then(|| {
+                    (
+                        format!("shared/{}/{own}", self.config.lineage),
+                        self.reuse.get(&key).cloned().unwrap_or_default(),
+                    )
+                }),
+            };
+            self.work.push(
+                async move {
+                    let result = upload.run(snapshot).await;
+                    Done::Uploaded { id, key, result }
+                }
+                .boxed(),
+            );
+        }
+    }
+
+    fn done(&mut self, done: Done) {
+        match done {
+            Done::Retained => self.retaining = false,
+            Done::Uploaded { id, key, result } => {
+                let Some(pending) = self.pending.get_mut(&id) else {
+                    // Abandoned meanwhile: retention removes what was stored.
+                    return;
+                };
+                pending.uploads -= 1;
+                match result {
+                    Ok(handle) => {
+                        if let Some(s) = pending.subtasks.get_mut(&key) {
+                            s.keyed = Some(handle);
+                        }
+                        self.maybe_publish(id);
+                    }
+                    Err(e) => self.fail(
+                        id,
+                        CheckpointError::Failed {
+                            id,
+                            reason: e.to_string(),
+                        },
+                    ),
+                }
+            }
+            Done::Published { id, result } => {
+                let Some(pending) = self.pending.remove(&id) else {
+                    return;
+                };
+                match result {
+                    Ok(completed) => self.completed(pending, completed),
+                    Err(reason) => {
+                        self.pending.insert(id, pending);
+                        self.fail(id, CheckpointError::Failed { id, reason });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes `id` once every task acknowledged and every file is stored.
+    fn maybe_publish(&mut self, id: u64) {
+        let Some(pending) = self.pending.get_mut(&id) else {
+            return;
+        };
+        if !pending.waiting.is_empty() || pending.uploads > 0 || pending.publishing {
+            return;
+        }
+        pending.publishing = true;
+        let publish = Publish {
+            catalog: self.catalog.clone(),
+            job: self.job.clone(),
+            key_groups: self.key_groups,
+            nodes: self.nodes.clone(),
+            id,
+            kind: pending.kind,
+            triggered_at: pending.triggered_at,
+            subtasks: std::mem::take(&mut pending.subtasks),
+            operator_states: std::mem::take(&mut pending.operator_states),
+            hooks: self.hooks.clone(),
+        };
+        self.work.push(
+            async move {
+                let result = publish.run().await;
+                Done::Published { id, result }
+            }
+            .boxed(),
+        );
+    }
+
+    fn completed(&mut self, pending: Pending, completed: Arc<Completed>) {
+        let id = completed.metadata.id;
+        let kind = completed.metadata.kind;
+        let elapsed = pending.started.elapsed();
+        tracing::info!(
+            job = %self.job,
+            checkpoint = id,
+            ?kind,
+            duration_ms = elapsed.as_millis() as u64,
+            bytes = completed.metadata.size(),
+            location = %completed.location,
+            "snapshot complete"
+        );
+        self.stats.record(Record {
+            id,
+            kind,
+            triggered_at: pending.triggered_at,
+            duration_ms: elapsed.as_millis() as u64,
+            outcome: Outcome::Completed {
+                location: completed.location.clone(),
+                bytes: completed.metadata.size(),
+            },
+        });
+        if kind == SnapshotKind::Checkpoint {
+            self.last_finished = Some(Instant::now());
+            // Later checkpoints refer to this one's shared files instead of storing them again.
+            for (n, node) in completed.metadata.nodes.iter().enumerate() {
+                for s in &node.subtasks {
+                    let files = s
+                        .keyed
+                        .iter()
+                        .flat_map(|k| &k.files)
+                        .filter(|f| f.is_shared());
+                    let by_name = files
+                        .filter_map(|f| Some((f.path.rsplit('/').next()?.to_string(), f.clone())))
+                        .collect();
+                    self.reuse.insert((n, s.subtask), by_name);
+                }
+            }
+            if self.pending.is_empty() {
+                // No checkpoint starts until this is done: it deletes shared files no
+                // metadata refers to, which a checkpoint being stored would have.
+                self.retaining = true;
+                let catalog = self.catalog.clone();
+                let retained = self.config.retained;
+                let job = self.job.clone();
+                self.work.push(
+                    async move {
+                        if let Err(e) = catalog.retain(retained, id).await {
+                            tracing::warn!(job = %job, error = %e, "removing old checkpoints failed");
+                        }
+                        Done::Retained
+                    }
+                    .boxed(),
+                );
+            }
+        }
+        if let BarrierKind::Savepoint { stop: true } = pending.barrier.kind {
+            self.closed
+                .get_or_insert("the job is stopping after its savepoint".into());
+            self.hooks.stop_sources();
+        }
+        for reply in pending.replies {
+            let _ = reply.send(Ok(completed.clone()));
+        }
+        self.start_queued();
+    }
+
+    fn start_queued(&mut self) {
+        if !self.pending.is_empty() {
+            return;
+        }
+        if let Some((kind, reply)) = self.queued.pop_front() {
+            if let Some(why) = &self.closed {
+                let why = why.clone();
+                self.skip(reply, why);
+            } else {
+                self.start(kind, vec![reply]);
+            }
+        }
+    }
+
+    fn fail(&mut self, id: u64, error: CheckpointError) {
+        let Some(pending) = self.pending.remove(&id) else {
+            return;
+        };
+        tracing::warn!(job = %self.job, checkpoint = id, error = %error, "snapshot abandoned");
+        self.stats.record(Record {
+            id,
+            kind: pending.kind,
+            triggered_at: pending.triggered_at,
+            duration_ms: pending.started.elapsed().as_millis() as u64,
+            outcome: Outcome::Failed {
+                reason: error.to_string(),
+            },
+        });
+        if pending.kind == SnapshotKind::Checkpoint {
+            self.last_finished = Some(Instant::now());
+        }
+        for reply in pending.replies {
+            let _ = reply.send(Err(error.clone()));
+        }
+        self.start_queued();
+    }
+
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            let missing = self.pending.get(&id).map_or(0, |p| p.waiting.len());
+            self.fail(
+                id,
+                CheckpointError::Timeout {
+                    id,
+                    after_ms: self.config.timeout.as_millis() as u64,
+                    missing,
+                },
+            );
+        }
+    }
+
+    /// The final snapshot of a bounded run: no barrier, the ended tasks' sink transactions.
+    fn publish_final(&mut self, subtasks: Vec<SubtaskSnapshot>, reply: Reply) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let now = Instant::now();
+        self.closed.get_or_insert("the job has finished".into());
+        self.pending.insert(
+            id,
+            Pending {
+                barrier: Barrier {
+                    id,
+                    kind: BarrierKind::Checkpoint,
+                },
+                kind: SnapshotKind::Final,
+                triggered_at: now_ms(),
+                started: now,
+                deadline: now + self.config.timeout,
+                waiting: HashSet::new(),
+                subtasks: HashMap::new(),
+                operator_states: HashMap::new(),
+                uploads: 0,
+                publishing: false,
+                replies: vec![reply],
+            },
+        );
+        self.absorb(id, subtasks);
+        self.maybe_publish(id);
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn discard_keyed(keyed: Option<KeyedSnapshot>) {
+    if let Some(k) = keyed {
+        let _ = std::fs::remove_dir_all(&k.dir);
+    }
+}
+
+fn discard(subtasks: Vec<SubtaskSnapshot>) {
+    for s in subtasks {
+        discard_keyed(s.keyed);
+    }
+}
+
+/// Stores one keyed snapshot's files.
+struct Upload {
+    storage: Arc<dyn crate::storage::CheckpointStorage>,
+    /// The snapshot's directory key.
+    dir: String,
+    /// The subtask's directory name in it (`<node>-<subtask>`).
+    own: String,
+    /// For checkpoints: where shared files go (relative to the job directory) and the shared
+    /// files already stored, by name.
+    shared: Option<(String, HashMap<String, FileRef>)>,
+}
+
+impl Upload {
+    async fn run(self, snapshot: KeyedSnapshot) -> Result<KeyedHandle, StorageError> {
+        let result = self.store(&snapshot).await;
+        let _ = tokio::fs::remove_dir_all(&snapshot.dir).await;
+        result
+    }
+
+    async fn store(&self, snapshot: &KeyedSnapshot) -> Result<KeyedHandle, StorageError> {
+        let mut files = Vec::with_capacity(snapshot.files.len());
+        for f in &snapshot.files {
+            let local: PathBuf = snapshot.dir.join(&f.name);
+            match (&self.shared, f.shared) {
+                (Some((shared_dir, stored)), true) => {
+                    if let Some(r) = stored.get(&f.name).filter(|r| r.size == f.size) {
+                        files.push(r.clone());
+                        continue;
+                    }
+                    // `dir` is `<job>/<kind>-<id>`: shared files sit beside it.
+                    let path = format!("../{shared_dir}/{}", f.name);
+                    let placed = self
+                        .storage
+                        .put_file(&join(&self.dir, &path), local)
+                        .await?;
+                    files.push(FileRef::new(path, placed));
+                }
+                _ => {
+                    let path = format!("{}/{}", self.own, f.name);
+                    let placed = self
+                        .storage
+                        .put_file(&join(&self.dir, &path), local)
+                        .await?;
+                    files.push(FileRef::new(path, placed));
+                }
+            }
+        }
+        Ok(KeyedHandle {
+            format: match snapshot.format {
+                SnapshotFormat::Logical => KeyedFormat::Logical,
+                SnapshotFormat::RocksNative => KeyedFormat::RocksNative,
+            },
+            key_groups: [snapshot.range.start, snapshot.range.end],
+            files,
+            states: snapshot
+                .states
+                .iter()
+                .map(|s| StateInfo {
+                    name: s.name.clone(),
+                    ttl_ms: s.ttl_ms,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Writes a snapshot's merged operator-state file and its metadata, then lets the runtime
+/// commit.
+struct Publish {
+    catalog: JobCheckpoints,
+    job: String,
+    key_groups: u32,
+    nodes: Vec<NodeInfo>,
+    id: u64,
+    kind: SnapshotKind,
+    triggered_at: i64,
+    subtasks: HashMap<(usize, u32), SubtaskState>,
+    operator_states: HashMap<(usize, u32), Vec<u8>>,
+    hooks: Arc<dyn JobHooks>,
+}
+
+/// The merged operator-state file's name.
+pub const OPERATOR_STATE: &str = "operator-state";
+
+impl Publish {
+    async fn run(mut self) -> Result<Arc<Completed>, String> {
+        let dir = self.catalog.dir_key(self.kind, self.id);
+        // One file for every subtask's operator state, in (node, subtask) order, so a restore
+        // reads it front to back.
+        let mut keys: Vec<(usize, u32)> = self.operator_states.keys().copied().collect();
+        keys.sort_unstable();
+        let mut merged = Vec::new();
+        for key in &keys {
+            let bytes = &self.operator_states[key];
+            let range = StateRange {
+                offset: merged.len() as u64,
+                length: bytes.len() as u64,
+                xxh3: hex(xxhash_rust::xxh3::xxh3_64(bytes)),
+            };
+            merged.extend_from_slice(bytes);
+            self.subtasks
+                .entry(*key)
+                .or_insert(SubtaskState {
+                    subtask: key.1,
+                    operator: None,
+                    keyed: None,
+                })
+                .operator = Some(range);
+        }
+        let operator_state = if keys.is_empty() {
+            None
+        } else {
+            let placed = self
+                .catalog
+                .storage()
+                .put(&join(&dir, OPERATOR_STATE), merged)
+                .await
+                .map_err(|e| e.to_string())?;
+            Some(FileRef::new(OPERATOR_STATE.into(), placed))
+        };
+        let mut nodes: Vec<NodeState> = self
+            .nodes
+            .iter()
+            .map(|n| NodeState {
+                name: n.name.clone(),
+                kind: n.kind.clone(),
+                parallelism: n.parallelism,
+                subtasks: Vec::new(),
+            })
+            .collect();
+        let mut states: Vec<((usize, u32), SubtaskState)> = self.subtasks.into_iter().collect();
+        states.sort_by_key(|(k, _)| *k);
+        for ((node, _), state) in states {
+            if let Some(n) = nodes.get_mut(node) {
+                n.subtasks.push(state);
+            }
+        }
+        let metadata = CheckpointMetadata {
+            version: VERSION,
+            job: self.job,
+            id: self.id,
+            kind: self.kind,
+            triggered_at: self.triggered_at,
+            completed_at: now_ms(),
+            key_groups: self.key_groups,
+            operator_state,
+            nodes,
+        };
+        self.catalog
+            .publish(&metadata)
+            .await
+            .map_err(|e| e.to_string())?;
+        let completed = Arc::new(Completed {
+            location: self.catalog.storage().location(&dir),
+            metadata,
+            operator_states: self.operator_states,
+        });
+        if let Err(e) = self.hooks.committed(completed.clone()).await {
+            // The snapshot stands; its transactions are committed again on restore.
+            tracing::error!(checkpoint = self.id, error = %e, "committing sink transactions failed");
+        }
+        Ok(completed)
+    }
+}

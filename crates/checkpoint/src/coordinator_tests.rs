@@ -1,0 +1,405 @@
+//! The coordinator against fake tasks: what is injected, published, committed and refused.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use weir_state::key_groups::KeyGroupRange;
+use weir_state::snapshot::{KeyedSnapshot, SnapshotFile, SnapshotFormat};
+
+use crate::catalog::JobCheckpoints;
+use crate::coordinator::*;
+use crate::error::CheckpointError;
+use crate::metadata::{METADATA, SnapshotKind};
+use crate::storage::{CheckpointStorage, LocalStorage};
+
+/// Records what the coordinator asks of the runtime.
+struct FakeJob {
+    injected: mpsc::UnboundedSender<Barrier>,
+    /// For each commit: the snapshot id and whether its metadata already existed.
+    commits: Mutex<Vec<(u64, bool)>>,
+    stops: AtomicUsize,
+    storage: Arc<dyn CheckpointStorage>,
+    catalog: JobCheckpoints,
+    refuse: Mutex<Option<String>>,
+}
+
+impl JobHooks for FakeJob {
+    fn inject(&self, barrier: Barrier) -> Result<(), String> {
+        if let Some(why) = self.refuse.lock().unwrap().clone() {
+            return Err(why);
+        }
+        let _ = self.injected.send(barrier);
+        Ok(())
+    }
+
+    fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>> {
+        let key = format!(
+            "{}/{METADATA}",
+            self.catalog
+                .dir_key(completed.metadata.kind, completed.metadata.id)
+        );
+        let visible = std::path::Path::new(&self.storage.location(&key)).exists();
+        self.commits
+            .lock()
+            .unwrap()
+            .push((completed.metadata.id, visible));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn stop_sources(&self) {
+        self.stops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    job: Arc<FakeJob>,
+    handle: CoordinatorHandle,
+    injected: mpsc::UnboundedReceiver<Barrier>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        timeout: Duration::from_secs(5),
+        min_pause: Duration::ZERO,
+        max_concurrent: 1,
+        retained: 2,
+        lineage: "L1".into(),
+        last_id: 0,
+        reuse: HashMap::new(),
+    }
+}
+
+fn harness(config: CoordinatorConfig, tasks: usize) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("checkpoints");
+    let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalStorage::new(&root));
+    let catalog = JobCheckpoints::new(storage.clone(), "job");
+    let (tx, injected) = mpsc::unbounded_channel();
+    let job = Arc::new(FakeJob {
+        injected: tx,
+        commits: Mutex::new(Vec::new()),
+        stops: AtomicUsize::new(0),
+        storage,
+        catalog: catalog.clone(),
+        refuse: Mutex::new(None),
+    });
+    let nodes = vec![
+        NodeInfo {
+            name: "src".into(),
+            kind: "nexmark".into(),
+            parallelism: 1,
+        },
+        NodeInfo {
+            name: "agg".into(),
+            kind: "aggregate".into(),
+            parallelism: 1,
+        },
+    ];
+    let (handle, future) = coordinator(
+        config,
+        catalog,
+        "job".into(),
+        128,
+        nodes,
+        tasks,
+        job.clone(),
+    );
+    let task = tokio::spawn(future);
+    Harness {
+        _dir: dir,
+        root,
+        job,
+        handle,
+        injected,
+        task,
+    }
+}
+
+/// A keyed snapshot of one "SST" in a scratch directory.
+fn keyed(scratch: &std::path::Path, id: u64, sst: &str) -> KeyedSnapshot {
+    let dir = scratch.join(format!("snap-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(sst), format!("sst {sst}")).unwrap();
+    std::fs::write(dir.join("MANIFEST-1"), format!("manifest {id}")).unwrap();
+    KeyedSnapshot {
+        format: SnapshotFormat::RocksNative,
+        key_groups: 128,
+        range: KeyGroupRange { start: 0, end: 128 },
+        dir,
+        files: vec![
+            SnapshotFile {
+                name: sst.into(),
+                size: format!("sst {sst}").len() as u64,
+                shared: true,
+            },
+            SnapshotFile {
+                name: "MANIFEST-1".into(),
+                size: format!("manifest {id}").len() as u64,
+                shared: false,
+            },
+        ],
+        states: vec![],
+        lineage: 0,
+    }
+}
+
+async fn ack(h: &Harness, id: u64, task: usize, keyed_snapshot: Option<KeyedSnapshot>) {
+    h.handle
+        .reports()
+        .send(TaskReport::Ack {
+            checkpoint: id,
+            task,
+            subtasks: vec![SubtaskSnapshot {
+                node: task,
+                subtask: 0,
+                operator: Some(format!("state of task {task} at {id}").into_bytes()),
+                keyed: keyed_snapshot,
+            }],
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpoint_completes_when_every_task_acknowledged_and_commits_after_publishing() {
+    let mut h = harness(config(), 2);
+    let scratch = h.root.parent().unwrap().join("scratch");
+    let pending = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.checkpoint().await }
+    });
+    let barrier = h.injected.recv().await.unwrap();
+    assert_eq!(barrier.id, 1);
+    ack(&h, 1, 0, None).await;
+    tokio::task::yield_now().await;
+    assert!(!pending.is_finished(), "one task has not acknowledged");
+    let snap = keyed(&scratch, 1, "000007.sst");
+    let snap_dir = snap.dir.clone();
+    ack(&h, 1, 1, Some(snap)).await;
+    let completed = pending.await.unwrap().unwrap();
+    let m = &completed.metadata;
+    assert_eq!((m.id, m.kind), (1, SnapshotKind::Checkpoint));
+    assert!(
+        !snap_dir.exists(),
+        "the scratch directory is removed once stored"
+    );
+    let keyed = m.nodes[1].subtasks[0].keyed.as_ref().unwrap();
+    assert!(
+        keyed
+            .files
+            .iter()
+            .any(|f| f.path == "../shared/L1/agg-0/000007.sst")
+    );
+    assert!(h.root.join("job/shared/L1/agg-0/000007.sst").exists());
+    assert!(h.root.join("job/chk-0000000001/agg-0/MANIFEST-1").exists());
+    assert_eq!(
+        completed.operator_states[&(0, 0)],
+        b"state of task 0 at 1".to_vec()
+    );
+    assert_eq!(
+        *h.job.commits.lock().unwrap(),
+        [(1, true)],
+        "committed once, after the metadata was durable"
+    );
+    // A restore sees the same operator state through the merged file.
+    let restored =
+        crate::restore::Restored::open(h.job.catalog.snapshot(SnapshotKind::Checkpoint, 1))
+            .await
+            .unwrap();
+    assert_eq!(
+        restored.operator_states("agg"),
+        [(0, &b"state of task 1 at 1"[..])]
+    );
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn later_checkpoints_refer_to_stored_shared_files_and_old_ones_are_removed() {
+    let mut h = harness(config(), 1);
+    let scratch = h.root.parent().unwrap().join("scratch");
+    for id in 1..=3u64 {
+        let pending = tokio::spawn({
+            let handle = h.handle.clone();
+            async move { handle.checkpoint().await }
+        });
+        assert_eq!(h.injected.recv().await.unwrap().id, id);
+        // The same SST every time (unchanged state) plus one new one.
+        let mut snap = keyed(&scratch, id, "000005.sst");
+        let extra = format!("00001{id}.sst");
+        std::fs::write(snap.dir.join(&extra), "new").unwrap();
+        snap.files.push(SnapshotFile {
+            name: extra,
+            size: 3,
+            shared: true,
+        });
+        ack(&h, id, 0, Some(snap)).await;
+        let done = pending.await.unwrap().unwrap();
+        let files: Vec<&str> = done.metadata.nodes[0].subtasks[0]
+            .keyed
+            .as_ref()
+            .unwrap()
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert!(
+            files.contains(&"../shared/L1/src-0/000005.sst"),
+            "{files:?}"
+        );
+        // Let retention run before the next trigger.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = h.job.catalog.list().await.unwrap();
+    let ids: Vec<u64> = listed.iter().map(|l| l.id).collect();
+    assert_eq!(ids, [2, 3], "two retained");
+    assert!(
+        !h.root.join("job/shared/L1/src-0/000011.sst").exists(),
+        "only checkpoint 1 used it"
+    );
+    assert!(h.root.join("job/shared/L1/src-0/000005.sst").exists());
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn a_savepoint_waits_for_the_checkpoint_in_flight_without_polling() {
+    let mut h = harness(config(), 1);
+    let checkpoint = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.checkpoint().await }
+    });
+    assert_eq!(h.injected.recv().await.unwrap().id, 1);
+    let savepoint = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.savepoint(true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        h.injected.try_recv().is_err(),
+        "no second barrier while one is in flight"
+    );
+    // A periodic checkpoint meanwhile is refused (the savepoint goes first).
+    assert!(matches!(
+        h.handle.checkpoint().await,
+        Err(CheckpointError::Skipped(_))
+    ));
+    ack(&h, 1, 0, None).await;
+    checkpoint.await.unwrap().unwrap();
+    let barrier = h.injected.recv().await.unwrap();
+    assert_eq!(
+        (barrier.id, barrier.kind),
+        (2, BarrierKind::Savepoint { stop: true })
+    );
+    ack(&h, 2, 0, None).await;
+    let done = savepoint.await.unwrap().unwrap();
+    assert_eq!(done.metadata.kind, SnapshotKind::Savepoint);
+    assert!(h.root.join("job/sp-0000000002/_metadata").exists());
+    assert_eq!(
+        h.job.stops.load(Ordering::SeqCst),
+        1,
+        "stop-with-savepoint ends the sources"
+    );
+    assert!(matches!(
+        h.handle.checkpoint().await,
+        Err(CheckpointError::Skipped(_))
+    ));
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn a_checkpoint_not_acknowledged_in_time_is_abandoned() {
+    let mut cfg = config();
+    cfg.timeout = Duration::from_millis(100);
+    let mut h = harness(cfg, 2);
+    let scratch = h.root.parent().unwrap().join("scratch");
+    let pending = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.checkpoint().await }
+    });
+    h.injected.recv().await.unwrap();
+    ack(&h, 1, 0, None).await;
+    let err = pending.await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CheckpointError::Timeout {
+                id: 1,
+                missing: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A late acknowledgement is dropped with its scratch files.
+    let late = keyed(&scratch, 1, "000001.sst");
+    let late_dir = late.dir.clone();
+    ack(&h, 1, 1, Some(late)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!late_dir.exists());
+    assert!(!h.root.join("job/chk-0000000001/_metadata").exists());
+    let stats = h.handle.stats().snapshot();
+    assert_eq!((stats.completed, stats.failed), (0, 1));
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn min_pause_and_finished_tasks_refuse_triggers() {
+    let mut cfg = config();
+    cfg.min_pause = Duration::from_secs(60);
+    let mut h = harness(cfg, 1);
+    let pending = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.checkpoint().await }
+    });
+    h.injected.recv().await.unwrap();
+    ack(&h, 1, 0, None).await;
+    pending.await.unwrap().unwrap();
+    let err = h.handle.checkpoint().await.unwrap_err();
+    assert!(err.to_string().contains("minimum pause"), "{err}");
+    // Savepoints are not held by the pause; a finished task ends checkpointing for good.
+    let savepoint = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.savepoint(false).await }
+    });
+    assert_eq!(h.injected.recv().await.unwrap().id, 2);
+    h.handle
+        .reports()
+        .send(TaskReport::Finished { task: 0 })
+        .await
+        .unwrap();
+    let err = savepoint.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("finished"), "{err}");
+    assert!(matches!(
+        h.handle.savepoint(false).await,
+        Err(CheckpointError::Skipped(_))
+    ));
+    // A job whose sources refuse barriers cannot start one either.
+    *h.job.refuse.lock().unwrap() = Some("a source has finished".into());
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn the_final_snapshot_holds_the_last_transactions() {
+    let h = harness(config(), 1);
+    let done = h
+        .handle
+        .finish(vec![SubtaskSnapshot {
+            node: 1,
+            subtask: 0,
+            operator: Some(b"tail".to_vec()),
+            keyed: None,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(done.metadata.kind, SnapshotKind::Final);
+    assert_eq!(*h.job.commits.lock().unwrap(), [(1, true)]);
+    let newest = h.job.catalog.complete_newest_first().await.unwrap();
+    assert!(newest[0].dir.ends_with("final-0000000001"));
+    h.task.abort();
+}

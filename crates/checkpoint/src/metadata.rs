@@ -1,0 +1,312 @@
+//! A completed checkpoint's metadata: what every subtask's state is and where its bytes are.
+//!
+//! The metadata is the last object of a checkpoint to be written; its presence (and a valid
+//! checksum) is what makes the checkpoint complete. On disk it is one header line,
+//! `weir-checkpoint 1 xxh3=<16 hex digits>`, followed by the JSON document the header's checksum
+//! covers. Every file the metadata refers to carries its size and xxh3, so a restore detects
+//! truncated, replaced and bit-flipped files before using them.
+
+use serde::{Deserialize, Serialize};
+use weir_state::key_groups::KeyGroupRange;
+
+use crate::storage::Placed;
+
+/// Version of the metadata format.
+pub const VERSION: u32 = 1;
+const MAGIC: &str = "weir-checkpoint";
+/// The metadata's name inside a checkpoint's directory.
+pub const METADATA: &str = "_metadata";
+
+/// What a snapshot is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotKind {
+    /// Periodic, owned by the engine: retained N at a time, may share files with others.
+    Checkpoint,
+    /// Triggered by a user, owned by the user: self-contained, kept until deleted.
+    Savepoint,
+    /// Written when a bounded job ends: it holds only the sinks' last transactions, so a crash
+    /// while committing them never loses or repeats output. Restoring it just commits them.
+    Final,
+}
+
+impl SnapshotKind {
+    /// The directory prefix of this kind (`chk`, `sp`, `final`).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            SnapshotKind::Checkpoint => "chk",
+            SnapshotKind::Savepoint => "sp",
+            SnapshotKind::Final => "final",
+        }
+    }
+}
+
+/// A stored file: its key relative to the snapshot's directory (`../shared/...` for files
+/// shared between checkpoints), size and checksum.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRef {
+    pub path: String,
+    pub size: u64,
+    /// xxh3-64, as 16 hex digits.
+    pub xxh3: String,
+}
+
+impl FileRef {
+    pub fn new(path: String, placed: Placed) -> Self {
+        Self {
+            path,
+            size: placed.size,
+            xxh3: format!("{:016x}", placed.xxh3),
+        }
+    }
+
+    pub fn placed(&self) -> Option<Placed> {
+        Some(Placed {
+            size: self.size,
+            xxh3: u64::from_str_radix(&self.xxh3, 16).ok()?,
+        })
+    }
+
+    /// Whether the file belongs to several checkpoints (an incremental RocksDB SST).
+    pub fn is_shared(&self) -> bool {
+        self.path.starts_with("../")
+    }
+}
+
+/// A byte range of the merged operator-state file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRange {
+    pub offset: u64,
+    pub length: u64,
+    /// xxh3-64 of the range, as 16 hex digits.
+    pub xxh3: String,
+}
+
+/// How a keyed snapshot is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyedFormat {
+    /// weir's backend-independent file of entries by key group (heap checkpoints, savepoints).
+    Logical,
+    /// A RocksDB checkpoint: its SST files (shared between checkpoints), manifest and options.
+    RocksNative,
+}
+
+/// A state of a keyed snapshot: its name and time to live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+}
+
+/// One subtask's keyed state: a backend snapshot's files.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedHandle {
+    pub format: KeyedFormat,
+    /// The key groups `[start, end)` the subtask owned.
+    pub key_groups: [u32; 2],
+    pub files: Vec<FileRef>,
+    pub states: Vec<StateInfo>,
+}
+
+impl KeyedHandle {
+    pub fn range(&self) -> KeyGroupRange {
+        KeyGroupRange {
+            start: self.key_groups[0],
+            end: self.key_groups[1],
+        }
+    }
+}
+
+/// One subtask's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubtaskState {
+    pub subtask: u32,
+    /// Non-keyed state (source positions, pending sink transactions, operator fields, the
+    /// watermark), in the job's merged operator-state file; its encoding is the runtime's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<StateRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyed: Option<KeyedHandle>,
+}
+
+/// One node of the job and the state of each of its subtasks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeState {
+    pub name: String,
+    /// The node's `kind` (`window-aggregate`, `nexmark`, ...): a restore into a node of another
+    /// kind is refused.
+    pub kind: String,
+    pub parallelism: u32,
+    pub subtasks: Vec<SubtaskState>,
+}
+
+/// A completed checkpoint, savepoint or final snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CheckpointMetadata {
+    pub version: u32,
+    pub job: String,
+    pub id: u64,
+    pub kind: SnapshotKind,
+    /// Epoch ms.
+    pub triggered_at: i64,
+    pub completed_at: i64,
+    /// Key groups of the job: fixed for the job's lifetime (state is partitioned by them).
+    pub key_groups: u32,
+    /// The merged operator-state file of all subtasks, if any subtask has operator state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_state: Option<FileRef>,
+    pub nodes: Vec<NodeState>,
+}
+
+impl CheckpointMetadata {
+    /// Every file the snapshot needs.
+    pub fn files(&self) -> impl Iterator<Item = &FileRef> {
+        self.operator_state.iter().chain(
+            self.nodes
+                .iter()
+                .flat_map(|n| &n.subtasks)
+                .filter_map(|s| s.keyed.as_ref())
+                .flat_map(|k| &k.files),
+        )
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Total bytes of the files the snapshot refers to (shared ones included).
+    pub fn size(&self) -> u64 {
+        self.files().map(|f| f.size).sum()
+    }
+
+    /// The metadata object's bytes: header line with the checksum, then the JSON.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        let mut out = format!(
+            "{MAGIC} {VERSION} xxh3={:016x}\n",
+            xxhash_rust::xxh3::xxh3_64(&json)
+        )
+        .into_bytes();
+        out.extend_from_slice(&json);
+        Ok(out)
+    }
+
+    /// Parses and verifies metadata bytes; the error says what is wrong.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let newline = bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or("no header line (truncated?)")?;
+        let header = std::str::from_utf8(&bytes[..newline]).map_err(|_| "header is not text")?;
+        let json = &bytes[newline + 1..];
+        let mut parts = header.split(' ');
+        if parts.next() != Some(MAGIC) {
+            return Err(format!("not weir checkpoint metadata (header `{header}`)"));
+        }
+        let version: u32 = parts
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("bad header `{header}`"))?;
+        if version != VERSION {
+            return Err(format!(
+                "metadata version {version}; this weir reads version {VERSION}"
+            ));
+        }
+        let expected = parts
+            .next()
+            .and_then(|c| c.strip_prefix("xxh3="))
+            .and_then(|c| u64::from_str_radix(c, 16).ok())
+            .ok_or_else(|| format!("bad checksum in header `{header}`"))?;
+        let actual = xxhash_rust::xxh3::xxh3_64(json);
+        if actual != expected {
+            return Err(format!(
+                "metadata checksum mismatch (xxh3 {actual:016x}, header says {expected:016x}): truncated or corrupted"
+            ));
+        }
+        let metadata: Self =
+            serde_json::from_slice(json).map_err(|e| format!("metadata is not valid: {e}"))?;
+        if metadata.version != VERSION {
+            return Err(format!("metadata body version {}", metadata.version));
+        }
+        Ok(metadata)
+    }
+}
+
+/// An xxh3 checksum as 16 hex digits.
+pub fn hex(xxh3: u64) -> String {
+    format!("{xxh3:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CheckpointMetadata {
+        CheckpointMetadata {
+            version: VERSION,
+            job: "q5".into(),
+            id: 7,
+            kind: SnapshotKind::Checkpoint,
+            triggered_at: 1,
+            completed_at: 2,
+            key_groups: 128,
+            operator_state: Some(FileRef::new(
+                "operator-state".into(),
+                Placed { size: 10, xxh3: 5 },
+            )),
+            nodes: vec![NodeState {
+                name: "counts".into(),
+                kind: "window-aggregate".into(),
+                parallelism: 1,
+                subtasks: vec![SubtaskState {
+                    subtask: 0,
+                    operator: None,
+                    keyed: Some(KeyedHandle {
+                        format: KeyedFormat::RocksNative,
+                        key_groups: [0, 128],
+                        files: vec![FileRef::new(
+                            "../shared/r/counts-0/000009.sst".into(),
+                            Placed { size: 3, xxh3: 9 },
+                        )],
+                        states: vec![],
+                    }),
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn metadata_round_trips_and_counts_its_files() {
+        let m = sample();
+        let bytes = m.encode().unwrap();
+        assert!(bytes.starts_with(b"weir-checkpoint 1 xxh3="));
+        assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
+        assert_eq!(m.files().count(), 2);
+        assert_eq!(m.size(), 13);
+        assert!(m.files().any(FileRef::is_shared));
+    }
+
+    #[test]
+    fn damaged_metadata_is_refused_with_the_reason() {
+        let bytes = sample().encode().unwrap();
+        let truncated = &bytes[..bytes.len() - 5];
+        assert!(
+            CheckpointMetadata::decode(truncated)
+                .unwrap_err()
+                .contains("checksum mismatch")
+        );
+        let mut flipped = bytes.clone();
+        let at = flipped.len() / 2;
+        flipped[at] ^= 0x20;
+        assert!(CheckpointMetadata::decode(&flipped).is_err());
+        assert!(
+            CheckpointMetadata::decode(b"hello\n{}")
+                .unwrap_err()
+                .contains("not weir")
+        );
+        assert!(CheckpointMetadata::decode(b"").is_err());
+    }
+}
