@@ -40,6 +40,8 @@ bench: build
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000
 	$(WEIR) bench timers
 	$(WEIR) bench backends
+	$(WEIR) bench scheduler
+	$(WEIR) bench checkpoint
 
 ## A JSON-lines Nexmark file for the *-jsonl jobs.
 nexmark-data: build

@@ -38,6 +38,35 @@ enum Bench {
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
     },
+    /// The shared checkpoint-trigger scheduler beside per-pipeline thread pools, for 1 to
+    /// 5,000 pipelines and trigger bodies of 0, 500 µs and 5 ms, plus an overload case.
+    Scheduler {
+        /// How long each cell is measured per run.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        measure: Duration,
+        /// Runs per cell (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Only these pipeline counts (default: all of the sweep).
+        #[arg(long, value_delimiter = ',')]
+        pipelines: Vec<usize>,
+    },
+    /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
+    Checkpoint {
+        #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
+        job: PathBuf,
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Time between checkpoints in the checkpointing arm.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+        #[arg(long, value_delimiter = ',', default_value = "heap,rocksdb")]
+        backends: Vec<String>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, default_value = "data/bench")]
+        data: PathBuf,
+    },
     /// Nexmark queries on RocksDB beside the heap backend.
     Backends {
         #[arg(long, value_delimiter = ',', default_value = "q4,q5,q6,q9,q11")]
@@ -91,6 +120,19 @@ pub fn main(args: BenchArgs) -> ExitCode {
             scan_budget,
             data,
         } => timers(&pending, ops, scan_budget, &data),
+        Bench::Scheduler {
+            measure,
+            runs,
+            pipelines,
+        } => scheduler(measure, runs.max(1), &pipelines),
+        Bench::Checkpoint {
+            job,
+            events,
+            interval,
+            backends,
+            runs,
+            data,
+        } => checkpoint(&job, events, interval, &backends, runs.max(1), &data),
         Bench::Backends {
             queries,
             events,
@@ -169,16 +211,30 @@ fn run_once(
     job: &Path,
     overrides: &[Override],
 ) -> anyhow::Result<Sample> {
+    run_with(runtime, job, overrides, Default::default()).map(|(sample, _)| sample)
+}
+
+fn run_with(
+    runtime: &tokio::runtime::Runtime,
+    job: &Path,
+    overrides: &[Override],
+    options: weir_runtime::exec::job::JobOptions,
+) -> anyhow::Result<(Sample, weir_runtime::exec::job::JobSummary)> {
     let plan = weir_runtime::plan::check_file(job, overrides)?;
     let cpu0 = cpu_time()?;
     let t0 = Instant::now();
-    let summary =
-        runtime.block_on(async { weir_runtime::exec::job::start(&plan)?.wait().await })?;
-    Ok(Sample {
+    let summary = runtime.block_on(async {
+        weir_runtime::exec::job::start(&plan, options)
+            .await?
+            .wait()
+            .await
+    })?;
+    let sample = Sample {
         events: summary.events,
         wall: t0.elapsed(),
         cpu: cpu_time()? - cpu0,
-    })
+    };
+    Ok((sample, summary))
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -421,4 +477,143 @@ fn backends(
         }
     }
     Ok(())
+}
+
+fn scheduler(measure: Duration, runs: usize, pipelines: &[usize]) -> anyhow::Result<()> {
+    use weir_scheduler::bench;
+    let mut cells = bench::default_cells(measure);
+    if !pipelines.is_empty() {
+        cells.retain(|c| pipelines.contains(&c.pipelines));
+    }
+    println!(
+        "Checkpoint triggers: per-pipeline 2-thread pools (SeaTunnel's dev branch) beside weir's \
+         shared scheduler; {} per cell, median of {runs} runs.",
+        humantime::format_duration(measure)
+    );
+    println!();
+    let results = bench::sweep(&cells, runs, |done| {
+        eprintln!(
+            "{}",
+            bench::table(std::slice::from_ref(done))
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    })?;
+    println!("{}", bench::table(&results));
+    Ok(())
+}
+
+fn checkpoint(
+    job: &Path,
+    events: u64,
+    interval: Duration,
+    backends: &[String],
+    runs: usize,
+    data: &Path,
+) -> anyhow::Result<()> {
+    use weir_checkpoint::coordinator::Outcome;
+    use weir_checkpoint::metadata::SnapshotKind;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let scheduler = std::sync::Arc::new(weir_scheduler::Scheduler::new(runtime.handle().clone())?);
+    let storage = data.join("checkpoints");
+    println!(
+        "{} from the generator ({} events), blackhole sink: checkpoints every {} beside no \
+         checkpoints; median of {runs} runs per arm, arms interleaved. Durations are trigger \
+         to metadata published; size is what each checkpoint wrote.",
+        job.display(),
+        group(events),
+        humantime::format_duration(interval)
+    );
+    println!();
+    println!(
+        "| backend | events/s without | events/s with | with / without | checkpoints per run | \
+         duration p50 | duration max | size p50 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for backend in backends {
+        let mut arms: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+        let mut durations = Vec::new();
+        let mut sizes = Vec::new();
+        let mut counts = Vec::new();
+        for _ in 0..runs {
+            for (arm, samples) in arms.iter_mut().enumerate() {
+                let mut o = vec![
+                    format!("sources.nexmark.events={events}"),
+                    "sinks.out.kind=blackhole".to_string(),
+                    format!("state.backend={backend}"),
+                    format!("state.path={}/state", data.display()),
+                ];
+                let mut options = weir_runtime::exec::job::JobOptions::default();
+                if arm == 1 {
+                    o.push(format!("checkpoint.interval={}ms", interval.as_millis()));
+                    o.push(format!("checkpoint.storage={}", storage.display()));
+                    options.scheduler = Some(scheduler.clone());
+                }
+                let o: Vec<Override> = o
+                    .iter()
+                    .map(|s| s.parse().map_err(anyhow::Error::msg))
+                    .collect::<Result<_, _>>()?;
+                let (sample, summary) = run_with(&runtime, job, &o, options)?;
+                samples.push(sample);
+                if arm == 1 {
+                    let taken: Vec<_> = summary
+                        .checkpoint_history
+                        .iter()
+                        .filter(|r| r.kind == SnapshotKind::Checkpoint)
+                        .filter_map(|r| match r.outcome {
+                            Outcome::Completed { bytes, .. } => Some((r.duration_ms, bytes)),
+                            Outcome::Failed { .. } => None,
+                        })
+                        .collect();
+                    counts.push(taken.len() as f64);
+                    durations.extend(taken.iter().map(|t| t.0 as f64));
+                    sizes.extend(taken.iter().map(|t| t.1 as f64));
+                    // Each run starts without snapshots of earlier runs.
+                    if let Err(e) = std::fs::remove_dir_all(&storage) {
+                        anyhow::ensure!(e.kind() == std::io::ErrorKind::NotFound, e);
+                    }
+                }
+            }
+        }
+        let rate = |a: &Vec<Sample>| median(a.iter().map(Sample::rate).collect());
+        let (without, with) = (rate(&arms[0]), rate(&arms[1]));
+        let or_zero = |xs: &Vec<f64>| {
+            if xs.is_empty() {
+                0.0
+            } else {
+                median(xs.clone())
+            }
+        };
+        let max = durations.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| {backend} | {} | {} | {:.2}× | {} | {} ms | {} ms | {} |",
+            group(without as u64),
+            group(with as u64),
+            with / without,
+            or_zero(&counts),
+            or_zero(&durations),
+            max,
+            bytes(or_zero(&sizes) as u64),
+        );
+    }
+    Ok(())
+}
+
+/// 1536 → "1.5 KiB".
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }

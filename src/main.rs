@@ -3,10 +3,12 @@
 //! # Layout
 //! - `main.rs`: the command line.
 //! - `run.rs`: `weir run`: a job with a progress bar, Ctrl-C handling and a summary.
+//! - `savepoint.rs`: `weir savepoint`: ask a running job for a savepoint.
 //! - `bench.rs`: `weir bench`: the benchmarks `make bench` prints.
 
 mod bench;
 mod run;
+mod savepoint;
 
 /// mimalloc instead of the system allocator: profiles of the stateful Nexmark queries showed
 /// glibc's malloc and free (with its consolidation passes) at 15–20% of samples; operators
@@ -18,6 +20,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::spec::load::Override;
 
 #[derive(Parser)]
@@ -46,6 +49,23 @@ enum Command {
         /// Also write the summary as JSON to this file.
         #[arg(long, value_name = "FILE")]
         summary_json: Option<PathBuf>,
+        /// Start from a checkpoint or savepoint directory, or `latest` (the job's newest
+        /// usable snapshot; a fresh start if it has none).
+        #[arg(long, value_name = "PATH|latest")]
+        from: Option<String>,
+    },
+    /// Ask a running `weir run` of a job for a savepoint and print where it was written.
+    Savepoint {
+        /// The job file (names the job and its checkpoint storage).
+        job: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<Override>,
+        /// Stop the job once the savepoint is complete.
+        #[arg(long)]
+        stop: bool,
+        /// Give up waiting after this long.
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Check a job file and report every problem with its line, column and key.
     Validate {
@@ -92,7 +112,23 @@ fn main() -> ExitCode {
             overrides,
             quiet,
             summary_json,
-        } => run::run(&job, &overrides, quiet, summary_json.as_deref()),
+            from,
+        } => run::run(run::RunArgs {
+            path: &job,
+            overrides: &overrides,
+            quiet,
+            summary_json: summary_json.as_deref(),
+            from: from.map(|f| match f.as_str() {
+                "latest" => RestoreFrom::Latest,
+                path => RestoreFrom::Path(PathBuf::from(path)),
+            }),
+        }),
+        Command::Savepoint {
+            job,
+            overrides,
+            stop,
+            timeout,
+        } => savepoint::savepoint(&job, &overrides, stop, timeout),
         Command::Validate { job, overrides } => validate(&job, &overrides),
         Command::Schema => match serde_json::to_string_pretty(&weir_runtime::spec::json_schema()) {
             Ok(s) => {

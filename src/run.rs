@@ -1,23 +1,29 @@
 //! `weir run`: one job in this process, with a progress bar and a summary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use weir_runtime::exec::job::{self, JobSummary};
+use tokio_util::sync::CancellationToken;
+use weir_runtime::exec::job::{self, JobControl, JobOptions, JobSummary};
 use weir_runtime::exec::message::{BEGINNING_OF_TIME, END_OF_TIME};
 use weir_runtime::exec::metrics::{JobMetrics, NodeRole};
+use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::spec::load::Override;
 
-pub fn run(
-    path: &Path,
-    overrides: &[Override],
-    quiet: bool,
-    summary_json: Option<&Path>,
-) -> ExitCode {
-    let plan = match weir_runtime::plan::check_file(path, overrides) {
+/// What `weir run` was asked to do.
+pub struct RunArgs<'a> {
+    pub path: &'a Path,
+    pub overrides: &'a [Override],
+    pub quiet: bool,
+    pub summary_json: Option<&'a Path>,
+    pub from: Option<RestoreFrom>,
+}
+
+pub fn run(args: RunArgs<'_>) -> ExitCode {
+    let plan = match weir_runtime::plan::check_file(args.path, args.overrides) {
         Ok(plan) => plan,
         Err(e) => {
             eprintln!("{e}");
@@ -34,8 +40,37 @@ pub fn run(
             return ExitCode::FAILURE;
         }
     };
+    let checkpointing = plan.spec.checkpoint.enabled();
+    // One process, one running copy of a checkpointed job: two would share (and fight over)
+    // its checkpoint directory.
+    let _pid = if checkpointing {
+        match PidFile::acquire(plan.name()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let scheduler = if checkpointing {
+        match weir_scheduler::Scheduler::new(runtime.handle().clone()) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                eprintln!("error: cannot start the checkpoint scheduler: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let options = JobOptions {
+        from: args.from,
+        scheduler,
+    };
     runtime.block_on(async move {
-        let running = match job::start(&plan) {
+        let running = match job::start(&plan, options).await {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -43,27 +78,18 @@ pub fn run(
             }
         };
         let metrics = running.metrics();
-        let stopper = running.stopper();
-        // Ctrl-C once: stop the sources and drain; twice: exit at once.
-        let signals = tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nstopping: sources end, in-flight records drain, sinks flush (Ctrl-C again to abort)");
-                stopper.cancel();
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    std::process::exit(130);
-                }
-            }
-        });
-        let progress = (!quiet).then(|| Progress::start(metrics.clone()));
+        let signals = tokio::spawn(handle_signals(running.stopper(), running.control()));
+        let progress = (!args.quiet).then(|| Progress::start(metrics.clone()));
         let result = running.wait().await;
         signals.abort();
+        let _ = signals.await;
         if let Some(p) = progress {
             p.finish().await;
         }
         match result {
             Ok(summary) => {
                 eprint!("{}", render_summary(&summary));
-                if let Some(file) = summary_json {
+                if let Some(file) = args.summary_json {
                     let written = serde_json::to_vec_pretty(&summary)
                         .map_err(std::io::Error::other)
                         .and_then(|bytes| std::fs::write(file, bytes));
@@ -80,6 +106,116 @@ pub fn run(
             }
         }
     })
+}
+
+/// Ctrl-C stops the job: with a savepoint when it checkpoints (its path is printed; resume
+/// with `--from`), otherwise by draining. A second Ctrl-C exits at once. `SIGUSR1` takes a
+/// savepoint and `SIGUSR2` stops with one (what `weir savepoint` sends).
+async fn handle_signals(stopper: CancellationToken, control: JobControl) {
+    use futures::StreamExt;
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut usr1), Ok(mut usr2)) = (
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
+    ) else {
+        eprintln!(
+            "warning: cannot listen for SIGUSR1/SIGUSR2: `weir savepoint` will not reach this job"
+        );
+        return;
+    };
+    let mut savepoints = futures::stream::FuturesUnordered::new();
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => {
+                if r.is_err() || interrupted {
+                    std::process::exit(130);
+                }
+                interrupted = true;
+                if control.checkpoints() {
+                    eprintln!("\nstopping with a savepoint (Ctrl-C again to abort)");
+                    savepoints.push(savepoint(control.clone(), true, stopper.clone()));
+                } else {
+                    eprintln!("\nstopping: sources end, in-flight records drain, sinks flush (Ctrl-C again to abort)");
+                    stopper.cancel();
+                }
+            }
+            Some(()) = usr1.recv() => savepoints.push(savepoint(control.clone(), false, stopper.clone())),
+            Some(()) = usr2.recv() => savepoints.push(savepoint(control.clone(), true, stopper.clone())),
+            Some(()) = savepoints.next(), if !savepoints.is_empty() => {}
+        }
+    }
+}
+
+fn savepoint(
+    control: JobControl,
+    stop: bool,
+    stopper: CancellationToken,
+) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        match control.savepoint(stop).await {
+            Ok(done) => eprintln!(
+                "\nsavepoint {} written to {}",
+                done.metadata.id, done.location
+            ),
+            Err(e) => {
+                eprintln!("\nerror: savepoint failed: {e}");
+                if stop {
+                    eprintln!(
+                        "stopping without one: the next run resumes from the latest checkpoint"
+                    );
+                    stopper.cancel();
+                }
+            }
+        }
+    })
+}
+
+/// `{data dir}/run/<job>.pid`: which process runs a checkpointed job. Removed on exit; a file
+/// left by a process that died (SIGKILL) is taken over.
+pub struct PidFile {
+    path: PathBuf,
+}
+
+impl PidFile {
+    pub fn path_of(job: &str) -> PathBuf {
+        weir_runtime::plan::state::data_dir()
+            .join("run")
+            .join(format!("{}.pid", weir_runtime::plan::state::safe_name(job)))
+    }
+
+    /// The process running `job`, if one is.
+    pub fn running(job: &str) -> Option<i32> {
+        let pid: i32 = std::fs::read_to_string(Self::path_of(job))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        (alive && pid != std::process::id() as i32).then_some(pid)
+    }
+
+    fn acquire(job: &str) -> Result<Self, String> {
+        let path = Self::path_of(job);
+        if let Some(pid) = Self::running(job) {
+            return Err(format!(
+                "job `{job}` is already running as process {pid} ({}); stop it first",
+                path.display()
+            ));
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        std::fs::write(&path, std::process::id().to_string())
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// A progress bar on standard error, refreshed from the job's metrics.
@@ -176,6 +312,24 @@ pub fn render_summary(s: &JobSummary) -> String {
         group(s.events),
         group(s.events_per_second() as u64)
     );
+    if let Some(from) = &s.restored_from {
+        out.push_str(&format!("  restored from {from}\n"));
+    }
+    if s.restarts > 0 {
+        out.push_str(&format!(
+            "  restarted {} times after failures\n",
+            s.restarts
+        ));
+    }
+    if s.checkpoints > 0 {
+        out.push_str(&format!(
+            "  {} checkpoints completed\n",
+            group(s.checkpoints)
+        ));
+    }
+    if let Some(snapshot) = &s.snapshot {
+        out.push_str(&format!("  snapshot: {snapshot}\n"));
+    }
     let width = s
         .nodes
         .iter()

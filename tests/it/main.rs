@@ -7,14 +7,20 @@
 //! - `nexmark_stateful`: q3–q11 against those references, in order and out of order.
 //! - `spec_errors`: bad job files report every problem with line, column and key.
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
+//! - `recovery`: SIGKILL at random points, restart from the latest checkpoint, output equal
+//!   to the golden run; rescaling on restore.
+//! - `checkpoints`: corrupt snapshots skipped with a warning, savepoints from the command line
+//!   resumed on the other backend, restarts after a task failure, at-least-once mode.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod checkpoints;
 mod cli;
 mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;
+mod recovery;
 mod spec_errors;
 mod support;
 mod topology;

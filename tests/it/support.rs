@@ -27,7 +27,12 @@ pub fn run_job(job: &Path, overrides: &[String]) -> JobSummary {
         .build()
         .unwrap();
     runtime
-        .block_on(async { weir_runtime::exec::job::start(&plan)?.wait().await })
+        .block_on(async {
+            weir_runtime::exec::job::start(&plan, Default::default())
+                .await?
+                .wait()
+                .await
+        })
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -76,3 +76,17 @@ pub struct JobError {
     #[source]
     pub error: OperatorError,
 }
+
+/// Why a run did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A task failed (after any restarts the job was allowed).
+    #[error(transparent)]
+    Task(#[from] JobError),
+    /// The snapshot to start from cannot be used.
+    #[error("cannot restore: {0}")]
+    Restore(#[from] weir_checkpoint::RestoreError),
+    /// Checkpoint storage or the coordinator failed where the run cannot go on without it.
+    #[error("checkpointing: {0}")]
+    Checkpoint(String),
+}

@@ -1,91 +1,154 @@
-//! `file`: JSON lines in `part-<subtask>.jsonl` files of a directory.
+//! `file`: JSON lines in part files of a directory, committed exactly once.
 //!
-//! Each subtask writes `part-<subtask>.jsonl.inprogress` and, when its input ends, flushes it,
-//! fsyncs it, renames it to `part-<subtask>.jsonl` and fsyncs the directory: a part file that
-//! exists is complete, and a crashed run leaves only `.inprogress` files behind. A run replaces
-//! the part files of the previous run of the same sink (the sink owns `part-*.jsonl` in its
-//! directory and nothing else there).
+//! Each subtask writes into a hidden file, `.part-<subtask>-<n>.inprogress`. At a checkpoint
+//! barrier `id` it flushes and fsyncs that file and renames it to
+//! `.part-<subtask>-<id>.jsonl.pending`: a transaction, recorded in the checkpoint. When the
+//! checkpoint is complete the job commits it by renaming it to `part-<subtask>-<id>.jsonl`
+//! (and fsyncing the directory). A part file that is visible is therefore complete and covered
+//! by a completed checkpoint: a crash leaves only hidden files, which the next run removes.
+//! At the end of a bounded input the last file becomes a transaction of the job's final
+//! snapshot and is committed the same way.
+//!
+//! A run that restores snapshot `n` commits the transactions it holds (again, if they were
+//! already: commits are idempotent) and removes part files of snapshots after `n`, which
+//! belong to a history the restore discards: the output is then exactly what the restored
+//! run will have produced. A run that does not restore replaces the directory's part files.
+//! The sink owns `part-*` and `.part-*` files in its directory and nothing else there.
 
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use super::sink::Sink;
+use super::sink::{Sink, SinkFactory, SinkRestore};
+use super::source::SubtaskContext;
 use crate::error::OperatorError;
 use crate::format::json::JsonEncoder;
 
 /// Encoded bytes buffered before a write to the file.
 const FLUSH_BYTES: usize = 1 << 20;
 
+/// A pending part file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    /// The snapshot it belongs to.
+    pub id: u64,
+    /// Its hidden name while pending.
+    pub pending: String,
+    /// Its name once committed.
+    pub visible: String,
+}
+
+fn part_name(subtask: usize, id: u64) -> String {
+    format!("part-{subtask}-{id:010}.jsonl")
+}
+
+/// The snapshot id in a committed part file's name (`part-3-0000000012.jsonl` → 12).
+fn part_id(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("part-")?.strip_suffix(".jsonl")?;
+    let (_, id) = rest.rsplit_once('-')?;
+    id.parse().ok()
+}
+
 pub struct FileSink {
     dir: PathBuf,
-    part: PathBuf,
-    temp: PathBuf,
-    file: Option<tokio::fs::File>,
+    subtask: usize,
+    /// The file being written, if anything was written since the last transaction.
+    file: Option<(PathBuf, tokio::fs::File)>,
+    /// In-progress files made so far (names them uniquely).
+    files_made: u64,
     buffer: Vec<u8>,
     encoder: JsonEncoder,
+    /// Transactions not yet known to be committed.
+    pending: Vec<Transaction>,
+    /// The last barrier seen, or the run's checkpoint base before any.
+    last_barrier: u64,
 }
 
 impl FileSink {
-    pub fn new(dir: &Path, subtask: usize) -> Self {
-        let part = dir.join(format!("part-{subtask}.jsonl"));
-        let temp = dir.join(format!("part-{subtask}.jsonl.inprogress"));
+    pub fn new(dir: &Path, subtask: usize, checkpoint_base: u64) -> Self {
         Self {
             dir: dir.to_path_buf(),
-            part,
-            temp,
+            subtask,
             file: None,
+            files_made: 0,
             buffer: Vec::with_capacity(FLUSH_BYTES + (64 << 10)),
             encoder: JsonEncoder::new(),
+            pending: Vec::new(),
+            last_barrier: checkpoint_base,
         }
     }
 
-    /// Before a run: creates the directory, removes leftover `.inprogress` files and part
-    /// files of subtasks this run will not have.
-    pub fn prepare(dir: &Path, parallelism: usize) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some(rest) = name.strip_prefix("part-") else {
-                continue;
-            };
-            let stale = if rest.ends_with(".jsonl.inprogress") {
-                true
-            } else if let Some(n) = rest.strip_suffix(".jsonl") {
-                n.parse::<usize>().is_ok_and(|n| n >= parallelism)
-            } else {
-                false
-            };
-            if stale {
-                std::fs::remove_file(entry.path())?;
-            }
-        }
-        Ok(())
-    }
-
-    fn io_error(&self, what: &str, e: std::io::Error) -> OperatorError {
-        OperatorError::external(format!("{what} {}", self.temp.display()), e)
+    fn io_error(&self, what: &str, path: &Path, e: std::io::Error) -> OperatorError {
+        OperatorError::external(format!("{what} {}", path.display()), e)
     }
 
     async fn flush_buffer(&mut self) -> Result<(), OperatorError> {
-        if self.file.is_none() {
-            let file = tokio::fs::File::create(&self.temp)
-                .await
-                .map_err(|e| self.io_error("creating", e))?;
-            self.file = Some(file);
+        if self.buffer.is_empty() {
+            return Ok(());
         }
-        if let Some(file) = self.file.as_mut() {
+        if self.file.is_none() {
+            let path = self.dir.join(format!(
+                ".part-{}-{}.inprogress",
+                self.subtask, self.files_made
+            ));
+            self.files_made += 1;
+            let file = tokio::fs::File::create(&path)
+                .await
+                .map_err(|e| self.io_error("creating", &path, e))?;
+            self.file = Some((path, file));
+        }
+        if let Some((path, file)) = self.file.as_mut() {
             if let Err(e) = file.write_all(&self.buffer).await {
-                return Err(self.io_error("writing", e));
+                let path = path.clone();
+                return Err(self.io_error("writing", &path, e));
             }
         }
         self.buffer.clear();
         Ok(())
     }
+
+    /// Turns what was written since the last transaction into transaction `id`.
+    async fn seal(&mut self, id: u64) -> Result<(), OperatorError> {
+        self.flush_buffer().await?;
+        let Some((path, mut file)) = self.file.take() else {
+            return Ok(());
+        };
+        let synced = async {
+            file.flush().await?;
+            file.sync_all().await
+        };
+        synced
+            .await
+            .map_err(|e| self.io_error("syncing", &path, e))?;
+        let visible = part_name(self.subtask, id);
+        let pending = format!(".{visible}.pending");
+        tokio::fs::rename(&path, self.dir.join(&pending))
+            .await
+            .map_err(|e| self.io_error("renaming", &path, e))?;
+        sync_dir(&self.dir).await?;
+        self.pending.push(Transaction {
+            id,
+            pending,
+            visible,
+        });
+        Ok(())
+    }
+
+    fn unconfirmed(&mut self, committed: u64) -> Option<serde_json::Value> {
+        self.pending.retain(|t| t.id > committed);
+        (!self.pending.is_empty()).then(|| serde_json::json!(self.pending))
+    }
+}
+
+async fn sync_dir(dir: &Path) -> Result<(), OperatorError> {
+    let owned = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::File::open(&owned)?.sync_all())
+        .await
+        .map_err(|e| OperatorError::Internal(format!("directory sync task: {e}")))?
+        .map_err(|e| OperatorError::external(format!("syncing {}", dir.display()), e))
 }
 
 impl Sink for FileSink {
@@ -101,25 +164,236 @@ impl Sink for FileSink {
         })
     }
 
-    fn finish(&mut self) -> BoxFuture<'_, Result<(), OperatorError>> {
+    fn prepare_commit(
+        &mut self,
+        checkpoint: u64,
+        committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
         Box::pin(async move {
-            self.flush_buffer().await?;
-            if let Some(mut file) = self.file.take() {
-                file.flush()
-                    .await
-                    .map_err(|e| self.io_error("flushing", e))?;
-                file.sync_all()
-                    .await
-                    .map_err(|e| self.io_error("syncing", e))?;
-            }
-            tokio::fs::rename(&self.temp, &self.part)
-                .await
-                .map_err(|e| self.io_error("publishing", e))?;
-            let dir = self.dir.clone();
-            tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
-                .await
-                .map_err(|e| OperatorError::Internal(format!("directory sync task: {e}")))?
-                .map_err(|e| OperatorError::external(format!("syncing {}", self.dir.display()), e))
+            self.last_barrier = checkpoint;
+            self.seal(checkpoint).await?;
+            Ok(self.unconfirmed(committed))
         })
+    }
+
+    fn finish(
+        &mut self,
+        committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
+        Box::pin(async move {
+            // Named after the snapshot that will follow the last barrier (or the restored
+            // snapshot, when no barrier came): later than every checkpoint this run or an
+            // earlier one completed, so a restore of one of them removes it, and never the
+            // name of a part file already committed. Checkpoints that fail still use up
+            // ids, so the final snapshot's id may be higher; it never is lower.
+            self.seal(self.last_barrier + 1).await?;
+            Ok(self.unconfirmed(committed))
+        })
+    }
+}
+
+/// Makes the file sink's subtasks and commits their transactions.
+pub struct FileSinkFactory {
+    dir: PathBuf,
+}
+
+impl FileSinkFactory {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+}
+
+fn transactions(states: Vec<serde_json::Value>) -> Result<Vec<Transaction>, OperatorError> {
+    let mut out = Vec::new();
+    for state in states {
+        let list: Vec<Transaction> = serde_json::from_value(state).map_err(|e| {
+            OperatorError::Internal(format!("a file sink transaction is not valid: {e}"))
+        })?;
+        out.extend(list);
+    }
+    Ok(out)
+}
+
+/// Renames pending files to their visible names; a file already renamed is skipped.
+fn commit_in(dir: &Path, transactions: &[Transaction]) -> std::io::Result<usize> {
+    let mut committed = 0;
+    for t in transactions {
+        let pending = dir.join(&t.pending);
+        let visible = dir.join(&t.visible);
+        match std::fs::rename(&pending, &visible) {
+            Ok(()) => committed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && visible.exists() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} is gone and {} was never made: output of snapshot {} is lost",
+                        pending.display(),
+                        visible.display(),
+                        t.id
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if committed > 0 {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(committed)
+}
+
+impl SinkFactory for FileSinkFactory {
+    fn prepare(
+        &self,
+        _parallelism: usize,
+        restore: Option<&SinkRestore>,
+    ) -> Result<(), OperatorError> {
+        let dir = &self.dir;
+        let io = |e: std::io::Error| {
+            OperatorError::external(format!("preparing output directory {}", dir.display()), e)
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        if let Some(r) = restore {
+            let list = transactions(r.transactions.clone())?;
+            commit_in(dir, &list).map_err(io)?;
+        }
+        let mut removed_committed = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let stale = if name.starts_with(".part-") {
+                true
+            } else if name.starts_with("part-") && name.ends_with(".jsonl") {
+                match (restore, part_id(name)) {
+                    (Some(r), Some(id)) => id > r.checkpoint,
+                    _ => true,
+                }
+            } else {
+                false
+            };
+            if stale {
+                if restore.is_some() && !name.starts_with('.') {
+                    removed_committed.push(name.to_string());
+                }
+                std::fs::remove_file(entry.path()).map_err(io)?;
+            }
+        }
+        if !removed_committed.is_empty() {
+            tracing::warn!(
+                dir = %dir.display(),
+                files = ?removed_committed,
+                "removed output committed after the restored snapshot: it is produced again"
+            );
+        }
+        Ok(())
+    }
+
+    fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
+        Ok(Box::new(FileSink::new(
+            &self.dir,
+            ctx.subtask,
+            ctx.checkpoint_base,
+        )))
+    }
+
+    fn commit(
+        &self,
+        states: Vec<serde_json::Value>,
+    ) -> BoxFuture<'static, Result<(), OperatorError>> {
+        let dir = self.dir.clone();
+        Box::pin(async move {
+            let list = transactions(states)?;
+            let d = dir.clone();
+            tokio::task::spawn_blocking(move || commit_in(&d, &list))
+                .await
+                .map_err(|e| OperatorError::Internal(format!("commit task: {e}")))?
+                .map_err(|e| {
+                    OperatorError::external(format!("committing output in {}", dir.display()), e)
+                })?;
+            Ok(())
+        })
+    }
+
+    fn abort(&self, states: Vec<serde_json::Value>) -> Result<(), OperatorError> {
+        for t in transactions(states)? {
+            match std::fs::remove_file(self.dir.join(&t.pending)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(OperatorError::external(
+                        format!("discarding {}", t.pending),
+                        e,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_names_carry_the_snapshot_id() {
+        assert_eq!(part_name(3, 12), "part-3-0000000012.jsonl");
+        assert_eq!(part_id("part-3-0000000012.jsonl"), Some(12));
+        assert_eq!(part_id("part-3.jsonl"), None);
+    }
+
+    fn txn(id: u64) -> Transaction {
+        Transaction {
+            id,
+            pending: format!(".{}.pending", part_name(0, id)),
+            visible: part_name(0, id),
+        }
+    }
+
+    #[test]
+    fn restoring_commits_its_transactions_and_drops_what_came_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join(part_name(0, 3)), "old\n").unwrap();
+        std::fs::write(d.join(part_name(1, 5)), "later history\n").unwrap();
+        std::fs::write(d.join(&txn(4).pending), "pending 4\n").unwrap();
+        std::fs::write(d.join(".part-0-7.inprogress"), "partial").unwrap();
+        std::fs::write(d.join("notes.txt"), "not ours").unwrap();
+        let f = FileSinkFactory::new(d.to_path_buf());
+        let restore = SinkRestore {
+            checkpoint: 4,
+            transactions: vec![serde_json::json!([txn(4)])],
+        };
+        f.prepare(1, Some(&restore)).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "notes.txt",
+                "part-0-0000000003.jsonl",
+                "part-0-0000000004.jsonl"
+            ]
+        );
+        // Committing again (a crash after the commit) changes nothing.
+        f.prepare(1, Some(&restore)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join(part_name(0, 4))).unwrap(),
+            "pending 4\n"
+        );
+        // A transaction whose file vanished is an error, not silent loss.
+        let lost = SinkRestore {
+            checkpoint: 9,
+            transactions: vec![serde_json::json!([txn(9)])],
+        };
+        assert!(f.prepare(1, Some(&lost)).is_err());
+        // A fresh run replaces everything of ours.
+        f.prepare(1, None).unwrap();
+        assert_eq!(std::fs::read_dir(d).unwrap().count(), 1);
     }
 }

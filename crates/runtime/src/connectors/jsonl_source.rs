@@ -3,6 +3,10 @@
 //! The files are cut into chunks (`chunk-size`) handed to subtasks round-robin, so the
 //! subtasks' positions in event time stay close and their watermarks advance together. A line
 //! belongs to the chunk holding its first byte, so chunks partition the lines exactly.
+//!
+//! A checkpoint records what each subtask has left to read, as chunks (the current one from
+//! its next unread line). A restore deals every old subtask's remaining chunks out again
+//! round-robin, in file order, so any parallelism reads each remaining line exactly once.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use super::source::{Source, SourceEvent};
 use crate::error::OperatorError;
 use crate::exec::metrics::SubtaskMetrics;
 use crate::format::json::{Decoded, JsonDecoder, JsonLayout};
-use crate::format::lines::{LineReader, plan_chunks};
+use crate::format::lines::{Chunk, LineReader, plan_chunks};
 use crate::spec::{JsonlSourceSpec, OnError};
 
 /// Read buffer per subtask.
@@ -81,6 +85,18 @@ impl JsonlSource {
         metrics: Arc<SubtaskMetrics>,
     ) -> Self {
         let chunks = plan_chunks(files, spec.chunk_size.0.max(1), subtask, parallelism);
+        Self::with_chunks(spec, layout, chunks, want, batch_size, metrics)
+    }
+
+    /// A subtask reading `chunks`.
+    pub fn with_chunks(
+        spec: &JsonlSourceSpec,
+        layout: &JsonLayout,
+        chunks: Vec<Chunk>,
+        want: &[bool],
+        batch_size: usize,
+        metrics: Arc<SubtaskMetrics>,
+    ) -> Self {
         Self {
             reader: LineReader::new(chunks, READ_BUFFER),
             decoder: JsonDecoder::new(layout, want, batch_size),
@@ -141,6 +157,61 @@ impl Source for JsonlSource {
             }
         })
     }
+
+    fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        // Between calls of `next` every decoded row has been returned: the reader's position
+        // is exactly what was emitted.
+        let chunks: Vec<ChunkState> = self
+            .reader
+            .remaining()
+            .into_iter()
+            .map(|c| ChunkState {
+                path: c.path,
+                start: c.start,
+                end: c.end,
+            })
+            .collect();
+        Ok(Some(serde_json::json!({ "chunks": chunks })))
+    }
+}
+
+/// A chunk left to read.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct ChunkState {
+    path: PathBuf,
+    start: u64,
+    end: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct SourceState {
+    chunks: Vec<ChunkState>,
+}
+
+/// The chunks subtask `subtask` of `parallelism` reads after a restore: every old subtask's
+/// remaining chunks, in file order, dealt out round-robin.
+fn restored_chunks(
+    states: impl Iterator<Item = serde_json::Value>,
+    subtask: usize,
+    parallelism: usize,
+) -> Result<Vec<Chunk>, String> {
+    let mut all = Vec::new();
+    for state in states {
+        let s: SourceState = serde_json::from_value(state)
+            .map_err(|e| format!("a JSON-lines source position is not valid: {e}"))?;
+        all.extend(s.chunks);
+    }
+    all.sort_by(|a, b| (&a.path, a.start).cmp(&(&b.path, b.start)));
+    Ok(all
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % parallelism == subtask)
+        .map(|(_, c)| Chunk {
+            path: c.path,
+            start: c.start,
+            end: c.end,
+        })
+        .collect())
 }
 
 /// Makes the subtasks of a JSON-lines source. The file list is taken once per run, in
@@ -179,6 +250,23 @@ impl super::source::SourceFactory for JsonlSourceFactory {
         &self,
         ctx: &super::source::SubtaskContext,
     ) -> Result<Box<dyn Source>, OperatorError> {
+        if let Some(restore) = ctx
+            .restore
+            .as_ref()
+            .filter(|r| r.own_states().next().is_some())
+        {
+            let chunks =
+                restored_chunks(restore.own_states().cloned(), ctx.subtask, ctx.parallelism)
+                    .map_err(OperatorError::Data)?;
+            return Ok(Box::new(JsonlSource::with_chunks(
+                &self.spec,
+                &self.layout,
+                chunks,
+                &ctx.want,
+                ctx.batch_size,
+                ctx.metrics.clone(),
+            )));
+        }
         let files = self
             .files
             .lock()

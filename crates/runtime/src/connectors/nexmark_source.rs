@@ -1,8 +1,13 @@
 //! The Nexmark generator as a parallel source with ports `person`, `auction` and `bid`.
 //!
-//! Subtask `i` of `p` emits the events numbered `i, i + p, i + 2p, ...`: every subtask's event
-//! time advances at the same pace, so their watermarks stay together. Only the kinds some
-//! operator reads are built into batches; the others are skipped without being materialised.
+//! Subtask `i` of `p` emits the events numbered `i, i + p, i + 2p, ...` (its *split*): every
+//! subtask's event time advances at the same pace, so their watermarks stay together. Only the
+//! kinds some operator reads are built into batches; the others are skipped without being
+//! materialised.
+//!
+//! A checkpoint records each split's position. A restore at another parallelism hands the old
+//! splits out round-robin: a subtask with several reads from the one whose next event comes
+//! first, so its output stays in event-time order; a subtask with none has nothing to emit.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +49,8 @@ pub fn generator_config(spec: &NexmarkSourceSpec) -> GeneratorConfig {
 }
 
 pub struct NexmarkSource {
-    split: Split,
+    /// Usually one; several after a restore at a lower parallelism, none at a higher one.
+    splits: Vec<Split>,
     want: Kinds,
     batch_size: usize,
     /// Events per second for this subtask, if rate-limited.
@@ -58,9 +64,8 @@ pub struct NexmarkSource {
 impl NexmarkSource {
     /// `want[port]` says which ports are read downstream.
     pub fn new(
-        generator: Arc<Generator>,
+        splits: Vec<Split>,
         spec: &NexmarkSourceSpec,
-        subtask: usize,
         parallelism: usize,
         want: &[bool],
         batch_size: usize,
@@ -68,7 +73,7 @@ impl NexmarkSource {
     ) -> Self {
         let at = |i: usize| want.get(i).copied().unwrap_or(false);
         Self {
-            split: Split::new(generator, subtask, parallelism, spec.events),
+            splits,
             want: Kinds {
                 person: at(0),
                 auction: at(1),
@@ -102,12 +107,17 @@ impl NexmarkSource {
 impl Source for NexmarkSource {
     fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>> {
         Box::pin(async move {
-            if self.split.is_done() {
+            self.splits.retain(|s| !s.is_done());
+            if self.splits.is_empty() {
                 return Ok(SourceEvent::End);
             }
             // Waiting happens before any state changes: dropping this future loses nothing.
             let n = self.allowance().await;
-            let batch = self.split.next_batch(n, self.want);
+            let want = self.want;
+            let Some(split) = self.splits.iter_mut().min_by_key(|s| s.next_event()) else {
+                return Ok(SourceEvent::End);
+            };
+            let batch = split.next_batch(n, want);
             self.emitted += batch.events;
             SubtaskMetrics::add(&self.metrics.events, batch.events);
             SubtaskMetrics::add(&self.metrics.progress, batch.events);
@@ -123,6 +133,66 @@ impl Source for NexmarkSource {
             Ok(SourceEvent::Batches(out))
         })
     }
+
+    fn watermark_bound(&self) -> Option<i64> {
+        // Nothing earlier than a split's next event can come from it any more. Asked even of
+        // one split: splits that finished earlier may have run ahead of it (a split emits a
+        // whole batch at a time), and the largest event time seen includes theirs.
+        self.splits
+            .iter()
+            .filter(|s| !s.is_done())
+            .map(|s| s.generator().event_time(s.next_event()).saturating_sub(1))
+            .min()
+    }
+
+    fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        let splits: Vec<SplitState> = self
+            .splits
+            .iter()
+            .map(|s| SplitState {
+                index: s.index(),
+                of: s.of(),
+                position: s.position(),
+            })
+            .collect();
+        Ok(Some(serde_json::json!({ "splits": splits })))
+    }
+}
+
+/// A split's checkpointed position: split `index` of `of`, `position` events emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SplitState {
+    pub index: u64,
+    pub of: u64,
+    pub position: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct SourceState {
+    splits: Vec<SplitState>,
+}
+
+/// The splits subtask `subtask` of `parallelism` takes from the old subtasks' states: all of
+/// them in (parallelism, index) order, dealt out round-robin.
+pub fn assign_splits(
+    states: impl Iterator<Item = serde_json::Value>,
+    subtask: usize,
+    parallelism: usize,
+) -> Result<Vec<SplitState>, String> {
+    let mut all = Vec::new();
+    for state in states {
+        let s: SourceState = serde_json::from_value(state)
+            .map_err(|e| format!("a Nexmark source position is not valid: {e}"))?;
+        all.extend(s.splits);
+    }
+    all.sort_by_key(|s| (s.of, s.index));
+    all.dedup_by_key(|s| (s.of, s.index));
+    Ok(all
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % parallelism == subtask)
+        .map(|(_, s)| s)
+        .collect())
 }
 
 /// Makes the subtasks of a Nexmark source; they share one generator (and its text buffer).
@@ -151,10 +221,37 @@ impl super::source::SourceFactory for NexmarkSourceFactory {
         &self,
         ctx: &super::source::SubtaskContext,
     ) -> Result<Box<dyn Source>, OperatorError> {
+        let splits = match &ctx.restore {
+            Some(restore) if restore.own_states().next().is_some() => {
+                let states = restore.own_states().cloned();
+                assign_splits(states, ctx.subtask, ctx.parallelism)
+                    .map_err(OperatorError::Data)?
+                    .into_iter()
+                    .map(|s| {
+                        let of = usize::try_from(s.of).unwrap_or(usize::MAX);
+                        let index = usize::try_from(s.index).unwrap_or(usize::MAX);
+                        if of == 0 || index >= of {
+                            return Err(OperatorError::Data(format!(
+                                "a restored Nexmark split is {index} of {of}"
+                            )));
+                        }
+                        let mut split =
+                            Split::new(self.generator.clone(), index, of, self.spec.events);
+                        split.seek(s.position);
+                        Ok(split)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            _ => vec![Split::new(
+                self.generator.clone(),
+                ctx.subtask,
+                ctx.parallelism,
+                self.spec.events,
+            )],
+        };
         Ok(Box::new(NexmarkSource::new(
-            self.generator.clone(),
+            splits,
             &self.spec,
-            ctx.subtask,
             ctx.parallelism,
             &ctx.want,
             ctx.batch_size,

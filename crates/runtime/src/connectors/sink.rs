@@ -1,4 +1,13 @@
-//! The sink trait.
+//! The sink trait: writing, and the two phases of an exactly-once commit.
+//!
+//! A transactional sink writes what it receives into a *transaction* that nobody can see yet.
+//! At a checkpoint barrier it makes the transaction durable and returns its description
+//! ([`Sink::prepare_commit`]): that goes into the checkpoint. Once the checkpoint is complete,
+//! the job commits the transactions it holds ([`SinkFactory::commit`]), making the output
+//! visible. A crash before the checkpoint completes leaves transactions nobody commits, and a
+//! restore discards them ([`SinkFactory::prepare`]); a crash after it commits them again on
+//! restore, so commits must be idempotent. At the end of a bounded input the last transaction
+//! goes into the job's final snapshot and is committed the same way.
 
 use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
@@ -10,16 +19,63 @@ pub trait Sink: Send {
     /// Writes (or buffers) one batch.
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>>;
 
-    /// Every input has ended: flush, make the output durable and visible.
-    fn finish(&mut self) -> BoxFuture<'_, Result<(), OperatorError>>;
+    /// Barrier `checkpoint`: makes everything written since the previous barrier durable in a
+    /// pending transaction and returns the state to checkpoint: every transaction not yet
+    /// known to be committed (`committed` is the newest snapshot whose transactions were
+    /// committed). Sinks that are not transactional return `None`.
+    fn prepare_commit(
+        &mut self,
+        checkpoint: u64,
+        committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
+        let _ = (checkpoint, committed);
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Every input has ended: the same as [`prepare_commit`](Self::prepare_commit) for the
+    /// last records. The job commits (or, stopped by a savepoint, aborts) what it returns.
+    fn finish(
+        &mut self,
+        committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>>;
 }
 
-/// Makes the subtasks of one sink node.
+/// The pending transactions a restored sink inherits.
+#[derive(Clone, Debug, Default)]
+pub struct SinkRestore {
+    /// The snapshot restored.
+    pub checkpoint: u64,
+    /// The transactions it holds (of every old subtask): committed by `prepare`.
+    pub transactions: Vec<serde_json::Value>,
+}
+
+/// Makes the subtasks of one sink node, and commits their transactions.
 pub trait SinkFactory: Send + Sync {
-    /// Once per run, before any subtask starts (create the output directory, say).
-    fn prepare(&self, parallelism: usize) -> Result<(), OperatorError>;
+    /// Once per run, before any subtask starts: create the output, commit the transactions
+    /// of the snapshot restored (if any), and discard what earlier runs left uncommitted.
+    fn prepare(
+        &self,
+        parallelism: usize,
+        restore: Option<&SinkRestore>,
+    ) -> Result<(), OperatorError>;
 
     fn create(&self, ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError>;
+
+    /// Makes `transactions` (states returned by subtasks) visible. Idempotent.
+    fn commit(
+        &self,
+        transactions: Vec<serde_json::Value>,
+    ) -> BoxFuture<'static, Result<(), OperatorError>> {
+        let _ = transactions;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Discards `transactions`: they will never be committed (a stop with savepoint left them
+    /// after the savepoint).
+    fn abort(&self, transactions: Vec<serde_json::Value>) -> Result<(), OperatorError> {
+        let _ = transactions;
+        Ok(())
+    }
 }
 
 /// The factory of a sink spec.
@@ -32,42 +88,25 @@ pub fn factory(spec: &crate::spec::SinkSpec) -> std::sync::Arc<dyn SinkFactory> 
         SinkSpec::Stdout(_) => std::sync::Arc::new(Simple(|| -> Box<dyn Sink> {
             Box::new(super::stdout::Stdout::default())
         })),
-        SinkSpec::File(f) => std::sync::Arc::new(FileSinkFactory {
-            dir: std::path::PathBuf::from(&f.path),
-        }),
+        SinkSpec::File(f) => std::sync::Arc::new(super::file_sink::FileSinkFactory::new(
+            std::path::PathBuf::from(&f.path),
+        )),
     }
 }
 
+/// A sink that is not transactional.
 struct Simple<F>(F);
 
 impl<F: Fn() -> Box<dyn Sink> + Send + Sync> SinkFactory for Simple<F> {
-    fn prepare(&self, _parallelism: usize) -> Result<(), OperatorError> {
+    fn prepare(
+        &self,
+        _parallelism: usize,
+        _restore: Option<&SinkRestore>,
+    ) -> Result<(), OperatorError> {
         Ok(())
     }
 
     fn create(&self, _ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
         Ok((self.0)())
-    }
-}
-
-struct FileSinkFactory {
-    dir: std::path::PathBuf,
-}
-
-impl SinkFactory for FileSinkFactory {
-    fn prepare(&self, parallelism: usize) -> Result<(), OperatorError> {
-        super::file_sink::FileSink::prepare(&self.dir, parallelism).map_err(|e| {
-            OperatorError::external(
-                format!("preparing output directory {}", self.dir.display()),
-                e,
-            )
-        })
-    }
-
-    fn create(&self, ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
-        Ok(Box::new(super::file_sink::FileSink::new(
-            &self.dir,
-            ctx.subtask,
-        )))
     }
 }

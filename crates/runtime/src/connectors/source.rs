@@ -4,6 +4,7 @@ use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 
 use crate::error::OperatorError;
+use crate::exec::snapshot::Restore;
 
 /// What a source produced.
 #[derive(Debug)]
@@ -18,8 +19,24 @@ pub enum SourceEvent {
 /// the event-time column, and stops calling it on end or on a stop request.
 pub trait Source: Send {
     /// The next batches. Must be cancel-safe: if the future is dropped before completing (a
-    /// stop request), nothing that was not returned is lost.
+    /// stop request, a checkpoint barrier to inject), nothing that was not returned is lost
+    /// and [`snapshot`](Self::snapshot) describes exactly what was returned.
     fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>>;
+
+    /// A bound on the event time the source's watermark may reach, when the largest event
+    /// time returned so far is not one: a subtask reading several splits (after a restore at
+    /// a lower parallelism) returns one split's batch at a time, and its watermark must wait
+    /// for the split that is furthest behind (as Flink's per-split watermarks do). `None`:
+    /// no bound.
+    fn watermark_bound(&self) -> Option<i64> {
+        None
+    }
+
+    /// The position after everything returned so far, for a checkpoint. A restored subtask
+    /// receives the positions of every old subtask (see [`SourceFactory::create`]).
+    fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        Ok(None)
+    }
 }
 
 /// What a subtask is, for factories.
@@ -31,6 +48,14 @@ pub struct SubtaskContext {
     pub metrics: std::sync::Arc<crate::exec::metrics::SubtaskMetrics>,
     /// Sources: which output ports are read downstream.
     pub want: Vec<bool>,
+    /// The state to start from, when the run restores a checkpoint or savepoint.
+    pub restore: Restore,
+    /// Which attempt of the run this is (0, then 1 after the first restart, ...): working
+    /// directories are per attempt.
+    pub attempt: u32,
+    /// Snapshots this run takes have ids above this one (the restored snapshot's, or the
+    /// highest the job's storage holds): a sink names its last transaction after it.
+    pub checkpoint_base: u64,
 }
 
 /// Makes the subtasks of one source node.
@@ -39,5 +64,7 @@ pub trait SourceFactory: Send + Sync {
     /// the source's progress units when the input is bounded and its size known.
     fn prepare(&self, parallelism: usize) -> Result<Option<u64>, OperatorError>;
 
+    /// A subtask. When restoring, `ctx.restore` holds the positions of every old subtask: the
+    /// new subtasks split them between themselves, each taking its share.
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Source>, OperatorError>;
 }

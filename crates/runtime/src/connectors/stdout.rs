@@ -32,7 +32,10 @@ impl Sink for Stdout {
         })
     }
 
-    fn finish(&mut self) -> BoxFuture<'_, Result<(), OperatorError>> {
-        Box::pin(async { Ok(()) })
+    fn finish(
+        &mut self,
+        _committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
+        Box::pin(async { Ok(None) })
     }
 }

@@ -4,8 +4,15 @@
 //! them through one gate. The gate polls the channels round-robin (no channel can starve the
 //! others), tracks each channel's watermark and idleness, and forwards the combined watermark,
 //! the minimum over the channels that are neither idle nor finished, only when it advances.
-//! Each channel is polled individually so that a later checkpoint barrier can hold one channel
-//! back while the others are read (aligned barriers) without buffering.
+//!
+//! Checkpoint barriers are *aligned* (exactly-once): a channel that has delivered barrier `n`
+//! is not read again until every other running channel has delivered it too, so the task
+//! snapshots its state after exactly the records before the barrier on every input. Each
+//! channel is polled individually, so holding one back needs no buffering: its records wait
+//! in its bounded channel (and its sender, if the channel fills, waits: backpressure). A
+//! finished channel counts as aligned. In at-least-once mode no channel is held back: the
+//! barrier goes on once every channel has delivered it, and records after it on a fast
+//! channel may be in the snapshot (and replayed after a restore).
 
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -15,7 +22,7 @@ use arrow_array::RecordBatch;
 use async_channel::Receiver;
 use futures::Stream;
 
-use super::message::{BEGINNING_OF_TIME, Message, Watermark};
+use super::message::{BEGINNING_OF_TIME, Barrier, Message, Watermark};
 
 /// What the gate hands to its task.
 #[derive(Debug)]
@@ -26,6 +33,12 @@ pub enum GateEvent {
     Watermark(i64),
     /// Every input still running is idle.
     Idle,
+    /// A barrier arrived on every running input (aligned in exactly-once mode); `alignment`
+    /// is how long the first input to deliver it was held back.
+    Barrier {
+        barrier: Barrier,
+        alignment: std::time::Duration,
+    },
     /// Every input has ended.
     End,
 }
@@ -42,11 +55,22 @@ struct Channel {
     watermark: i64,
     idle: bool,
     finished: bool,
+    /// Delivered the barrier being aligned: not read until the others have too.
+    blocked: bool,
+    /// The last barrier this channel delivered (at-least-once bookkeeping).
+    last_barrier: u64,
 }
 
 pub struct InputGate {
     channels: Vec<Channel>,
     running: usize,
+    /// Hold channels back at barriers (exactly-once) or not (at-least-once).
+    aligned: bool,
+    /// The barriers seen on some but not all running channels, oldest first, with how many
+    /// channels have delivered each.
+    barriers: std::collections::VecDeque<(Barrier, usize)>,
+    /// When the oldest barrier in `barriers` first arrived.
+    first_arrival: Option<std::time::Instant>,
     /// The last combined watermark handed out (never decreases).
     watermark: i64,
     /// Whether the last status handed out was `Idle`.
@@ -65,10 +89,15 @@ impl InputGate {
                 watermark: BEGINNING_OF_TIME,
                 idle: false,
                 finished: false,
+                blocked: false,
+                last_barrier: 0,
             })
             .collect();
         Self {
             running: channels.len(),
+            aligned: true,
+            barriers: std::collections::VecDeque::new(),
+            first_arrival: None,
             channels,
             watermark: BEGINNING_OF_TIME,
             idle: false,
@@ -76,13 +105,74 @@ impl InputGate {
         }
     }
 
+    /// Lets barriers through without holding channels back (at-least-once checkpoints).
+    pub fn unaligned(mut self) -> Self {
+        self.aligned = false;
+        self
+    }
+
+    /// Starts from a restored watermark: lower combined watermarks are not handed out again.
+    pub fn with_watermark(mut self, watermark: i64) -> Self {
+        self.watermark = watermark;
+        self
+    }
+
     pub fn watermark(&self) -> i64 {
         self.watermark
+    }
+
+    /// Counts barrier `barrier` arriving on channel `i`; returns it once every running
+    /// channel has delivered it.
+    fn barrier_arrived(&mut self, i: usize, barrier: Barrier) -> Option<GateEvent> {
+        let ch = &mut self.channels[i];
+        ch.last_barrier = barrier.id;
+        if self.aligned {
+            ch.blocked = true;
+        }
+        match self.barriers.iter_mut().find(|(b, _)| b.id == barrier.id) {
+            Some((_, n)) => *n += 1,
+            None => {
+                if self.barriers.is_empty() {
+                    self.first_arrival = Some(std::time::Instant::now());
+                }
+                self.barriers.push_back((barrier, 1));
+            }
+        }
+        self.complete_barrier()
+    }
+
+    /// The oldest barrier, if every running channel has delivered it.
+    fn complete_barrier(&mut self) -> Option<GateEvent> {
+        let running = self.running;
+        let &(barrier, arrived) = self.barriers.front()?;
+        // Channels that ended without delivering it are no longer running: they count as
+        // aligned.
+        if arrived < running {
+            return None;
+        }
+        self.barriers.pop_front();
+        if self.aligned {
+            for ch in &mut self.channels {
+                ch.blocked = false;
+            }
+        }
+        let alignment = self
+            .first_arrival
+            .take()
+            .map_or(std::time::Duration::ZERO, |t| t.elapsed());
+        if !self.barriers.is_empty() {
+            self.first_arrival = Some(std::time::Instant::now());
+        }
+        Some(GateEvent::Barrier { barrier, alignment })
     }
 
     /// The next event for the task.
     pub async fn next(&mut self) -> Result<GateEvent, UpstreamGone> {
         loop {
+            // In at-least-once mode a later barrier may have completed with an earlier one.
+            if let Some(event) = self.complete_barrier() {
+                return Ok(event);
+            }
             if self.running == 0 {
                 return Ok(GateEvent::End);
             }
@@ -104,9 +194,26 @@ impl InputGate {
                     ch.watermark = ch.watermark.max(t);
                 }
                 Message::Watermark(Watermark::Idle) => self.channels[i].idle = true,
+                Message::Barrier(barrier) => {
+                    if let Some(event) = self.barrier_arrived(i, barrier) {
+                        return Ok(event);
+                    }
+                    continue;
+                }
                 Message::EndOfInput => {
-                    self.channels[i].finished = true;
+                    let ch = &mut self.channels[i];
+                    ch.finished = true;
                     self.running -= 1;
+                    // Barriers this channel already delivered no longer wait on it.
+                    let delivered = ch.last_barrier;
+                    for (b, n) in &mut self.barriers {
+                        if b.id <= delivered {
+                            *n -= 1;
+                        }
+                    }
+                    if let Some(event) = self.complete_barrier() {
+                        return Ok(event);
+                    }
                     if self.running == 0 {
                         return Ok(GateEvent::End);
                     }
@@ -143,7 +250,7 @@ impl InputGate {
             for k in 0..n {
                 let i = (self.cursor + k) % n;
                 let ch = &mut self.channels[i];
-                if ch.finished {
+                if ch.finished || ch.blocked {
                     continue;
                 }
                 match ch.rx.as_mut().poll_next(cx) {
@@ -210,6 +317,115 @@ mod tests {
         assert!(matches!(g.next().await.unwrap(), GateEvent::Idle));
         wm(&tx[1], 50).await;
         assert!(matches!(g.next().await.unwrap(), GateEvent::Watermark(50)));
+    }
+
+    fn barrier(id: u64) -> Message {
+        Message::Barrier(Barrier {
+            id,
+            kind: super::super::message::BarrierKind::Checkpoint,
+        })
+    }
+
+    fn batch(v: i64) -> Message {
+        let col: arrow_array::ArrayRef =
+            std::sync::Arc::new(arrow_array::Int64Array::from(vec![v]));
+        Message::Batch(RecordBatch::try_from_iter([("v", col)]).unwrap())
+    }
+
+    fn value(e: &GateEvent) -> Option<i64> {
+        use arrow_array::cast::AsArray;
+        match e {
+            GateEvent::Batch { batch, .. } => Some(
+                batch
+                    .column(0)
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .value(0),
+            ),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_aligned_barrier_holds_back_the_inputs_that_delivered_it() {
+        let (tx, mut g) = gate(2);
+        tx[0].send(batch(1)).await.unwrap();
+        tx[0].send(barrier(7)).await.unwrap();
+        // Records after the barrier on input 0 belong to the next checkpoint.
+        tx[0].send(batch(2)).await.unwrap();
+        tx[1].send(batch(10)).await.unwrap();
+        tx[1].send(batch(11)).await.unwrap();
+        tx[1].send(barrier(7)).await.unwrap();
+        let mut before = Vec::new();
+        loop {
+            match g.next().await.unwrap() {
+                GateEvent::Barrier { barrier, .. } => {
+                    assert_eq!(barrier.id, 7);
+                    break;
+                }
+                e => before.push(value(&e).unwrap()),
+            }
+        }
+        before.sort_unstable();
+        assert_eq!(
+            before,
+            [1, 10, 11],
+            "exactly the records before the barrier"
+        );
+        assert_eq!(value(&g.next().await.unwrap()), Some(2));
+    }
+
+    #[tokio::test]
+    async fn an_input_that_ends_counts_as_aligned() {
+        let (tx, mut g) = gate(3);
+        tx[0].send(barrier(1)).await.unwrap();
+        tx[1].send(Message::EndOfInput).await.unwrap();
+        tx[2].send(barrier(1)).await.unwrap();
+        assert!(matches!(
+            g.next().await.unwrap(),
+            GateEvent::Barrier {
+                barrier: Barrier { id: 1, .. },
+                ..
+            }
+        ));
+        // An input that delivered the barrier and then ended no longer holds the next one.
+        tx[0].send(barrier(2)).await.unwrap();
+        tx[0].send(Message::EndOfInput).await.unwrap();
+        tx[2].send(barrier(2)).await.unwrap();
+        assert!(matches!(
+            g.next().await.unwrap(),
+            GateEvent::Barrier {
+                barrier: Barrier { id: 2, .. },
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn at_least_once_barriers_hold_nothing_back() {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..2).map(|_| async_channel::bounded(8)).unzip();
+        let mut g = InputGate::new(rxs.into_iter().map(|r| (r, 0)).collect()).unaligned();
+        txs[0].send(barrier(1)).await.unwrap();
+        txs[0].send(batch(5)).await.unwrap();
+        txs[0].send(barrier(2)).await.unwrap();
+        // Input 0 is read past its barriers while input 1 has not delivered them.
+        assert_eq!(value(&g.next().await.unwrap()), Some(5));
+        txs[1].send(barrier(1)).await.unwrap();
+        txs[1].send(barrier(2)).await.unwrap();
+        for id in [1, 2] {
+            match g.next().await.unwrap() {
+                GateEvent::Barrier { barrier, .. } => assert_eq!(barrier.id, id),
+                e => panic!("expected barrier {id}, got {e:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restored_watermark_is_not_handed_out_again() {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..1).map(|_| async_channel::bounded(8)).unzip();
+        let mut g = InputGate::new(rxs.into_iter().map(|r| (r, 0)).collect()).with_watermark(100);
+        wm(&txs[0], 50).await;
+        wm(&txs[0], 150).await;
+        assert!(matches!(g.next().await.unwrap(), GateEvent::Watermark(150)));
     }
 
     #[tokio::test]

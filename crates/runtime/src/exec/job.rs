@@ -1,21 +1,56 @@
-//! A running job: its tasks, their owner, and how it ends.
+//! A running job: its attempts, their tasks and checkpoint coordinator, and how it ends.
 //!
-//! Every task of a job is spawned into one `JoinSet` owned by [`RunningJob`]; nothing is
-//! fire-and-forget. The job ends when every task has ended. The first task to fail cancels the
-//! others (they are aborted and awaited) and its error is the job's: errors that only say
-//! "another part stopped" never hide the cause.
+//! A job runs as a sequence of *attempts*. Each attempt spawns every task into one `JoinSet`
+//! and, when the job checkpoints, a coordinator and a lease on the process's shared trigger
+//! scheduler; the supervisor owns all of it, so nothing is fire-and-forget. The first task to
+//! fail ends the attempt (the others are aborted and awaited) and its error is the attempt's:
+//! errors that only say "another part stopped" never hide the cause. Within the restart
+//! strategy's budget the supervisor then waits (exponential backoff) and starts a new attempt
+//! from the latest completed checkpoint.
+//!
+//! How a run ends decides what happens to the sinks' last transactions:
+//! - the input ended: they go into a *final* snapshot and are committed;
+//! - stopped with a savepoint: they come after the savepoint, so they are discarded (a run
+//!   resumed from the savepoint produces them again);
+//! - stopped without a savepoint (checkpointing on): discarded likewise, the next run resumes
+//!   from the latest checkpoint; without checkpoints they are committed (the run drained).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::task::JoinSet;
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+use weir_checkpoint::coordinator::{Record, StatsInner, coordinator};
+use weir_checkpoint::metadata::SnapshotKind;
+use weir_checkpoint::{
+    CheckpointError, Completed, CoordinatorConfig, CoordinatorHandle, JobCheckpoints, JobHooks,
+    LocalStorage, NodeInfo, SubtaskSnapshot,
+};
 
+use super::message::Barrier;
 use super::metrics::{JobMetrics, NodeRole};
-use crate::error::{JobError, OperatorError};
-use crate::plan::Plan;
-use crate::plan::physical::instantiate;
+use super::restore::{Prepared, RestoreFrom};
+use super::snapshot::NodeState;
+use super::task::{SinkTail, TaskFailure, TaskOutcome};
+use crate::connectors::sink::SinkFactory;
+use crate::error::{JobError, OperatorError, RunError};
+use crate::plan::physical::{RunContext, TaskWiring, chaining, instantiate};
+use crate::plan::{Factory, Plan};
+use crate::spec::CheckpointMode;
+
+/// How to run a job.
+#[derive(Clone, Default)]
+pub struct JobOptions {
+    /// Start from a snapshot instead of from scratch.
+    pub from: Option<RestoreFrom>,
+    /// The process's shared checkpoint-trigger scheduler (periodic checkpoints need one).
+    pub scheduler: Option<Arc<weir_scheduler::Scheduler>>,
+}
 
 struct TaskId {
     name: String,
@@ -23,43 +58,147 @@ struct TaskId {
     parallelism: usize,
 }
 
-pub struct RunningJob {
-    tasks: JoinSet<(usize, Result<(), crate::exec::task::TaskFailure>)>,
-    ids: Vec<TaskId>,
-    metrics: Arc<JobMetrics>,
-    stop: CancellationToken,
-    /// The run's RocksDB working directory: each database removes its own directory when it
-    /// closes; this removes what is left.
-    state_dir: Option<std::path::PathBuf>,
+/// Steering a running job from outside: savepoints and checkpoint statistics.
+#[derive(Clone)]
+pub struct JobControl {
+    coordinator: watch::Receiver<Option<CoordinatorHandle>>,
 }
 
-/// Starts a planned job on the current tokio runtime.
-pub fn start(plan: &Plan) -> Result<RunningJob, JobError> {
-    let stop = CancellationToken::new();
-    let instantiated = instantiate(plan, &stop)?;
-    let mut tasks = JoinSet::new();
-    let mut ids = Vec::new();
-    for t in instantiated.tasks {
-        let id = ids.len();
-        let span = tracing::info_span!("task", job = %plan.spec.name, task = %t.name);
-        let task = t.task;
-        ids.push(TaskId {
-            name: t.name,
-            subtask: t.subtask,
-            parallelism: t.parallelism,
-        });
-        tasks.spawn(tracing::Instrument::instrument(
-            async move { (id, task.run().await) },
-            span,
-        ));
+impl JobControl {
+    /// Takes a savepoint (after any checkpoint in flight) and returns where it is; with
+    /// `stop`, the job's sources end once it is complete and the job stops.
+    pub async fn savepoint(&self, stop: bool) -> Result<Arc<Completed>, CheckpointError> {
+        let handle = self.coordinator.borrow().clone().ok_or_else(|| {
+            CheckpointError::Skipped(
+                "the job does not checkpoint: set `checkpoint.interval`".into(),
+            )
+        })?;
+        handle.savepoint(stop).await
     }
-    tracing::info!(job = %plan.spec.name, tasks = ids.len(), "job started");
+
+    /// Checkpoint counters and history of the current attempt.
+    pub fn checkpoint_stats(&self) -> Option<StatsInner> {
+        self.coordinator
+            .borrow()
+            .as_ref()
+            .map(|h| h.stats().snapshot())
+    }
+
+    /// Whether the job takes checkpoints (and so savepoints).
+    pub fn checkpoints(&self) -> bool {
+        self.coordinator.borrow().is_some()
+    }
+}
+
+pub struct RunningJob {
+    supervisor: Option<JoinHandle<Result<JobSummary, RunError>>>,
+    metrics: Arc<JobMetrics>,
+    stop: CancellationToken,
+    control: JobControl,
+}
+
+impl Drop for RunningJob {
+    fn drop(&mut self) {
+        // The supervisor owns every task of the job; dropping the job without waiting for
+        // it cancels them all.
+        if let Some(s) = &self.supervisor {
+            s.abort();
+        }
+    }
+}
+
+/// What the supervisor needs across attempts.
+struct Run {
+    plan: Plan,
+    options: JobOptions,
+    catalog: Option<JobCheckpoints>,
+    stop: CancellationToken,
+    metrics: Option<Arc<JobMetrics>>,
+    control: watch::Sender<Option<CoordinatorHandle>>,
+    /// Names this run's shared checkpoint files (with the attempt).
+    run_id: String,
+    /// The snapshot this run started from: a restart before the run completes a checkpoint of
+    /// its own goes back there.
+    base: Option<RestoreFrom>,
+    /// Checkpoints completed by this run's attempts so far.
+    completed: u64,
+    /// The snapshots of every attempt so far (the last [`HISTORY`](weir_checkpoint::coordinator::HISTORY) of each).
+    history: Vec<Record>,
+    restored_from: Option<String>,
+}
+
+/// One attempt: its tasks, coordinator and lease.
+struct Attempt {
+    tasks: JoinSet<(usize, Result<TaskOutcome, TaskFailure>)>,
+    ids: Vec<TaskId>,
+    coordinator: Option<(CoordinatorHandle, JoinHandle<()>)>,
+    lease: Option<weir_scheduler::Lease>,
+    hooks: Option<Arc<Hooks>>,
+}
+
+/// Starts a planned job on the current tokio runtime: restores its snapshot (if asked),
+/// prepares its sources and sinks and spawns its first attempt.
+pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunError> {
+    let checkpointing = plan.spec.checkpoint.enabled();
+    let catalog = if checkpointing || options.from.is_some() {
+        let root = plan
+            .spec
+            .checkpoint
+            .storage_root()
+            .map_err(RunError::Checkpoint)?;
+        Some(JobCheckpoints::new(
+            Arc::new(LocalStorage::new(root)),
+            &plan.spec.name,
+        ))
+    } else {
+        None
+    };
+    let mut options = options;
+    if checkpointing && options.scheduler.is_none() {
+        // A caller without the process's shared scheduler gets one of its own.
+        let scheduler = weir_scheduler::Scheduler::new(tokio::runtime::Handle::current())
+            .map_err(|e| RunError::Checkpoint(e.to_string()))?;
+        options.scheduler = Some(Arc::new(scheduler));
+    }
+    remove_stale_runs(&plan.state_dir);
+    let stop = CancellationToken::new();
+    let (control_tx, control_rx) = watch::channel(None);
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let mut run = Run {
+        plan: plan.clone(),
+        base: options.from.clone(),
+        options,
+        catalog,
+        stop: stop.clone(),
+        metrics: None,
+        control: control_tx,
+        run_id: format!("{started}-{}", std::process::id()),
+        completed: 0,
+        history: Vec::new(),
+        restored_from: None,
+    };
+    let prepared = run.prepare_restore(0).await?;
+    if let Some(p) = &prepared {
+        run.restored_from = Some(p.location.clone());
+        // The next restart before a checkpoint of this run goes back to the same snapshot.
+        run.base = Some(RestoreFrom::Path(PathBuf::from(&p.location)));
+    }
+    let attempt = run.launch(0, prepared).await?;
+    let metrics = run
+        .metrics
+        .clone()
+        .ok_or_else(|| RunError::Checkpoint("the first attempt made no metrics".into()))?;
+    tracing::info!(job = %plan.spec.name, tasks = attempt.ids.len(), "job started");
+    let supervisor = tokio::spawn(run.supervise(attempt));
     Ok(RunningJob {
-        tasks,
-        ids,
-        metrics: instantiated.metrics,
+        supervisor: Some(supervisor),
+        metrics,
         stop,
-        state_dir: plan.state_dir.clone(),
+        control: JobControl {
+            coordinator: control_rx,
+        },
     })
 }
 
@@ -74,28 +213,386 @@ impl RunningJob {
         self.stop.clone()
     }
 
-    /// Waits for the job to end.
-    pub async fn wait(mut self) -> Result<JobSummary, JobError> {
-        let result = self.wait_tasks().await;
-        if let Some(dir) = &self.state_dir {
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove the run's state directory");
-                }
-            }
-            // The job's directory too, once no run of it is left.
-            if let Some(parent) = dir.parent() {
-                let _ = std::fs::remove_dir(parent);
-            }
-        }
-        result
+    pub fn control(&self) -> JobControl {
+        self.control.clone()
     }
 
-    async fn wait_tasks(&mut self) -> Result<JobSummary, JobError> {
+    /// Waits for the job to end.
+    pub async fn wait(mut self) -> Result<JobSummary, RunError> {
+        let Some(supervisor) = self.supervisor.take() else {
+            return Err(RunError::Checkpoint("the job was already awaited".into()));
+        };
+        match supervisor.await {
+            Ok(result) => result,
+            Err(e) => Err(RunError::Task(JobError {
+                node: "?".into(),
+                subtask: 0,
+                parallelism: 1,
+                error: OperatorError::Internal(format!("the job's supervisor stopped: {e}")),
+            })),
+        }
+    }
+}
+
+impl Run {
+    fn checkpointing(&self) -> bool {
+        self.plan.spec.checkpoint.enabled()
+    }
+
+    fn work_dir(&self) -> PathBuf {
+        self.plan.state_dir.clone()
+    }
+
+    /// The snapshot attempt `attempt` starts from.
+    async fn prepare_restore(&self, attempt: u32) -> Result<Option<Prepared>, RunError> {
+        let from = if attempt > 0 && self.completed > 0 {
+            Some(RestoreFrom::Latest)
+        } else {
+            self.base.clone()
+        };
+        let (Some(from), Some(catalog)) = (from, &self.catalog) else {
+            return Ok(None);
+        };
+        let work = self.work_dir().join(format!("restore-{attempt}"));
+        Ok(super::restore::prepare(&self.plan, catalog, &from, &work).await?)
+    }
+
+    /// Instantiates and spawns one attempt.
+    async fn launch(
+        &mut self,
+        attempt: u32,
+        prepared: Option<Prepared>,
+    ) -> Result<Attempt, RunError> {
+        let plan = &self.plan;
+        let spec = &plan.spec.checkpoint;
+        let restored_id = prepared.as_ref().map_or(0, |p| p.id);
+        let committed = Arc::new(AtomicU64::new(restored_id));
+        let final_restored = prepared
+            .as_ref()
+            .is_some_and(|p| p.kind == SnapshotKind::Final);
+        let mut ctx = RunContext {
+            attempt,
+            metrics: self.metrics.clone(),
+            ..RunContext::default()
+        };
+        let mut reuse = HashMap::new();
+        if let Some(p) = prepared {
+            ctx.restore = p.subtasks;
+            ctx.sinks = p.sinks;
+            reuse = p.reuse;
+        }
+        if final_restored {
+            // The run this snapshot ended was complete: commit its last transactions (the
+            // sinks' `prepare` does) and do nothing else.
+            ctx.restore.clear();
+        }
+
+        let chains = chaining(plan);
+        let task_count: usize = chains
+            .members
+            .iter()
+            .map(|m| plan.nodes[m[0]].parallelism)
+            .sum();
+        let mut coordinator_parts = None;
+        if let (true, Some(catalog), false) = (self.checkpointing(), &self.catalog, final_restored)
+        {
+            let highest = catalog
+                .highest_id()
+                .await
+                .map_err(|e| RunError::Checkpoint(e.to_string()))?;
+            let hooks = Arc::new(Hooks {
+                barriers: OnceLock::new(),
+                stop: self.stop.clone(),
+                stopped_by_savepoint: AtomicBool::new(false),
+                sinks: sink_factories(plan),
+                committed: committed.clone(),
+                failure: Arc::new(Mutex::new(None)),
+                failed: CancellationToken::new(),
+            });
+            let config = CoordinatorConfig {
+                timeout: spec.timeout.0,
+                min_pause: spec.min_pause.0,
+                max_concurrent: spec.max_concurrent as usize,
+                retained: spec.retained as usize,
+                lineage: format!("{}-{attempt}", self.run_id),
+                last_id: highest.max(restored_id),
+                reuse,
+            };
+            let nodes = plan
+                .nodes
+                .iter()
+                .map(|n| NodeInfo {
+                    name: n.name.clone(),
+                    kind: n.kind.to_string(),
+                    parallelism: n.parallelism as u32,
+                })
+                .collect();
+            let (handle, future) = coordinator(
+                config,
+                catalog.clone(),
+                plan.spec.name.clone(),
+                plan.spec.key_groups,
+                nodes,
+                task_count,
+                hooks.clone(),
+            );
+            ctx.checkpointing = Some(TaskWiring {
+                reports: handle.reports(),
+                committed: committed.clone(),
+                scratch: self.work_dir().join("snapshots"),
+                exactly_once: spec.mode == CheckpointMode::ExactlyOnce,
+                max_in_flight: spec.max_concurrent as usize,
+            });
+            ctx.checkpoint_base = highest.max(restored_id);
+            coordinator_parts = Some((handle, future, hooks));
+        }
+
+        let instantiated = instantiate(plan, &self.stop, &ctx)?;
+        self.metrics
+            .get_or_insert_with(|| instantiated.metrics.clone());
+        let mut tasks = JoinSet::new();
+        let mut ids = Vec::new();
+        if !final_restored {
+            for t in instantiated.tasks {
+                let id = ids.len();
+                let span =
+                    tracing::info_span!("task", job = %plan.spec.name, task = %t.name, attempt);
+                let task = t.task;
+                ids.push(TaskId {
+                    name: t.name,
+                    subtask: t.subtask,
+                    parallelism: t.parallelism,
+                });
+                tasks.spawn(tracing::Instrument::instrument(
+                    async move { (id, task.run().await) },
+                    span,
+                ));
+            }
+        }
+        let mut attempt_parts = Attempt {
+            tasks,
+            ids,
+            coordinator: None,
+            lease: None,
+            hooks: None,
+        };
+        if let Some((handle, future, hooks)) = coordinator_parts {
+            let _ = hooks.barriers.set(instantiated.barriers);
+            let joined = tokio::spawn(future);
+            if let (Some(interval), Some(scheduler)) = (spec.interval, &self.options.scheduler) {
+                let trigger = handle.clone();
+                let lease = scheduler
+                    .register(
+                        format!("{} (attempt {attempt})", plan.spec.name),
+                        interval.0,
+                        move |_tick: weir_scheduler::Tick| -> Option<weir_scheduler::BoxFuture> {
+                            // Inline on the timer thread: one `try_send`. Waiting for the
+                            // checkpoint happens in the returned future, and while it runs the
+                            // scheduler coalesces further ticks.
+                            let done = trigger.try_checkpoint()?;
+                            Some(Box::pin(async move {
+                                let _ = done.await;
+                            }))
+                        },
+                    )
+                    .map_err(|e| RunError::Checkpoint(e.to_string()))?;
+                attempt_parts.lease = Some(lease);
+            }
+            let _ = self.control.send(Some(handle.clone()));
+            attempt_parts.coordinator = Some((handle, joined));
+            attempt_parts.hooks = Some(hooks);
+        }
+        Ok(attempt_parts)
+    }
+
+    async fn supervise(mut self, mut attempt: Attempt) -> Result<JobSummary, RunError> {
+        let mut restarts = 0u32;
+        let result = loop {
+            let ended = attempt.wait().await;
+            if let Some((h, _)) = &attempt.coordinator {
+                let stats = h.stats().snapshot();
+                self.completed += stats.completed;
+                self.history.extend(stats.history);
+            }
+            match ended {
+                Ok(tails) => break self.finish(&mut attempt, tails).await,
+                Err(failure) => {
+                    attempt.shutdown().await;
+                    let allowed = self.plan.spec.restart.attempts(self.checkpointing());
+                    if self.stop.is_cancelled() || restarts >= allowed {
+                        break Err(failure);
+                    }
+                    let wait = self.plan.spec.restart.backoff(restarts);
+                    restarts += 1;
+                    if let Some(m) = &self.metrics {
+                        m.restarts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tracing::warn!(job = %self.plan.spec.name, error = %failure, restart = restarts, of = allowed, wait = ?wait, "restarting after a failure");
+                    eprintln!(
+                        "warning: {failure}\nrestarting ({restarts} of {allowed}) in {}",
+                        humantime::format_duration(wait)
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.stop.cancelled() => break Err(failure),
+                    }
+                    let next = async {
+                        let prepared = self.prepare_restore(restarts).await?;
+                        if let Some(p) = &prepared {
+                            self.restored_from = Some(p.location.clone());
+                        }
+                        self.launch(restarts, prepared).await
+                    };
+                    match next.await {
+                        Ok(a) => attempt = a,
+                        Err(e) => break Err(e),
+                    }
+                }
+            }
+        };
+        attempt.shutdown().await;
+        let _ = self.control.send(None);
+        self.remove_work_dir();
+        let mut summary = result?;
+        summary.restarts = restarts;
+        summary.restored_from = self.restored_from.clone();
+        summary.checkpoints = self.completed;
+        summary.checkpoint_history = std::mem::take(&mut self.history);
+        tracing::info!(
+            job = %summary.job,
+            events = summary.events,
+            elapsed = ?summary.elapsed,
+            "job finished"
+        );
+        Ok(summary)
+    }
+
+    /// The attempt's tasks all ended: settle the sinks' last transactions.
+    async fn finish(
+        &mut self,
+        attempt: &mut Attempt,
+        tails: Vec<SinkTail>,
+    ) -> Result<JobSummary, RunError> {
+        let metrics = self
+            .metrics
+            .clone()
+            .ok_or_else(|| RunError::Checkpoint("no metrics".into()))?;
+        let mut summary = JobSummary::of(&metrics);
+        let factories: HashMap<usize, Arc<dyn SinkFactory>> =
+            sink_factories(&self.plan).into_iter().collect();
+        let by_savepoint = attempt
+            .hooks
+            .as_ref()
+            .is_some_and(|h| h.stopped_by_savepoint.load(Ordering::Acquire));
+        let stopped = self.stop.is_cancelled();
+        let sink_error = |node: usize, subtask: usize, error: OperatorError| {
+            RunError::Task(JobError {
+                node: self.plan.nodes[node].name.clone(),
+                subtask,
+                parallelism: self.plan.nodes[node].parallelism,
+                error,
+            })
+        };
+        match &attempt.coordinator {
+            Some(_) if stopped || by_savepoint => {
+                // After the last snapshot: a resumed run produces these again.
+                for tail in tails {
+                    if let (Some(state), Some(f)) = (tail.state, factories.get(&tail.node)) {
+                        f.abort(vec![state])
+                            .map_err(|e| sink_error(tail.node, tail.subtask, e))?;
+                    }
+                }
+                if let Some(sp) = attempt
+                    .coordinator
+                    .as_ref()
+                    .and_then(|(h, _)| h.stats().snapshot().latest_completed)
+                    .filter(|r| r.kind == SnapshotKind::Savepoint && by_savepoint)
+                {
+                    if let weir_checkpoint::coordinator::Outcome::Completed { location, .. } =
+                        sp.outcome
+                    {
+                        summary.snapshot = Some(location);
+                    }
+                }
+            }
+            Some((handle, _)) => {
+                let snapshots = tails
+                    .into_iter()
+                    .map(|t| {
+                        let blob = NodeState {
+                            state: t.state,
+                            ..NodeState::default()
+                        };
+                        Ok(SubtaskSnapshot {
+                            node: t.node,
+                            subtask: t.subtask as u32,
+                            operator: (!blob.is_empty()).then(|| blob.encode()).transpose()?,
+                            keyed: None,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, OperatorError>>()
+                    .map_err(|e| RunError::Checkpoint(e.to_string()))?;
+                let completed = handle
+                    .finish(snapshots)
+                    .await
+                    .map_err(|e| RunError::Checkpoint(e.to_string()))?;
+                if let Some(h) = &attempt.hooks {
+                    h.check()?;
+                }
+                summary.snapshot = Some(completed.location.clone());
+            }
+            None => {
+                for tail in tails {
+                    if let (Some(state), Some(f)) = (tail.state, factories.get(&tail.node)) {
+                        f.commit(vec![state])
+                            .await
+                            .map_err(|e| sink_error(tail.node, tail.subtask, e))?;
+                    }
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    fn remove_work_dir(&self) {
+        let dir = self.work_dir();
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove the run's working directory");
+            }
+        }
+        // The job's directory too, once no run of it is left.
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+impl Attempt {
+    /// Waits for every task; the first failure (or a failed commit) ends the attempt.
+    async fn wait(&mut self) -> Result<Vec<SinkTail>, RunError> {
         let mut secondary: Option<JobError> = None;
-        while let Some(joined) = self.tasks.join_next().await {
+        let mut tails = Vec::new();
+        let failed = self
+            .hooks
+            .as_ref()
+            .map_or_else(CancellationToken::new, |h| h.failed.clone());
+        loop {
+            let joined = tokio::select! {
+                joined = self.tasks.join_next() => joined,
+                () = failed.cancelled() => {
+                    if let Some(h) = &self.hooks {
+                        h.check()?;
+                    }
+                    continue;
+                }
+            };
+            let Some(joined) = joined else { break };
             let failure = match joined {
-                Ok((_, Ok(()))) => continue,
+                Ok((_, Ok(outcome))) => {
+                    tails.extend(outcome.tails);
+                    continue;
+                }
                 Ok((id, Err(f))) => {
                     let t = &self.ids[id];
                     JobError {
@@ -120,24 +617,156 @@ impl RunningJob {
             tracing::error!(error = %failure, "job failed");
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
-            return Err(failure);
+            return Err(failure.into());
         }
         if let Some(e) = secondary {
-            return Err(e);
+            return Err(e.into());
         }
-        let summary = JobSummary::of(&self.metrics);
-        tracing::info!(
-            job = %self.metrics.job,
-            events = summary.events,
-            elapsed = ?summary.elapsed,
-            "job finished"
-        );
-        Ok(summary)
+        Ok(tails)
     }
 
-    /// Names of the running tasks (for logs and debugging).
-    pub fn task_names(&self) -> Vec<String> {
-        self.ids.iter().map(|t| t.name.clone()).collect()
+    /// Stops whatever is left of the attempt: its lease, tasks and coordinator.
+    async fn shutdown(&mut self) {
+        self.lease = None;
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        if let Some((handle, joined)) = self.coordinator.take() {
+            drop(handle);
+            joined.abort();
+            let _ = joined.await;
+        }
+    }
+
+    /// Task names, for logs.
+    #[allow(dead_code)]
+    fn names(&self) -> Vec<&str> {
+        self.ids.iter().map(|t| t.name.as_str()).collect()
+    }
+}
+
+/// What the coordinator asks of the runtime.
+struct Hooks {
+    /// One per source subtask, set once the attempt's tasks exist.
+    barriers: OnceLock<Vec<mpsc::Sender<Barrier>>>,
+    stop: CancellationToken,
+    stopped_by_savepoint: AtomicBool,
+    sinks: Vec<(usize, Arc<dyn SinkFactory>)>,
+    /// The newest snapshot whose transactions are committed (sinks read it at barriers).
+    committed: Arc<AtomicU64>,
+    /// A commit that failed: it fails the attempt (the restore commits again).
+    failure: Arc<Mutex<Option<String>>>,
+    failed: CancellationToken,
+}
+
+impl Hooks {
+    fn check(&self) -> Result<(), RunError> {
+        match self.failure.lock().ok().and_then(|f| f.clone()) {
+            Some(message) => Err(RunError::Checkpoint(message)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl JobHooks for Hooks {
+    fn inject(&self, barrier: Barrier) -> Result<(), String> {
+        let Some(sources) = self.barriers.get() else {
+            return Err("the job's tasks are not running yet".into());
+        };
+        for tx in sources {
+            match tx.try_send(barrier) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err("a source still has barriers to inject".into());
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return Err("a source of the job has finished".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>> {
+        let mut commits = Vec::new();
+        for (node, factory) in &self.sinks {
+            let states: Vec<serde_json::Value> = completed
+                .operator_states
+                .iter()
+                .filter(|((n, _), _)| n == node)
+                .filter_map(|(_, bytes)| NodeState::decode(bytes).ok()?.state)
+                .collect();
+            if !states.is_empty() {
+                commits.push(factory.commit(states));
+            }
+        }
+        let committed = self.committed.clone();
+        let id = completed.metadata.id;
+        let failure = self.failure.clone();
+        let failed = self.failed.clone();
+        Box::pin(async move {
+            for c in commits {
+                if let Err(e) = c.await {
+                    let message = format!("committing the output of snapshot {id}: {e}");
+                    if let Ok(mut slot) = failure.lock() {
+                        slot.get_or_insert(message.clone());
+                    }
+                    failed.cancel();
+                    return Err(message);
+                }
+            }
+            committed.fetch_max(id, Ordering::AcqRel);
+            Ok(())
+        })
+    }
+
+    fn stop_sources(&self) {
+        self.stopped_by_savepoint.store(true, Ordering::Release);
+        self.stop.cancel();
+    }
+}
+
+/// The sink nodes of `plan`, by node index, with their factories.
+fn sink_factories(plan: &Plan) -> Vec<(usize, Arc<dyn SinkFactory>)> {
+    plan.nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| match &n.factory {
+            Factory::Sink(f) => Some((i, f.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Removes the working directories that runs of the same job left when their process died
+/// (killed, or a crash): siblings of `run_dir` named `<ms>-<pid>-<n>` whose process is gone.
+fn remove_stale_runs(run_dir: &std::path::Path) {
+    let Some(job_dir) = run_dir.parent() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(job_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split('-').nth(1))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let alive = pid == std::process::id() as i32
+            || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        if !alive {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {
+                    tracing::info!(dir = %entry.path().display(), "removed the working directory of a run that died")
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %entry.path().display(), error = %e, "could not remove a dead run's working directory")
+                }
+            }
+        }
     }
 }
 
@@ -164,6 +793,17 @@ pub struct JobSummary {
     /// Input units consumed by all sources.
     pub events: u64,
     pub nodes: Vec<NodeSummary>,
+    /// Restarts after failures.
+    pub restarts: u32,
+    /// Checkpoints completed.
+    pub checkpoints: u64,
+    /// The snapshots taken (completed or failed), oldest first: the last
+    /// [`HISTORY`](weir_checkpoint::coordinator::HISTORY) of each attempt.
+    pub checkpoint_history: Vec<Record>,
+    /// The snapshot the run started from, if it restored one.
+    pub restored_from: Option<String>,
+    /// The savepoint a stop took, or the final snapshot of a completed bounded run.
+    pub snapshot: Option<String>,
 }
 
 impl JobSummary {
@@ -187,6 +827,11 @@ impl JobSummary {
                     backpressure: Duration::from_nanos(n.sum(|s| &s.backpressure_ns)),
                 })
                 .collect(),
+            restarts: 0,
+            checkpoints: 0,
+            checkpoint_history: Vec::new(),
+            restored_from: None,
+            snapshot: None,
         }
     }
 

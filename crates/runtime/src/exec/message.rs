@@ -1,6 +1,7 @@
 //! The one in-band message that flows between tasks.
 
 use arrow_array::RecordBatch;
+pub use weir_checkpoint::{Barrier, BarrierKind};
 
 /// The watermark that says "the stream has ended": every window and join completes.
 pub const END_OF_TIME: i64 = i64::MAX;
@@ -8,13 +9,15 @@ pub const END_OF_TIME: i64 = i64::MAX;
 pub const BEGINNING_OF_TIME: i64 = i64::MIN;
 
 /// What a channel carries, in order. Data and control share the channel so that a watermark
-/// (or, later, a checkpoint barrier) can never overtake the records sent before it.
+/// or a checkpoint barrier can never overtake the records sent before it.
 #[derive(Clone, Debug)]
 pub enum Message {
     /// Records, moved in batches so per-message channel and wake-up costs are amortised.
     Batch(RecordBatch),
     /// Event-time progress of the sending subtask.
     Watermark(Watermark),
+    /// Everything before this belongs to checkpoint `id`, everything after to the next.
+    Barrier(Barrier),
     /// The sender has no more messages; it drops its end of the channel after this.
     EndOfInput,
 }

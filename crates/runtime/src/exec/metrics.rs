@@ -29,6 +29,10 @@ pub struct SubtaskMetrics {
     pub late_dropped: AtomicU64,
     /// Source subtasks: progress in source units (bytes for files, events for the generator).
     pub progress: AtomicU64,
+    /// Checkpoint barriers this subtask has processed.
+    pub barriers: AtomicU64,
+    /// Nanoseconds inputs were held back aligning barriers, in total.
+    pub alignment_ns: AtomicU64,
     pub finished: AtomicBool,
 }
 
@@ -44,6 +48,8 @@ impl Default for SubtaskMetrics {
             skipped: AtomicU64::new(0),
             late_dropped: AtomicU64::new(0),
             progress: AtomicU64::new(0),
+            barriers: AtomicU64::new(0),
+            alignment_ns: AtomicU64::new(0),
             finished: AtomicBool::new(false),
         }
     }
@@ -108,6 +114,9 @@ pub struct JobMetrics {
     pub job: String,
     pub started: Instant,
     pub nodes: Vec<Arc<NodeMetrics>>,
+    /// Times the job restarted from a checkpoint after a failure. Counters include the work
+    /// of every attempt (records replayed after a restart count again).
+    pub restarts: AtomicU64,
 }
 
 impl JobMetrics {

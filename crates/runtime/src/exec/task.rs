@@ -6,21 +6,30 @@
 //! chained operators, exchanges to other tasks, and sinks. The task moves work through the tree
 //! depth-first with an explicit stack, so output order is preserved per edge and awaiting a full
 //! channel (backpressure) suspends the whole chain.
+//!
+//! A checkpoint barrier moves through the chain like any other work: each operator snapshots
+//! its state when the barrier reaches it (nothing else can happen in between, the chain being
+//! one sequential task), exchanges pass it on in band, and sinks seal a transaction. The task
+//! then acknowledges with every snapshot its members took.
 
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use weir_checkpoint::{SubtaskSnapshot, TaskReport};
 
 use super::exchange::ExchangeWriter;
 use super::gate::{GateEvent, InputGate};
-use super::message::{BEGINNING_OF_TIME, END_OF_TIME, Message, Watermark};
+use super::message::{BEGINNING_OF_TIME, Barrier, END_OF_TIME, Message, Watermark};
 use super::metrics::SubtaskMetrics;
+use super::snapshot::NodeState;
 use crate::connectors::sink::Sink;
 use crate::connectors::source::{Source, SourceEvent};
 use crate::error::OperatorError;
@@ -41,15 +50,24 @@ pub struct TaskFailure {
     pub error: OperatorError,
 }
 
+/// A member of a chain: which node and subtask it is.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub name: String,
+    /// The node's index in the plan (and in checkpoints).
+    pub index: usize,
+    pub subtask: usize,
+}
+
 pub struct ChainOp {
-    pub node: String,
+    pub member: Member,
     pub op: Box<dyn Operator>,
     pub metrics: Arc<SubtaskMetrics>,
     pub outputs: Vec<Target>,
 }
 
 pub struct ChainSink {
-    pub node: String,
+    pub member: Member,
     pub sink: Box<dyn Sink>,
     pub metrics: Arc<SubtaskMetrics>,
 }
@@ -60,18 +78,35 @@ pub struct ChainExchange {
     pub writer: ExchangeWriter,
 }
 
+/// A sink's last transaction when its input ended.
+#[derive(Debug)]
+pub struct SinkTail {
+    pub node: usize,
+    pub subtask: usize,
+    pub state: Option<serde_json::Value>,
+}
+
 /// The operators, exchanges and sinks of one task.
 #[derive(Default)]
 pub struct Chain {
     pub ops: Vec<ChainOp>,
     pub exchanges: Vec<ChainExchange>,
     pub sinks: Vec<ChainSink>,
+    /// Where keyed snapshots are written for the coordinator to store.
+    pub scratch: PathBuf,
+    /// The newest snapshot whose sink transactions were committed.
+    pub committed: Arc<AtomicU64>,
+    /// Snapshots taken by the barrier being processed.
+    snapshots: Vec<SubtaskSnapshot>,
+    /// Sinks' last transactions, as their inputs end.
+    tails: Vec<SinkTail>,
 }
 
 enum Work {
     Batch(Target, usize, RecordBatch),
     Watermark(Target, i64),
     Idle(Target),
+    Barrier(Target, Barrier),
     End(Target),
 }
 
@@ -93,7 +128,7 @@ impl Chain {
                 let mut out = Vec::new();
                 node.op
                     .process_batch(input, batch, &mut out)
-                    .map_err(|error| fail(&node.node, error))?;
+                    .map_err(|error| fail(&node.member.name, error))?;
                 push_batches(stack, &node.outputs, out, &node.metrics);
             }
             Work::Watermark(Target::Op(i), watermark) => {
@@ -103,7 +138,7 @@ impl Chain {
                 let forward = node
                     .op
                     .process_watermark(watermark, &mut out)
-                    .map_err(|error| fail(&node.node, error))?;
+                    .map_err(|error| fail(&node.member.name, error))?;
                 // The stack is LIFO: the watermark goes in first so it follows the batches.
                 for t in node.outputs.iter().rev() {
                     stack.push(Work::Watermark(*t, forward));
@@ -115,12 +150,19 @@ impl Chain {
                     stack.push(Work::Idle(*t));
                 }
             }
+            Work::Barrier(Target::Op(i), barrier) => {
+                let snapshot = self.snapshot_op(i, barrier)?;
+                self.snapshots.push(snapshot);
+                for t in self.ops[i].outputs.iter().rev() {
+                    stack.push(Work::Barrier(*t, barrier));
+                }
+            }
             Work::End(Target::Op(i)) => {
                 let node = &mut self.ops[i];
                 let mut out = Vec::new();
                 node.op
                     .finish(&mut out)
-                    .map_err(|error| fail(&node.node, error))?;
+                    .map_err(|error| fail(&node.member.name, error))?;
                 node.metrics.finished.store(true, Ordering::Relaxed);
                 for t in node.outputs.iter().rev() {
                     stack.push(Work::End(*t));
@@ -142,6 +184,9 @@ impl Chain {
                 self.broadcast(e, Message::Watermark(Watermark::Idle))
                     .await?;
             }
+            Work::Barrier(Target::Exchange(e), barrier) => {
+                self.broadcast(e, Message::Barrier(barrier)).await?;
+            }
             Work::End(Target::Exchange(e)) => self.broadcast(e, Message::EndOfInput).await?,
             Work::Batch(Target::Sink(s), _, batch) => {
                 let sink = &mut self.sinks[s];
@@ -150,22 +195,90 @@ impl Chain {
                 sink.sink
                     .write(batch)
                     .await
-                    .map_err(|error| fail(&sink.node, error))?;
+                    .map_err(|error| fail(&sink.member.name, error))?;
             }
             Work::Watermark(Target::Sink(s), w) => {
                 self.sinks[s].metrics.watermark.store(w, Ordering::Relaxed);
             }
             Work::Idle(Target::Sink(_)) => {}
-            Work::End(Target::Sink(s)) => {
+            Work::Barrier(Target::Sink(s), barrier) => {
+                let committed = self.committed.load(Ordering::Acquire);
                 let sink = &mut self.sinks[s];
-                sink.sink
-                    .finish()
+                let state = sink
+                    .sink
+                    .prepare_commit(barrier.id, committed)
                     .await
-                    .map_err(|error| fail(&sink.node, error))?;
+                    .map_err(|error| fail(&sink.member.name, error))?;
+                let member = sink.member.clone();
+                SubtaskMetrics::add(&sink.metrics.barriers, 1);
+                let blob = NodeState {
+                    state,
+                    ..NodeState::default()
+                };
+                self.snapshots.push(operator_snapshot(&member, &blob)?);
+            }
+            Work::End(Target::Sink(s)) => {
+                let committed = self.committed.load(Ordering::Acquire);
+                let sink = &mut self.sinks[s];
+                let state = sink
+                    .sink
+                    .finish(committed)
+                    .await
+                    .map_err(|error| fail(&sink.member.name, error))?;
                 sink.metrics.finished.store(true, Ordering::Relaxed);
+                self.tails.push(SinkTail {
+                    node: sink.member.index,
+                    subtask: sink.member.subtask,
+                    state,
+                });
             }
         }
         Ok(())
+    }
+
+    /// Snapshots operator `i`: its keyed state into the scratch directory (the synchronous
+    /// part; the coordinator stores the files), its own state and its input watermark.
+    fn snapshot_op(&mut self, i: usize, barrier: Barrier) -> Result<SubtaskSnapshot, TaskFailure> {
+        let node = &mut self.ops[i];
+        let member = node.member.clone();
+        SubtaskMetrics::add(&node.metrics.barriers, 1);
+        let keyed = match node.op.keyed_state() {
+            Some(backend) => {
+                let dir = self.scratch.join(format!("{}", barrier.id)).join(format!(
+                    "{}-{}",
+                    crate::plan::state::safe_name(&member.name),
+                    member.subtask
+                ));
+                let format = barrier.keyed_format(backend.is_rocksdb());
+                let snapshot = backend.snapshot(&dir, format).map_err(|e| {
+                    fail(
+                        &member.name,
+                        OperatorError::External {
+                            message: format!(
+                                "snapshotting keyed state for checkpoint {}: {e}",
+                                barrier.id
+                            ),
+                            source: None,
+                        },
+                    )
+                })?;
+                Some(snapshot)
+            }
+            None => None,
+        };
+        let state = node
+            .op
+            .snapshot_state()
+            .map_err(|error| fail(&member.name, error))?;
+        let watermark = node.metrics.watermark.load(Ordering::Relaxed);
+        let blob = NodeState {
+            watermark: (watermark != BEGINNING_OF_TIME).then_some(watermark),
+            max_seen: None,
+            state,
+        };
+        let mut snapshot = operator_snapshot(&member, &blob)?;
+        snapshot.keyed = keyed;
+        Ok(snapshot)
     }
 
     async fn broadcast(&mut self, e: usize, message: Message) -> Result<(), TaskFailure> {
@@ -187,6 +300,43 @@ impl Chain {
         }
         Ok(())
     }
+
+    /// Replays each operator's restored watermark into it before any input, so lateness is
+    /// judged as it was when the snapshot was taken. Timers at or before it fired before the
+    /// snapshot, so nothing fires.
+    fn restore_watermarks(&mut self, watermarks: &[Option<i64>]) -> Result<(), TaskFailure> {
+        for (node, w) in self.ops.iter_mut().zip(watermarks) {
+            let Some(w) = *w else { continue };
+            node.metrics.watermark.store(w, Ordering::Relaxed);
+            let mut out = Vec::new();
+            node.op
+                .process_watermark(w, &mut out)
+                .map_err(|error| fail(&node.member.name, error))?;
+            if out.iter().any(|b| b.num_rows() > 0) {
+                return Err(fail(
+                    &node.member.name,
+                    OperatorError::Internal(format!(
+                        "replaying the restored watermark {w} produced output"
+                    )),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn operator_snapshot(member: &Member, blob: &NodeState) -> Result<SubtaskSnapshot, TaskFailure> {
+    let operator = if blob.is_empty() {
+        None
+    } else {
+        Some(blob.encode().map_err(|e| fail(&member.name, e))?)
+    };
+    Ok(SubtaskSnapshot {
+        node: member.index,
+        subtask: member.subtask as u32,
+        operator,
+        keyed: None,
+    })
 }
 
 fn push_batches(
@@ -223,20 +373,66 @@ pub struct EventTime {
     pub idle_timeout: Option<Duration>,
 }
 
+/// Source subtasks of a checkpointed job that have read all their input. A source subtask
+/// that is done stays up (injecting barriers, so checkpoints go on) until all are: a finished
+/// task could not take part in a checkpoint any more.
+#[derive(Debug)]
+pub struct SourcesDone {
+    remaining: AtomicUsize,
+    all: CancellationToken,
+}
+
+impl SourcesDone {
+    pub fn new(sources: usize) -> Arc<Self> {
+        let all = CancellationToken::new();
+        if sources == 0 {
+            all.cancel();
+        }
+        Arc::new(Self {
+            remaining: AtomicUsize::new(sources),
+            all,
+        })
+    }
+
+    fn arrive(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all.cancel();
+        }
+    }
+}
+
+/// What a source task needs to take part in checkpoints.
+pub struct SourceCheckpointing {
+    /// Barriers the coordinator asks this source to inject.
+    pub barriers: mpsc::Receiver<Barrier>,
+    pub done: Arc<SourcesDone>,
+    /// Restored event-time progress: (watermark emitted, largest event time seen).
+    pub restored: (Option<i64>, Option<i64>),
+}
+
 /// What feeds a task.
 pub enum TaskInput {
     Source {
-        node: String,
+        member: Member,
         source: Box<dyn Source>,
         /// Per output port: where its batches go.
         ports: Vec<Vec<Target>>,
         metrics: Arc<SubtaskMetrics>,
         event_time: EventTime,
+        checkpointing: Option<SourceCheckpointing>,
     },
     Gate {
         gate: InputGate,
         head: Target,
     },
+}
+
+/// Where a task reports to the checkpoint coordinator.
+#[derive(Clone, Debug)]
+pub struct Reporting {
+    /// The task's index among the job's tasks.
+    pub task: usize,
+    pub reports: mpsc::Sender<TaskReport>,
 }
 
 /// One subtask of one chain.
@@ -245,16 +441,29 @@ pub struct Task {
     pub chain: Chain,
     /// Cancelled to ask sources to stop gracefully (drain and flush downstream).
     pub stop: CancellationToken,
+    /// Set when the job checkpoints.
+    pub reporting: Option<Reporting>,
+    /// Per chained operator: the watermark to resume from (restored runs).
+    pub restored_watermarks: Vec<Option<i64>>,
+}
+
+/// What an ended task leaves for the job.
+#[derive(Debug, Default)]
+pub struct TaskOutcome {
+    pub tails: Vec<SinkTail>,
 }
 
 impl Task {
-    pub async fn run(self) -> Result<(), TaskFailure> {
+    pub async fn run(self) -> Result<TaskOutcome, TaskFailure> {
         let Task {
             input,
             mut chain,
             stop,
+            reporting,
+            restored_watermarks,
         } = self;
-        match input {
+        chain.restore_watermarks(&restored_watermarks)?;
+        let result = match input {
             TaskInput::Gate { mut gate, head } => loop {
                 let event = gate.next().await.map_err(|e| TaskFailure {
                     node: node_name(&chain, head),
@@ -266,29 +475,76 @@ impl Task {
                     }
                     GateEvent::Watermark(w) => chain.run(Work::Watermark(head, w)).await?,
                     GateEvent::Idle => chain.run(Work::Idle(head)).await?,
+                    GateEvent::Barrier { barrier, alignment } => {
+                        if let Some(m) = head_metrics(&chain, head) {
+                            SubtaskMetrics::add(&m.alignment_ns, alignment.as_nanos() as u64);
+                        }
+                        chain.run(Work::Barrier(head, barrier)).await?;
+                        acknowledge(&mut chain, reporting.as_ref(), barrier, Vec::new()).await;
+                    }
                     GateEvent::End => {
                         chain.run(Work::End(head)).await?;
-                        return Ok(());
+                        break Ok(());
                     }
                 }
             },
             TaskInput::Source {
-                node,
+                member,
                 mut source,
                 ports,
                 metrics,
                 event_time,
+                checkpointing,
             } => {
-                run_source(
-                    &node,
-                    source.as_mut(),
-                    &ports,
-                    &metrics,
-                    &event_time,
-                    &mut chain,
-                    &stop,
-                )
-                .await
+                let mut run = SourceRun {
+                    member: &member,
+                    source: source.as_mut(),
+                    ports: &ports,
+                    metrics: &metrics,
+                    event_time: &event_time,
+                    chain: &mut chain,
+                    stop: &stop,
+                    reporting: reporting.as_ref(),
+                    checkpointing,
+                };
+                run.run().await
+            }
+        };
+        result?;
+        if let Some(r) = &reporting {
+            // Nobody may be listening any more (the job is ending): that is fine.
+            let _ = r.reports.send(TaskReport::Finished { task: r.task }).await;
+        }
+        Ok(TaskOutcome {
+            tails: std::mem::take(&mut chain.tails),
+        })
+    }
+}
+
+/// Sends the snapshots the chain took for `barrier` (plus `first`, the source's) to the
+/// coordinator.
+async fn acknowledge(
+    chain: &mut Chain,
+    reporting: Option<&Reporting>,
+    barrier: Barrier,
+    mut first: Vec<SubtaskSnapshot>,
+) {
+    first.append(&mut chain.snapshots);
+    let Some(r) = reporting else {
+        return;
+    };
+    let report = TaskReport::Ack {
+        checkpoint: barrier.id,
+        task: r.task,
+        subtasks: first,
+    };
+    if let Err(mpsc::error::SendError(TaskReport::Ack { subtasks, .. })) =
+        r.reports.send(report).await
+    {
+        // The coordinator is gone: the scratch files are nobody's.
+        for s in subtasks {
+            if let Some(k) = s.keyed {
+                let _ = std::fs::remove_dir_all(&k.dir);
             }
         }
     }
@@ -296,83 +552,178 @@ impl Task {
 
 fn node_name(chain: &Chain, target: Target) -> String {
     match target {
-        Target::Op(i) => chain.ops[i].node.clone(),
+        Target::Op(i) => chain.ops[i].member.name.clone(),
         Target::Exchange(i) => chain.exchanges[i].node.clone(),
-        Target::Sink(i) => chain.sinks[i].node.clone(),
+        Target::Sink(i) => chain.sinks[i].member.name.clone(),
     }
 }
 
-async fn run_source(
-    node: &str,
-    source: &mut dyn Source,
-    ports: &[Vec<Target>],
-    metrics: &SubtaskMetrics,
-    event_time: &EventTime,
-    chain: &mut Chain,
-    stop: &CancellationToken,
-) -> Result<(), TaskFailure> {
-    let all: Vec<Target> = ports.iter().flatten().copied().collect();
-    let mut max_seen = BEGINNING_OF_TIME;
-    let mut emitted = BEGINNING_OF_TIME;
-    let mut idle = false;
-    loop {
-        let next = source.next();
-        tokio::pin!(next);
-        let result = loop {
-            let idle_after = event_time.idle_timeout.filter(|_| !idle);
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => break None,
-                r = &mut next => break Some(r),
-                _ = sleep_or_never(idle_after) => {
-                    idle = true;
-                    chain.each(&all, Work::Idle).await?;
-                }
-            }
-        };
-        let Some(result) = result else {
-            // A stop request: end the streams without advancing event time, so nothing
-            // fires on incomplete data; everything already sent is drained downstream.
-            chain.each(&all, Work::End).await?;
-            metrics.finished.store(true, Ordering::Relaxed);
-            return Ok(());
-        };
-        match result.map_err(|error| fail(node, error))? {
-            SourceEvent::Batches(batches) => {
-                for (port, batch) in batches {
-                    if batch.num_rows() == 0 {
-                        continue;
-                    }
-                    if let Some(Some(col)) = event_time.columns.get(port) {
-                        if let Some(t) = max_time(batch.column(*col).as_ref()) {
-                            max_seen = max_seen.max(t);
+fn head_metrics(chain: &Chain, target: Target) -> Option<&SubtaskMetrics> {
+    match target {
+        Target::Op(i) => Some(&chain.ops[i].metrics),
+        Target::Sink(i) => Some(&chain.sinks[i].metrics),
+        Target::Exchange(_) => None,
+    }
+}
+
+/// What woke a source task up.
+enum Step {
+    Stop,
+    Barrier(Barrier),
+    Next(Result<SourceEvent, OperatorError>),
+}
+
+/// A source task's loop and its event-time bookkeeping.
+struct SourceRun<'a> {
+    member: &'a Member,
+    source: &'a mut dyn Source,
+    ports: &'a [Vec<Target>],
+    metrics: &'a SubtaskMetrics,
+    event_time: &'a EventTime,
+    chain: &'a mut Chain,
+    stop: &'a CancellationToken,
+    reporting: Option<&'a Reporting>,
+    checkpointing: Option<SourceCheckpointing>,
+}
+
+impl SourceRun<'_> {
+    async fn run(&mut self) -> Result<(), TaskFailure> {
+        let all: Vec<Target> = self.ports.iter().flatten().copied().collect();
+        let (restored_watermark, restored_max) = self
+            .checkpointing
+            .as_ref()
+            .map_or((None, None), |c| c.restored);
+        let mut max_seen = restored_max.unwrap_or(BEGINNING_OF_TIME);
+        let mut emitted = restored_watermark.unwrap_or(BEGINNING_OF_TIME);
+        let mut idle = false;
+        loop {
+            let step = {
+                let next = self.source.next();
+                tokio::pin!(next);
+                loop {
+                    let idle_after = self.event_time.idle_timeout.filter(|_| !idle);
+                    let barriers = self.checkpointing.as_mut().map(|c| &mut c.barriers);
+                    tokio::select! {
+                        biased;
+                        _ = self.stop.cancelled() => break Step::Stop,
+                        Some(b) = recv_barrier(barriers) => break Step::Barrier(b),
+                        r = &mut next => break Step::Next(r),
+                        _ = sleep_or_never(idle_after) => {
+                            idle = true;
+                            self.chain.each(&all, Work::Idle).await?;
                         }
                     }
-                    SubtaskMetrics::add(&metrics.records_out, batch.num_rows() as u64);
-                    for t in &ports[port] {
-                        chain.run(Work::Batch(*t, 0, batch.clone())).await?;
+                }
+            };
+            match step {
+                Step::Stop => {
+                    // A stop request: end the streams without advancing event time, so
+                    // nothing fires on incomplete data; everything already sent is drained
+                    // downstream.
+                    return self.end(&all).await;
+                }
+                Step::Barrier(barrier) => self.barrier(&all, barrier, emitted, max_seen).await?,
+                Step::Next(result) => match result.map_err(|e| fail(&self.member.name, e))? {
+                    SourceEvent::Batches(batches) => {
+                        for (port, batch) in batches {
+                            if batch.num_rows() == 0 {
+                                continue;
+                            }
+                            if let Some(Some(col)) = self.event_time.columns.get(port) {
+                                if let Some(t) = max_time(batch.column(*col).as_ref()) {
+                                    max_seen = max_seen.max(t);
+                                }
+                            }
+                            SubtaskMetrics::add(&self.metrics.records_out, batch.num_rows() as u64);
+                            for t in &self.ports[port] {
+                                self.chain.run(Work::Batch(*t, 0, batch.clone())).await?;
+                            }
+                        }
+                        idle = false;
+                        let progress = match self.source.watermark_bound() {
+                            Some(bound) => max_seen.min(bound),
+                            None => max_seen,
+                        };
+                        let watermark = progress
+                            .saturating_sub(self.event_time.out_of_orderness_ms)
+                            .saturating_sub(1);
+                        if progress > BEGINNING_OF_TIME && watermark > emitted {
+                            emitted = watermark;
+                            self.metrics.watermark.store(watermark, Ordering::Relaxed);
+                            self.chain
+                                .each(&all, |t| Work::Watermark(t, watermark))
+                                .await?;
+                        }
                     }
-                }
-                idle = false;
-                let watermark = max_seen
-                    .saturating_sub(event_time.out_of_orderness_ms)
-                    .saturating_sub(1);
-                if max_seen > BEGINNING_OF_TIME && watermark > emitted {
-                    emitted = watermark;
-                    metrics.watermark.store(watermark, Ordering::Relaxed);
-                    chain.each(&all, |t| Work::Watermark(t, watermark)).await?;
-                }
-            }
-            SourceEvent::End => {
-                metrics.watermark.store(END_OF_TIME, Ordering::Relaxed);
-                chain
-                    .each(&all, |t| Work::Watermark(t, END_OF_TIME))
-                    .await?;
-                chain.each(&all, Work::End).await?;
-                metrics.finished.store(true, Ordering::Relaxed);
-                return Ok(());
+                    SourceEvent::End => {
+                        self.metrics.watermark.store(END_OF_TIME, Ordering::Relaxed);
+                        self.chain
+                            .each(&all, |t| Work::Watermark(t, END_OF_TIME))
+                            .await?;
+                        self.wait_for_other_sources(&all).await?;
+                        return self.end(&all).await;
+                    }
+                },
             }
         }
+    }
+
+    /// Snapshots the source's position, then sends the barrier after everything it emitted.
+    async fn barrier(
+        &mut self,
+        all: &[Target],
+        barrier: Barrier,
+        emitted: i64,
+        max_seen: i64,
+    ) -> Result<(), TaskFailure> {
+        let state = self
+            .source
+            .snapshot()
+            .map_err(|e| fail(&self.member.name, e))?;
+        let blob = NodeState {
+            watermark: (emitted != BEGINNING_OF_TIME).then_some(emitted),
+            max_seen: (max_seen != BEGINNING_OF_TIME).then_some(max_seen),
+            state,
+        };
+        let own = operator_snapshot(self.member, &blob)?;
+        SubtaskMetrics::add(&self.metrics.barriers, 1);
+        self.chain.each(all, |t| Work::Barrier(t, barrier)).await?;
+        acknowledge(self.chain, self.reporting, barrier, vec![own]).await;
+        Ok(())
+    }
+
+    /// A checkpointed source whose input ended waits, still injecting barriers, until every
+    /// source of the job has ended (or a stop).
+    async fn wait_for_other_sources(&mut self, all: &[Target]) -> Result<(), TaskFailure> {
+        let Some(c) = self.checkpointing.as_ref() else {
+            return Ok(());
+        };
+        c.done.arrive();
+        let everyone = c.done.all.clone();
+        loop {
+            let barriers = self.checkpointing.as_mut().map(|c| &mut c.barriers);
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return Ok(()),
+                _ = everyone.cancelled() => return Ok(()),
+                Some(b) = recv_barrier(barriers) => {
+                    self.barrier(all, b, END_OF_TIME, END_OF_TIME).await?;
+                }
+            }
+        }
+    }
+
+    async fn end(&mut self, all: &[Target]) -> Result<(), TaskFailure> {
+        self.chain.each(all, Work::End).await?;
+        self.metrics.finished.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+async fn recv_barrier(barriers: Option<&mut mpsc::Receiver<Barrier>>) -> Option<Barrier> {
+    match barriers {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -235,6 +235,27 @@ impl LineReader {
         }
     }
 
+    /// What is left to read, as chunks: the rest of the current chunk (from the next unread
+    /// line, which a reader of these chunks starts at because the byte before it ends a line)
+    /// and every chunk after it. A reader of these chunks reads exactly the lines this one has
+    /// not delivered yet.
+    pub fn remaining(&self) -> Vec<Chunk> {
+        let (current, offset) = self.position();
+        self.chunks
+            .iter()
+            .skip(current)
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let start = if i == 0 { offset.max(c.start) } else { c.start };
+                (start < c.end).then(|| Chunk {
+                    path: c.path.clone(),
+                    start,
+                    end: c.end,
+                })
+            })
+            .collect()
+    }
+
     /// Resumes at a position returned by [`position`](Self::position) on a reader of the same
     /// chunks.
     pub fn seek(&mut self, (chunk, offset): (usize, u64)) {

@@ -66,6 +66,10 @@ impl Aggregate {
 }
 
 impl Operator for Aggregate {
+    fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
+        Some(&mut self.state)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

@@ -112,6 +112,19 @@ impl Join {
             watermark: i64::MIN,
         })
     }
+
+    /// Continues the arrival numbering of a restored run past every old subtask's, so a new
+    /// row never takes the place of a restored one.
+    pub fn restored(mut self, restore: Option<&crate::exec::snapshot::SubtaskRestore>) -> Self {
+        if let Some(r) = restore {
+            self.arrivals = r
+                .own_states()
+                .filter_map(|v| v.get("arrivals")?.as_i64())
+                .max()
+                .unwrap_or(0);
+        }
+        self
+    }
 }
 
 /// Builds joined rows from `this` side's batch rows and the other side's encoded rows.
@@ -164,6 +177,14 @@ pub fn filter(joined: RecordBatch, condition: Option<&Expr>) -> Result<RecordBat
 }
 
 impl Operator for Join {
+    fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
+        Some(&mut self.state)
+    }
+
+    fn snapshot_state(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        Ok(Some(serde_json::json!({ "arrivals": self.arrivals })))
+    }
+
     fn process_batch(
         &mut self,
         input: usize,

@@ -64,4 +64,16 @@ pub trait Operator: Send {
         let _ = out;
         Ok(())
     }
+
+    /// The operator's keyed state and timers, which a checkpoint snapshots (keyed operators).
+    fn keyed_state(&mut self) -> Option<&mut weir_state::KeyedStateBackend> {
+        None
+    }
+
+    /// State kept outside the keyed backend, for a checkpoint. A restored subtask receives
+    /// the states of every old subtask of its node (see
+    /// [`SubtaskRestore`](crate::exec::snapshot::SubtaskRestore)).
+    fn snapshot_state(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        Ok(None)
+    }
 }

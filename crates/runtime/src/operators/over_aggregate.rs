@@ -71,6 +71,10 @@ impl OverAggregate {
 }
 
 impl Operator for OverAggregate {
+    fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
+        Some(&mut self.state)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

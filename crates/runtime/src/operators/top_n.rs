@@ -93,6 +93,10 @@ fn insert(group: &mut Group, sort: Vec<u8>, row: Vec<u8>, n: usize, with_ties: b
 }
 
 impl Operator for TopN {
+    fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
+        Some(&mut self.state)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

@@ -335,6 +335,10 @@ pub fn state_error(e: weir_state::StateError) -> OperatorError {
 }
 
 impl Operator for WindowAggregate {
+    fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
+        Some(&mut self.state)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

@@ -134,6 +134,10 @@ impl WindowJoin {
 }
 
 impl Operator for WindowJoin {
+    fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
+        Some(&mut self.state)
+    }
+
     fn process_batch(
         &mut self,
         input: usize,

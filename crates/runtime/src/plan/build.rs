@@ -156,6 +156,9 @@ pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
     let src = &loaded.source;
     let mut problems = loaded.problems.clone();
 
+    if let Err(message) = spec.checkpoint.storage_root() {
+        problems.push(src.at_value("/checkpoint/storage", message));
+    }
     let mut defs = collect_defs(spec, src, &mut problems);
     resolve_inputs(&mut defs, src, &loaded.dropped, &mut problems);
     let order = topological_order(&defs, src, &mut problems);
@@ -998,14 +1001,17 @@ fn assemble(
                     def.transform.and_then(|t| t.parallelism()),
                     vec![(String::new(), d.projection.schema.clone())],
                     Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(Join::new(
-                            d.clone(),
-                            [
-                                KeyEncoder::new(keys[0].clone())?,
-                                KeyEncoder::new(keys[1].clone())?,
-                            ],
-                            settings.backend(&node, ctx, ttl)?,
-                        )?))
+                        Ok(Box::new(
+                            Join::new(
+                                d.clone(),
+                                [
+                                    KeyEncoder::new(keys[0].clone())?,
+                                    KeyEncoder::new(keys[1].clone())?,
+                                ],
+                                settings.backend(&node, ctx, ttl)?,
+                            )?
+                            .restored(ctx.restore.as_deref()),
+                        ))
                     })),
                 )
             }
@@ -1056,7 +1062,7 @@ fn assemble(
     Plan {
         spec: spec.clone(),
         nodes,
-        state_dir: settings.run_dir().map(std::path::Path::to_path_buf),
+        state_dir: settings.run_dir().to_path_buf(),
     }
 }
 

@@ -90,8 +90,9 @@ pub struct PlanNode {
 pub struct Plan {
     pub spec: JobSpec,
     pub nodes: Vec<PlanNode>,
-    /// The run's working directory for RocksDB state, removed when the run ends.
-    pub state_dir: Option<std::path::PathBuf>,
+    /// The run's working directory (RocksDB state, snapshots being stored, state being
+    /// restored), removed when the run ends.
+    pub state_dir: std::path::PathBuf,
 }
 
 impl Plan {

@@ -6,20 +6,29 @@
 //! can exchange records (`i → i` for forward edges, all pairs otherwise).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use async_channel::{Receiver, Sender};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use weir_checkpoint::TaskReport;
 
 use super::{Factory, Plan};
+use crate::connectors::sink::SinkRestore;
 use crate::connectors::source::SubtaskContext;
 use crate::error::{JobError, OperatorError};
 use crate::exec::exchange::{ExchangeWriter, Partitioning};
 use crate::exec::gate::InputGate;
-use crate::exec::message::Message;
+use crate::exec::message::{Barrier, Message};
 use crate::exec::metrics::{JobMetrics, NodeMetrics, SubtaskMetrics};
-use crate::exec::task::{Chain, ChainExchange, ChainOp, ChainSink, Target, Task, TaskInput};
+use crate::exec::snapshot::SubtaskRestore;
+use crate::exec::task::{
+    Chain, ChainExchange, ChainOp, ChainSink, Member, Reporting, SourceCheckpointing, SourcesDone,
+    Target, Task, TaskInput,
+};
 
 /// A receiving end of a channel and the logical input it feeds.
 type GateInput = (Receiver<Message>, usize);
@@ -80,49 +89,80 @@ pub struct SubtaskTask {
 pub struct Instantiated {
     pub tasks: Vec<SubtaskTask>,
     pub metrics: Arc<JobMetrics>,
+    /// One per source subtask: where the coordinator sends barriers to inject.
+    pub barriers: Vec<mpsc::Sender<Barrier>>,
 }
 
-/// Prepares every source and sink (list inputs, create output directories), then makes every
-/// subtask of every chain with its channels.
-pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated, JobError> {
+/// How tasks take part in checkpoints.
+#[derive(Clone, Debug)]
+pub struct TaskWiring {
+    pub reports: mpsc::Sender<TaskReport>,
+    /// The newest snapshot whose sink transactions were committed.
+    pub committed: Arc<AtomicU64>,
+    /// Where keyed snapshots are written before they are stored.
+    pub scratch: PathBuf,
+    /// Aligned barriers (exactly-once) or not (at-least-once).
+    pub exactly_once: bool,
+    /// Barriers a source may have waiting to be injected.
+    pub max_in_flight: usize,
+}
+
+/// What one attempt of a run starts from.
+#[derive(Default)]
+pub struct RunContext {
+    /// 0 for the first attempt, then 1, 2, ... after restarts.
+    pub attempt: u32,
+    /// The job's metrics, kept across attempts (made by the first).
+    pub metrics: Option<Arc<JobMetrics>>,
+    /// Restored runs: per node index, per new subtask.
+    pub restore: HashMap<usize, Vec<Arc<SubtaskRestore>>>,
+    /// Restored runs: per sink node index, the transactions to commit.
+    pub sinks: HashMap<usize, SinkRestore>,
+    pub checkpointing: Option<TaskWiring>,
+    /// Snapshots of this attempt get ids above this one.
+    pub checkpoint_base: u64,
+}
+
+/// Prepares every source and sink (list inputs, create output directories, commit restored
+/// transactions), then makes every subtask of every chain with its channels.
+pub fn instantiate(
+    plan: &Plan,
+    stop: &CancellationToken,
+    run: &RunContext,
+) -> Result<Instantiated, JobError> {
     let chains = chaining(plan);
     let nodes = &plan.nodes;
     let capacity = plan.spec.channel_capacity as usize;
     let batch_size = plan.spec.batch_size as usize;
 
-    // Prepare sources and sinks once per run.
+    // Prepare sources and sinks once per attempt.
     let mut progress_total = vec![None; nodes.len()];
     for (i, node) in nodes.iter().enumerate() {
         let prepared = match &node.factory {
             Factory::Source { factory, .. } => factory.prepare(node.parallelism).map(|t| {
                 progress_total[i] = t;
             }),
-            Factory::Sink(factory) => factory.prepare(node.parallelism),
+            Factory::Sink(factory) => factory.prepare(node.parallelism, run.sinks.get(&i)),
             Factory::Operator(_) => Ok(()),
         };
         prepared.map_err(|error| job_error(plan, i, 0, error))?;
     }
 
-    let metrics = Arc::new(JobMetrics {
-        job: plan.spec.name.clone(),
-        started: Instant::now(),
-        nodes: nodes
+    let metrics = match &run.metrics {
+        Some(m) => m.clone(),
+        None => new_metrics(plan, &chains, &progress_total),
+    };
+    let sources_done = SourcesDone::new(
+        nodes
             .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                Arc::new(NodeMetrics {
-                    name: n.name.clone(),
-                    kind: n.kind.to_string(),
-                    role: n.role,
-                    chain: chains.chain_of[i],
-                    subtasks: (0..n.parallelism)
-                        .map(|_| Arc::new(SubtaskMetrics::default()))
-                        .collect(),
-                    progress_total: progress_total[i],
-                })
-            })
-            .collect(),
-    });
+            .filter(|n| matches!(n.factory, Factory::Source { .. }))
+            .map(|n| n.parallelism)
+            .sum(),
+    );
+    let mut barrier_senders = Vec::new();
+    let restore_of = |node: usize, subtask: usize| -> Option<Arc<SubtaskRestore>> {
+        run.restore.get(&node).and_then(|v| v.get(subtask)).cloned()
+    };
     // Consumers of each node: (consumer, input edge index).
     let mut consumers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nodes.len()];
     for (v, node) in nodes.iter().enumerate() {
@@ -168,6 +208,10 @@ pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated
         let parallelism = nodes[root].parallelism;
         for s in 0..parallelism {
             let mut chain = Chain::default();
+            if let Some(w) = &run.checkpointing {
+                chain.scratch = w.scratch.clone();
+                chain.committed = w.committed.clone();
+            }
             // Where each member sits in the chain.
             let mut target_of: HashMap<usize, Target> = HashMap::new();
             let mut op_index = 0;
@@ -222,16 +266,26 @@ pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated
                 batch_size,
                 metrics: metrics.nodes[m].subtask(s),
                 want,
+                restore: restore_of(m, s),
+                attempt: run.attempt,
+                checkpoint_base: run.checkpoint_base,
+            };
+            let member = |m: usize| Member {
+                name: nodes[m].name.clone(),
+                index: m,
+                subtask: s,
             };
             let mut source_input = None;
+            let mut restored_watermarks = Vec::new();
             for &m in members {
                 let node = &nodes[m];
                 match &node.factory {
                     Factory::Operator(factory) => {
                         let outputs = outputs_of(m, &mut chain).into_iter().flatten().collect();
                         let op = factory(&ctx(m, vec![])).map_err(|e| job_error(plan, m, s, e))?;
+                        restored_watermarks.push(restore_of(m, s).and_then(|r| r.watermark()));
                         chain.ops.push(ChainOp {
-                            node: node.name.clone(),
+                            member: member(m),
                             op,
                             metrics: metrics.nodes[m].subtask(s),
                             outputs,
@@ -242,7 +296,7 @@ pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated
                             .create(&ctx(m, vec![]))
                             .map_err(|e| job_error(plan, m, s, e))?;
                         chain.sinks.push(ChainSink {
-                            node: node.name.clone(),
+                            member: member(m),
                             sink,
                             metrics: metrics.nodes[m].subtask(s),
                         });
@@ -256,22 +310,44 @@ pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated
                         let source = factory
                             .create(&ctx(m, want))
                             .map_err(|e| job_error(plan, m, s, e))?;
+                        let checkpointing = run.checkpointing.as_ref().map(|w| {
+                            // A source has at most one barrier per snapshot in flight waiting.
+                            let (tx, rx) = mpsc::channel(w.max_in_flight.max(1) + 1);
+                            barrier_senders.push(tx);
+                            let restored = restore_of(m, s);
+                            SourceCheckpointing {
+                                barriers: rx,
+                                done: sources_done.clone(),
+                                restored: restored
+                                    .map_or((None, None), |r| (r.watermark(), r.max_seen())),
+                            }
+                        });
                         source_input = Some(TaskInput::Source {
-                            node: node.name.clone(),
+                            member: member(m),
                             source,
                             ports,
                             metrics: metrics.nodes[m].subtask(s),
                             event_time: event_time.clone(),
+                            checkpointing,
                         });
                     }
                 }
             }
             let input = match source_input {
                 Some(input) => input,
-                None => TaskInput::Gate {
-                    gate: InputGate::new(std::mem::take(&mut receivers[root][s])),
-                    head: target_of[&root],
-                },
+                None => {
+                    let mut gate = InputGate::new(std::mem::take(&mut receivers[root][s]));
+                    if run.checkpointing.as_ref().is_some_and(|w| !w.exactly_once) {
+                        gate = gate.unaligned();
+                    }
+                    if let Some(w) = restore_of(root, s).and_then(|r| r.watermark()) {
+                        gate = gate.with_watermark(w);
+                    }
+                    TaskInput::Gate {
+                        gate,
+                        head: target_of[&root],
+                    }
+                }
             };
             let name = format!(
                 "{} ({}/{})",
@@ -291,11 +367,46 @@ pub fn instantiate(plan: &Plan, stop: &CancellationToken) -> Result<Instantiated
                     input,
                     chain,
                     stop: stop.clone(),
+                    reporting: run.checkpointing.as_ref().map(|w| Reporting {
+                        task: tasks.len(),
+                        reports: w.reports.clone(),
+                    }),
+                    restored_watermarks,
                 },
             });
         }
     }
-    Ok(Instantiated { tasks, metrics })
+    Ok(Instantiated {
+        tasks,
+        metrics,
+        barriers: barrier_senders,
+    })
+}
+
+/// The job's metrics: one entry per node, one counter set per subtask.
+fn new_metrics(plan: &Plan, chains: &Chaining, progress_total: &[Option<u64>]) -> Arc<JobMetrics> {
+    Arc::new(JobMetrics {
+        job: plan.spec.name.clone(),
+        started: Instant::now(),
+        nodes: plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                Arc::new(NodeMetrics {
+                    name: n.name.clone(),
+                    kind: n.kind.to_string(),
+                    role: n.role,
+                    chain: chains.chain_of[i],
+                    subtasks: (0..n.parallelism)
+                        .map(|_| Arc::new(SubtaskMetrics::default()))
+                        .collect(),
+                    progress_total: progress_total[i],
+                })
+            })
+            .collect(),
+        restarts: AtomicU64::new(0),
+    })
 }
 
 fn job_error(plan: &Plan, node: usize, subtask: usize, error: OperatorError) -> JobError {

@@ -20,7 +20,8 @@ pub fn data_dir() -> PathBuf {
 pub struct StateSettings {
     key_groups: u32,
     kind: StateBackendKind,
-    /// This run's directory for RocksDB databases (one per keyed subtask).
+    /// This run's working directory: RocksDB databases (one per keyed subtask and attempt),
+    /// snapshots being stored, state being restored.
     run_dir: PathBuf,
     /// One block cache for every database of the run.
     block_cache: Option<BlockCache>,
@@ -84,37 +85,49 @@ impl StateSettings {
         let defaults = StateOptions {
             ttl_ms: ttl.map(|t| t.as_millis_i64()).or(self.ttl_ms),
         };
+        let sources = ctx.restore.as_ref().map_or(&[][..], |r| r.keyed.as_slice());
+        let failed = |what: &str, e: weir_state::StateError| OperatorError::External {
+            message: format!(
+                "{what} the state of `{node}` (subtask {}): {e}",
+                ctx.subtask
+            ),
+            source: None,
+        };
         let backend = match (&self.kind, &self.block_cache) {
             (StateBackendKind::Rocksdb, Some(cache)) => {
                 let config = RocksConfig {
                     path: self
                         .run_dir
+                        .join(format!("attempt-{}", ctx.attempt))
                         .join(format!("{}-{}", safe_name(node), ctx.subtask)),
                     block_cache: cache.clone(),
                     write_buffer: self.write_buffer,
                     compression: self.compression,
                     cache_entries: self.cache_entries,
                 };
-                KeyedStateBackend::rocksdb(self.key_groups, range, config).map_err(|e| {
-                    OperatorError::External {
-                        message: format!("opening the RocksDB state of `{node}`: {e}"),
-                        source: None,
-                    }
-                })?
+                if sources.is_empty() {
+                    KeyedStateBackend::rocksdb(self.key_groups, range, config)
+                        .map_err(|e| failed("opening", e))?
+                } else {
+                    KeyedStateBackend::restore_rocksdb(self.key_groups, range, config, sources)
+                        .map_err(|e| failed("restoring", e))?
+                }
             }
-            _ => KeyedStateBackend::heap(self.key_groups, range),
+            _ if sources.is_empty() => KeyedStateBackend::heap(self.key_groups, range),
+            _ => KeyedStateBackend::restore_heap(self.key_groups, range, sources)
+                .map_err(|e| failed("restoring", e))?,
         };
         Ok(backend.with_defaults(defaults))
     }
 
-    /// The run's RocksDB directory, to remove when the run ends.
-    pub fn run_dir(&self) -> Option<&Path> {
-        (self.kind == StateBackendKind::Rocksdb).then_some(self.run_dir.as_path())
+    /// The run's working directory, removed when the run ends.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
     }
 }
 
 /// A name safe as one path component.
-fn safe_name(name: &str) -> String {
+pub fn safe_name(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

@@ -78,9 +78,12 @@ pub struct JobSpec {
     /// Where results go, by name.
     #[schemars(length(min = 1))]
     pub sinks: IndexMap<String, SinkSpec>,
-    /// Periodic checkpoints (used once checkpointing lands; validated now).
+    /// Periodic checkpoints: exactly-once state and output across failures.
     #[serde(default)]
     pub checkpoint: CheckpointSpec,
+    /// Restarts after a failure, from the latest completed checkpoint.
+    #[serde(default)]
+    pub restart: RestartSpec,
     /// Keyed state backend settings.
     #[serde(default)]
     pub state: StateSpec,
@@ -680,7 +683,7 @@ pub struct FileSinkSpec {
     pub parallelism: Option<u32>,
 }
 
-/// Periodic checkpoints. Validated now; taken once checkpointing lands.
+/// Periodic checkpoints.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct CheckpointSpec {
@@ -708,6 +711,35 @@ pub struct CheckpointSpec {
     /// Exactly-once (aligned barriers) or at-least-once.
     #[serde(default)]
     pub mode: CheckpointMode,
+}
+
+impl CheckpointSpec {
+    /// Whether the job takes checkpoints.
+    pub fn enabled(&self) -> bool {
+        self.interval.is_some()
+    }
+
+    /// The local directory checkpoints are stored under: `storage` as a `file://` URL or a
+    /// path, else `checkpoints/` under the data directory.
+    pub fn storage_root(&self) -> Result<std::path::PathBuf, String> {
+        let Some(url) = &self.storage else {
+            return Ok(crate::plan::state::data_dir().join("checkpoints"));
+        };
+        if let Some(path) = url.strip_prefix("file://") {
+            if path.is_empty() {
+                return Err(
+                    "`file://` needs a path, e.g. `file:///var/lib/weir/checkpoints`".into(),
+                );
+            }
+            return Ok(std::path::PathBuf::from(path));
+        }
+        match url.split_once("://") {
+            Some((scheme, _)) => Err(format!(
+                "checkpoint storage `{scheme}://` is not supported; use a `file://` URL or a path"
+            )),
+            None => Ok(std::path::PathBuf::from(url)),
+        }
+    }
 }
 
 impl Default for CheckpointSpec {
@@ -740,6 +772,56 @@ pub enum CheckpointMode {
     #[default]
     ExactlyOnce,
     AtLeastOnce,
+}
+
+/// What happens when a task fails: the job restarts from its latest completed checkpoint (from
+/// the start, without checkpoints), waiting `delay` before the first restart and twice as long
+/// before each next one, up to `max-delay`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RestartSpec {
+    /// Restarts before the job fails for good (default: 3 with checkpoints, 0 without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub max_attempts: Option<u32>,
+    /// Wait before the first restart.
+    #[serde(default = "default_restart_delay")]
+    pub delay: HumanDuration,
+    /// Longest wait between restarts.
+    #[serde(default = "default_restart_max_delay")]
+    pub max_delay: HumanDuration,
+}
+
+impl Default for RestartSpec {
+    fn default() -> Self {
+        Self {
+            max_attempts: None,
+            delay: default_restart_delay(),
+            max_delay: default_restart_max_delay(),
+        }
+    }
+}
+
+fn default_restart_delay() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(1))
+}
+fn default_restart_max_delay() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(30))
+}
+
+impl RestartSpec {
+    /// Restarts allowed: the configured number, else 3 when the job checkpoints (a restart
+    /// then resumes) and 0 when it does not (a restart would start over).
+    pub fn attempts(&self, checkpointing: bool) -> u32 {
+        self.max_attempts
+            .unwrap_or(if checkpointing { 3 } else { 0 })
+    }
+
+    /// The wait before restart number `n` (0-based).
+    pub fn backoff(&self, n: u32) -> std::time::Duration {
+        let d = self.delay.0.saturating_mul(1u32 << n.min(20));
+        d.min(self.max_delay.0.max(self.delay.0))
+    }
 }
 
 /// Keyed state backend settings.

@@ -184,6 +184,20 @@ impl Split {
         self.position
     }
 
+    /// Which split of how many this is.
+    pub fn index(&self) -> u64 {
+        self.subtask
+    }
+
+    pub fn of(&self) -> u64 {
+        self.parallelism
+    }
+
+    /// The number of the next event this split emits (its order in event time).
+    pub fn next_event(&self) -> u64 {
+        self.event_number(self.position)
+    }
+
     /// Continues from `position` (as returned by [`position`](Split::position)), forwards or backwards.
     pub fn seek(&mut self, position: u64) {
         self.position = position;

@@ -1,0 +1,233 @@
+//! Choosing the snapshot a run starts from and turning it into what each new subtask needs.
+//!
+//! `--from latest` (and every restart after a failure) takes the job's newest snapshot with
+//! metadata; one that fails verification (a truncated, corrupt or missing file) is reported
+//! with its location and the one before it is tried. An explicitly named snapshot is used or
+//! refused, never silently replaced.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weir_checkpoint::catalog::SnapshotRef;
+use weir_checkpoint::metadata::{FileRef, KeyedFormat, SnapshotKind};
+use weir_checkpoint::restore::Restored;
+use weir_checkpoint::{JobCheckpoints, LocalStorage, RestoreError};
+use weir_state::key_groups::KeyGroupRange;
+
+use super::snapshot::{NodeState, SubtaskRestore};
+use crate::connectors::sink::SinkRestore;
+use crate::plan::{Factory, Plan};
+
+/// Where a run starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// The job's newest usable snapshot; a fresh start if it has none.
+    Latest,
+    /// A checkpoint or savepoint directory (or its `_metadata` file).
+    Path(PathBuf),
+}
+
+/// A snapshot made ready for a run.
+pub struct Prepared {
+    pub id: u64,
+    pub kind: SnapshotKind,
+    pub location: String,
+    /// Per node index, per new subtask.
+    pub subtasks: HashMap<usize, Vec<Arc<SubtaskRestore>>>,
+    /// Per sink node index.
+    pub sinks: HashMap<usize, SinkRestore>,
+    /// Shared files the coordinator may refer to instead of storing again, per (node index,
+    /// subtask), for subtasks restored one to one from a native RocksDB checkpoint.
+    pub reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
+}
+
+/// The snapshot directory `path` names (it may name the metadata file in it).
+fn snapshot_dir(path: &Path) -> &Path {
+    if path.file_name().is_some_and(|n| n == "_metadata") {
+        path.parent().unwrap_or(path)
+    } else {
+        path
+    }
+}
+
+/// The snapshot `path` names: a snapshot directory or its metadata file.
+pub fn snapshot_at(path: &Path) -> Result<SnapshotRef, RestoreError> {
+    let dir = snapshot_dir(path);
+    let (root, name) =
+        weir_checkpoint::storage::split_local(dir).ok_or_else(|| RestoreError::Corrupt {
+            location: path.display().to_string(),
+            reason: "not a snapshot directory".into(),
+        })?;
+    Ok(SnapshotRef {
+        storage: Arc::new(LocalStorage::new(root)),
+        dir: name,
+    })
+}
+
+/// Picks and prepares the snapshot to start from: `None` for a fresh start.
+pub async fn prepare(
+    plan: &Plan,
+    catalog: &JobCheckpoints,
+    from: &RestoreFrom,
+    work: &Path,
+) -> Result<Option<Prepared>, RestoreError> {
+    match from {
+        RestoreFrom::Path(path) => {
+            let mut prepared = prepare_one(plan, snapshot_at(path)?, work).await?;
+            // Shared files are referred to relative to the job's directory: only a snapshot
+            // in this job's directory can lend them to the next checkpoints.
+            let job_dir = std::fs::canonicalize(catalog.storage().location(catalog.job_dir()));
+            let parent = std::fs::canonicalize(snapshot_dir(path))
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf));
+            if !matches!((job_dir, parent), (Ok(a), Some(b)) if a == b) {
+                prepared.reuse.clear();
+            }
+            Ok(Some(prepared))
+        }
+        RestoreFrom::Latest => {
+            let candidates = catalog.complete_newest_first().await?;
+            if candidates.is_empty() {
+                tracing::info!(job = %plan.spec.name, "no snapshot to restore: starting fresh");
+                return Ok(None);
+            }
+            let mut last = None;
+            for candidate in candidates {
+                match prepare_one(plan, candidate, work).await {
+                    Ok(p) => return Ok(Some(p)),
+                    Err(e @ RestoreError::Corrupt { .. }) => {
+                        tracing::error!(error = %e, "skipping a snapshot that cannot be used; trying the one before");
+                        eprintln!("warning: {e}; trying the snapshot before it");
+                        last = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| RestoreError::NoneFound {
+                job: plan.spec.name.clone(),
+                location: catalog.storage().location(catalog.job_dir()),
+            }))
+        }
+    }
+}
+
+/// Opens, verifies and fetches one snapshot for `plan`.
+async fn prepare_one(
+    plan: &Plan,
+    snapshot: SnapshotRef,
+    work: &Path,
+) -> Result<Prepared, RestoreError> {
+    let restored = Restored::open(snapshot).await?;
+    let location = restored.location();
+    let m = &restored.metadata;
+    let incompatible = |reason: String| RestoreError::Incompatible {
+        location: location.clone(),
+        reason,
+    };
+    if m.key_groups != plan.spec.key_groups {
+        return Err(incompatible(format!(
+            "it was taken with {} key groups and the job has {}: key groups cannot change",
+            m.key_groups, plan.spec.key_groups
+        )));
+    }
+    let mut by_name = HashMap::new();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        by_name.insert(node.name.as_str(), i);
+    }
+    for node in &m.nodes {
+        let has_state = node
+            .subtasks
+            .iter()
+            .any(|s| s.operator.is_some() || s.keyed.is_some());
+        match by_name.get(node.name.as_str()) {
+            Some(&i) if plan.nodes[i].kind != node.kind => {
+                return Err(incompatible(format!(
+                    "`{}` was a `{}` and is now a `{}`",
+                    node.name, node.kind, plan.nodes[i].kind
+                )));
+            }
+            None if has_state => {
+                return Err(incompatible(format!(
+                    "it holds state of `{}`, which the job no longer has",
+                    node.name
+                )));
+            }
+            _ => {}
+        }
+    }
+
+    let mut subtasks = HashMap::new();
+    let mut sinks = HashMap::new();
+    let mut reuse = HashMap::new();
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let Some(old) = m.node(&node.name) else {
+            continue;
+        };
+        let states: Vec<NodeState> = restored
+            .operator_states(&node.name)
+            .into_iter()
+            .map(|(_, bytes)| {
+                NodeState::decode(bytes).map_err(|reason| RestoreError::Corrupt {
+                    location: location.clone(),
+                    reason: format!("`{}`: {reason}", node.name),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        if matches!(node.factory, Factory::Sink(_)) {
+            sinks.insert(
+                i,
+                SinkRestore {
+                    checkpoint: m.id,
+                    transactions: states.iter().filter_map(|s| s.state.clone()).collect(),
+                },
+            );
+        }
+        let ranges: Vec<KeyGroupRange> = (0..node.parallelism)
+            .map(|s| KeyGroupRange::of_subtask(s, plan.spec.key_groups, node.parallelism))
+            .collect();
+        let keyed = if old.subtasks.iter().any(|s| s.keyed.is_some()) {
+            restored
+                .fetch_keyed(&node.name, &ranges, &work.join(format!("{}", m.id)))
+                .await?
+        } else {
+            vec![Vec::new(); ranges.len()]
+        };
+        for (s, range) in ranges.iter().enumerate() {
+            let same = old.subtasks.iter().find(|o| {
+                o.keyed
+                    .as_ref()
+                    .is_some_and(|k| k.format == KeyedFormat::RocksNative && k.range() == *range)
+            });
+            if let Some(k) = same.and_then(|o| o.keyed.as_ref()) {
+                let shared = k
+                    .files
+                    .iter()
+                    .filter(|f| f.is_shared())
+                    .filter_map(|f| Some((f.path.rsplit('/').next()?.to_string(), f.clone())))
+                    .collect();
+                reuse.insert((i, s as u32), shared);
+            }
+        }
+        let per_subtask = keyed
+            .into_iter()
+            .map(|keyed| {
+                Arc::new(SubtaskRestore {
+                    checkpoint: m.id,
+                    keyed,
+                    states: states.clone(),
+                })
+            })
+            .collect();
+        subtasks.insert(i, per_subtask);
+    }
+    tracing::info!(job = %plan.spec.name, snapshot = m.id, location = %location, "restoring");
+    Ok(Prepared {
+        id: m.id,
+        kind: m.kind,
+        location,
+        subtasks,
+        sinks,
+        reuse,
+    })
+}

@@ -1,0 +1,485 @@
+//! Checkpoints beyond the kill tests: corrupt snapshots are reported with their path and the
+//! one before is used; savepoints taken from the command line, then resumed on the other state
+//! backend; a task failure restarts the job from its latest checkpoint in the same process; and
+//! at-least-once mode loses nothing across kills.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use weir_runtime::connectors::source::SubtaskContext;
+use weir_runtime::error::OperatorError;
+use weir_runtime::exec::job::{JobOptions, JobSummary};
+use weir_runtime::operators::Operator;
+use weir_runtime::plan::{Factory, Plan};
+use weir_runtime::spec::load::Override;
+
+use crate::recovery::{committed_rows, weir};
+use crate::support::{assert_same_rows, job_file, multiset, run_job};
+
+const EVENTS: u64 = 60_000;
+/// Events per second: a run takes about two seconds, long enough for several checkpoints.
+const RATE: u64 = 30_000;
+
+fn q5() -> PathBuf {
+    job_file("jobs/nexmark/q5.yaml")
+}
+
+fn base_overrides(out: &Path) -> Vec<String> {
+    vec![
+        format!("sources.nexmark.events={EVENTS}"),
+        "sinks.out.kind=file".into(),
+        format!("sinks.out.path={}", out.display()),
+    ]
+}
+
+/// q5 run once in-process without checkpoints: what every other run must commit.
+fn golden(dir: &Path) -> BTreeMap<String, usize> {
+    let out = dir.join("golden");
+    run_job(&q5(), &base_overrides(&out));
+    let rows = multiset(committed_rows(&out));
+    assert!(!rows.is_empty());
+    rows
+}
+
+/// `weir run q5` as a child with checkpoints every 150 ms; `extra` are more arguments.
+fn run_child(data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut cmd = weir(data);
+    cmd.arg("run").arg(q5()).arg("--quiet");
+    for o in base_overrides(out) {
+        cmd.args(["--set", &o]);
+    }
+    cmd.args([
+        "--set",
+        &format!("sources.nexmark.rate={RATE}"),
+        "--set",
+        "checkpoint.interval=150ms",
+        // Enough for every fallback the corruption test makes.
+        "--set",
+        "checkpoint.retained=10",
+    ]);
+    cmd.args(extra);
+    cmd.stdin(Stdio::null()).output().expect("weir runs")
+}
+
+/// What a run printed: its summary (stdout), then warnings and logs (stderr).
+fn printed(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The job's snapshot directories, `(name, path)`, oldest first.
+fn snapshots(data: &Path) -> Vec<(String, PathBuf)> {
+    let dir = data.join("checkpoints").join("nexmark-q5");
+    let mut list: Vec<(u64, String, PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("_metadata").exists())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_string();
+            let id = name.rsplit_once('-')?.1.parse().ok()?;
+            Some((id, name, p))
+        })
+        .collect();
+    list.sort();
+    list.into_iter().map(|(_, n, p)| (n, p)).collect()
+}
+
+/// Files of a snapshot other than its metadata, recursively.
+fn data_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(data_files(&p));
+        } else if p.file_name().unwrap() != "_metadata" {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn newest_checkpoint(data: &Path) -> PathBuf {
+    snapshots(data)
+        .into_iter()
+        .rev()
+        .find(|(n, _)| n.starts_with("chk-"))
+        .expect("a completed checkpoint")
+        .1
+}
+
+fn truncate(path: &Path) {
+    let len = std::fs::metadata(path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.set_len(len / 2).unwrap();
+}
+
+fn flip_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    assert!(!bytes.is_empty(), "{} is empty", path.display());
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Output files and their contents, to show a failed run touched nothing.
+fn listing(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn corrupt_snapshots_are_reported_and_the_one_before_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+
+    let first = run_child(&data, &out, &[]);
+    assert!(first.status.success(), "{}", printed(&first));
+    assert_same_rows("first run", &multiset(committed_rows(&out)), &expected);
+    assert!(
+        snapshots(&data)
+            .iter()
+            .filter(|(n, _)| n.starts_with("chk-"))
+            .count()
+            >= 2,
+        "the run took at least two checkpoints: {:?}",
+        snapshots(&data)
+    );
+
+    // Each way of breaking a snapshot: the newest snapshot (the final one of the completed
+    // run) loses half its metadata, and the newest checkpoint is damaged too, so `--from
+    // latest` must pass over both and resume from the checkpoint before.
+    type Damage = fn(&Path);
+    let damages: [(&str, Damage); 3] = [
+        ("truncated metadata", |p| truncate(&p.join("_metadata"))),
+        ("flipped byte", |p| flip_byte(&data_files(p)[0])),
+        ("missing file", |p| {
+            std::fs::remove_file(data_files(p).last().unwrap()).unwrap()
+        }),
+    ];
+    for (what, damage) in damages {
+        let listed = snapshots(&data);
+        let (final_name, final_dir) = listed.last().unwrap().clone();
+        assert!(final_name.starts_with("final-"), "{listed:?}");
+        truncate(&final_dir.join("_metadata"));
+        let broken = newest_checkpoint(&data);
+        damage(&broken);
+        let fallback = listed
+            .iter()
+            .rev()
+            .filter(|(n, _)| n.starts_with("chk-"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{what}: a second checkpoint: {listed:?}"))
+            .1
+            .clone();
+
+        // Named explicitly, a damaged snapshot is refused with its path, and the output is
+        // left as it was.
+        let before = listing(&out);
+        let explicit = run_child(&data, &out, &["--from", broken.to_str().unwrap()]);
+        assert!(
+            !explicit.status.success(),
+            "{what}: restoring a damaged snapshot failed"
+        );
+        let text = printed(&explicit);
+        assert!(
+            text.contains(broken.file_name().unwrap().to_str().unwrap()),
+            "{what}: the error names the snapshot: {text}"
+        );
+        assert_eq!(listing(&out), before, "{what}: the output is untouched");
+
+        // `latest` reports both and uses the one before.
+        let resumed = run_child(&data, &out, &["--from", "latest"]);
+        let text = printed(&resumed);
+        assert!(resumed.status.success(), "{what}: {text}");
+        for skipped in [&final_name, broken.file_name().unwrap().to_str().unwrap()] {
+            assert!(
+                text.contains(skipped),
+                "{what}: the warning names {skipped}: {text}"
+            );
+        }
+        let fallback_name = fallback.file_name().unwrap().to_str().unwrap();
+        assert!(
+            text.contains(fallback_name),
+            "{what}: the run says it restored {fallback_name}: {text}"
+        );
+        assert_same_rows(what, &multiset(committed_rows(&out)), &expected);
+        // What was damaged is left for a person to look at, not deleted.
+        assert!(broken.exists(), "{what}: {} is kept", broken.display());
+    }
+}
+
+#[test]
+fn a_savepoint_from_the_command_line_stops_the_job_and_resumes_on_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    let sets: Vec<String> = base_overrides(&out)
+        .into_iter()
+        .chain([
+            format!("sources.nexmark.rate={RATE}"),
+            "checkpoint.interval=150ms".into(),
+            "state.backend=heap".into(),
+        ])
+        .collect();
+
+    let mut job = weir(&data);
+    job.arg("run").arg(q5()).arg("--quiet");
+    for s in &sets {
+        job.args(["--set", s]);
+    }
+    let log = dir.path().join("stopped.log");
+    let mut child = job
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("stopped.err")).unwrap())
+        .spawn()
+        .unwrap();
+    // Running once its pid file is there; let it get some way in.
+    let pid_file = data.join("run").join("nexmark-q5.pid");
+    let started = Instant::now();
+    while !pid_file.exists() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no pid file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+
+    let mut ask = weir(&data);
+    ask.arg("savepoint").arg(q5()).arg("--stop");
+    for s in &sets {
+        ask.args(["--set", s]);
+    }
+    let asked = ask.output().unwrap();
+    assert!(
+        asked.status.success(),
+        "weir savepoint: {}",
+        printed(&asked)
+    );
+    let location = String::from_utf8(asked.stdout).unwrap().trim().to_string();
+    let savepoint = PathBuf::from(location.strip_prefix("file://").unwrap_or(&location));
+    assert!(
+        savepoint.join("_metadata").exists(),
+        "weir savepoint printed the savepoint's location: {location}"
+    );
+
+    let stopped = child.wait().unwrap();
+    let said = std::fs::read_to_string(&log).unwrap()
+        + &std::fs::read_to_string(dir.path().join("stopped.err")).unwrap();
+    assert!(stopped.success(), "{said}");
+    assert!(
+        said.contains(&location),
+        "the stopped run printed its savepoint: {said}"
+    );
+    let partial = committed_rows(&out);
+    assert!(
+        multiset(partial.clone()).len() < expected.len(),
+        "the job stopped before its end ({} of {} rows)",
+        partial.len(),
+        expected.len()
+    );
+    assert!(!pid_file.exists(), "the stopped run removed its pid file");
+
+    // Resume from the savepoint on RocksDB: heap state read into the other backend.
+    let resumed = run_child(
+        &data,
+        &out,
+        &[
+            "--from",
+            savepoint.to_str().unwrap(),
+            "--set",
+            "state.backend=rocksdb",
+        ],
+    );
+    assert!(resumed.status.success(), "{}", printed(&resumed));
+    assert_same_rows(
+        "stopped with a savepoint, resumed on RocksDB",
+        &multiset(committed_rows(&out)),
+        &expected,
+    );
+}
+
+/// Wraps an operator so that its first attempt fails after `fail_after` records.
+struct FailOnce {
+    inner: Box<dyn Operator>,
+    seen: usize,
+    fail_after: Option<usize>,
+}
+
+impl Operator for FailOnce {
+    fn process_batch(
+        &mut self,
+        input: usize,
+        batch: RecordBatch,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<(), OperatorError> {
+        self.seen += batch.num_rows();
+        if self.fail_after.is_some_and(|n| self.seen > n) {
+            return Err(OperatorError::Internal("injected failure".into()));
+        }
+        self.inner.process_batch(input, batch, out)
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: i64,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<i64, OperatorError> {
+        self.inner.process_watermark(watermark, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
+        self.inner.finish(out)
+    }
+
+    fn keyed_state(&mut self) -> Option<&mut weir_runtime::state::KeyedStateBackend> {
+        self.inner.keyed_state()
+    }
+
+    fn snapshot_state(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        self.inner.snapshot_state()
+    }
+}
+
+fn run_with_failure(plan: Plan) -> JobSummary {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let scheduler = Arc::new(weir_scheduler::Scheduler::new(runtime.handle().clone()).unwrap());
+        let options = JobOptions {
+            scheduler: Some(scheduler),
+            ..JobOptions::default()
+        };
+        weir_runtime::exec::job::start(&plan, options)
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+#[test]
+fn a_failed_task_restarts_the_job_from_its_latest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let out = dir.path().join("out");
+    for backend in ["heap", "rocksdb"] {
+        let overrides: Vec<Override> = base_overrides(&out)
+            .into_iter()
+            .chain([
+                format!("sources.nexmark.rate={RATE}"),
+                "checkpoint.interval=100ms".into(),
+                format!("checkpoint.storage={}", dir.path().join("ck").display()),
+                format!("state.path={}", dir.path().join("state").display()),
+                format!("state.backend={backend}"),
+                "restart.delay=10ms".into(),
+            ])
+            .map(|o| o.parse().unwrap())
+            .collect();
+        let mut plan = weir_runtime::plan::check_file(&q5(), &overrides).unwrap();
+        // The window operator of the first attempt fails part of the way through.
+        let node = plan
+            .nodes
+            .iter_mut()
+            .find(|n| n.kind == "window-aggregate")
+            .expect("q5 has a window aggregate");
+        let Factory::Operator(inner) = node.factory.clone() else {
+            panic!("an operator node")
+        };
+        node.factory = Factory::Operator(Arc::new(move |ctx: &SubtaskContext| {
+            Ok(Box::new(FailOnce {
+                inner: inner(ctx)?,
+                seen: 0,
+                // About 60% of the bids (bids are 92% of the events).
+                fail_after: (ctx.attempt == 0).then_some(EVENTS as usize * 55 / 100),
+            }) as Box<dyn Operator>)
+        }));
+        let summary = run_with_failure(plan);
+        assert_eq!(summary.restarts, 1, "{backend}: one restart");
+        assert!(
+            summary
+                .restored_from
+                .as_deref()
+                .is_some_and(|l| l.contains("chk-")),
+            "{backend}: the restart restored a checkpoint: {:?}",
+            summary.restored_from
+        );
+        assert_same_rows(
+            &format!("{backend}: restarted after a failure"),
+            &multiset(committed_rows(&out)),
+            &expected,
+        );
+    }
+}
+
+#[test]
+fn at_least_once_checkpoints_lose_nothing_across_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    let mut killed = weir(&data);
+    killed.arg("run").arg(q5()).arg("--quiet");
+    for o in base_overrides(&out) {
+        killed.args(["--set", &o]);
+    }
+    killed.args([
+        "--set",
+        &format!("sources.nexmark.rate={RATE}"),
+        "--set",
+        "checkpoint.interval=150ms",
+        "--set",
+        "checkpoint.mode=at-least-once",
+    ]);
+    let mut child = killed
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !snapshots(&data).is_empty(),
+        "a checkpoint completed before the kill"
+    );
+    let resumed = run_child(
+        &data,
+        &out,
+        &["--from", "latest", "--set", "checkpoint.mode=at-least-once"],
+    );
+    assert!(resumed.status.success(), "{}", printed(&resumed));
+    // q5 counts bids per window: a bid seen twice changes a count, so at-least-once cannot be
+    // compared row for row. What it promises: every window that has output has it (no
+    // window lost), possibly with higher counts.
+    let got = multiset(committed_rows(&out));
+    let windows = |rows: &BTreeMap<String, usize>| -> std::collections::BTreeSet<String> {
+        rows.keys()
+            .map(|r| {
+                let v: serde_json::Value = serde_json::from_str(r).unwrap();
+                v["starttime"].to_string()
+            })
+            .collect()
+    };
+    assert_eq!(windows(&got), windows(&expected));
+}
