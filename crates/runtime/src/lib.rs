@@ -25,7 +25,9 @@
 //!             sinks:\n  out: {kind: blackhole, from: big}\n";
 //! let loaded = weir_runtime::spec::load::parse_str("demo.yaml", text, &[]).unwrap();
 //! let plan = weir_runtime::plan::build(&loaded).unwrap();
-//! let summary = weir_runtime::exec::job::start(&plan).unwrap().wait().await.unwrap();
+//! let options = weir_runtime::exec::job::JobOptions::default();
+//! let job = weir_runtime::exec::job::start(&plan, options).await.unwrap();
+//! let summary = job.wait().await.unwrap();
 //! assert_eq!(summary.events, 10000);
 //! # }
 //! ```
