@@ -12,13 +12,12 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use weir_runtime::connectors::source::SubtaskContext;
 use weir_runtime::error::OperatorError;
-use weir_runtime::exec::job::{JobOptions, JobSummary};
 use weir_runtime::operators::Operator;
-use weir_runtime::plan::{Factory, Plan};
+use weir_runtime::plan::Factory;
 use weir_runtime::spec::load::Override;
 
 use crate::recovery::{committed_rows, weir};
-use crate::support::{assert_same_rows, job_file, multiset, run_job};
+use crate::support::{assert_same_rows, job_file, multiset, run_job, run_plan};
 
 const EVENTS: u64 = 60_000;
 /// Events per second: a run takes about two seconds, long enough for several checkpoints.
@@ -357,27 +356,6 @@ impl Operator for FailOnce {
     }
 }
 
-fn run_with_failure(plan: Plan) -> JobSummary {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let scheduler = Arc::new(weir_scheduler::Scheduler::new(runtime.handle().clone()).unwrap());
-        let options = JobOptions {
-            scheduler: Some(scheduler),
-            ..JobOptions::default()
-        };
-        weir_runtime::exec::job::start(&plan, options)
-            .await
-            .unwrap()
-            .wait()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    })
-}
-
 #[test]
 fn a_failed_task_restarts_the_job_from_its_latest_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -414,7 +392,7 @@ fn a_failed_task_restarts_the_job_from_its_latest_checkpoint() {
                 fail_after: (ctx.attempt == 0).then_some(EVENTS as usize * 55 / 100),
             }) as Box<dyn Operator>)
         }));
-        let summary = run_with_failure(plan);
+        let summary = run_plan(&plan, true);
         assert_eq!(summary.restarts, 1, "{backend}: one restart");
         assert!(
             summary

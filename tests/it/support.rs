@@ -21,14 +21,27 @@ pub fn job_file(rel: &str) -> PathBuf {
 pub fn run_job(job: &Path, overrides: &[String]) -> JobSummary {
     let overrides: Vec<Override> = overrides.iter().map(|o| o.parse().unwrap()).collect();
     let plan = weir_runtime::plan::check_file(job, &overrides).unwrap_or_else(|e| panic!("{e}"));
+    run_plan(&plan, false)
+}
+
+/// Runs `plan` in-process to its end, on a runtime of its own; with `scheduler`, a checkpoint
+/// scheduler on that runtime triggers the plan's periodic checkpoints.
+pub fn run_plan(plan: &weir_runtime::plan::Plan, scheduler: bool) -> JobSummary {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    let scheduler = scheduler.then(|| {
+        std::sync::Arc::new(weir_scheduler::Scheduler::new(runtime.handle().clone()).unwrap())
+    });
+    let options = weir_runtime::exec::job::JobOptions {
+        scheduler,
+        ..Default::default()
+    };
     runtime
         .block_on(async {
-            weir_runtime::exec::job::start(&plan, Default::default())
+            weir_runtime::exec::job::start(plan, options)
                 .await?
                 .wait()
                 .await

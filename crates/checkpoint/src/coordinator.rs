@@ -365,7 +365,7 @@ const REPORTS_PER_TASK: usize = 2;
 /// Starts the coordinator of a job with `tasks` tasks. The returned future is the
 /// coordinator itself: the caller owns it (spawns it and aborts or awaits it).
 pub fn coordinator(
-    config: CoordinatorConfig,
+    mut config: CoordinatorConfig,
     catalog: JobCheckpoints,
     job: String,
     key_groups: u32,
@@ -385,7 +385,8 @@ pub fn coordinator(
     };
     let next_id = config.last_id + 1;
     let state = Coordinator {
-        reuse: config.reuse.clone(),
+        // Seeds the coordinator's own map, which each completed checkpoint replaces.
+        reuse: std::mem::take(&mut config.reuse),
         config,
         catalog,
         job,
