@@ -12,6 +12,9 @@ JOB        ?= jobs/nexmark/q1.yaml
 # System packages the build needs: a C/C++ toolchain (Rust links with it; RocksDB is C++) and
 # libclang (bindgen generates RocksDB's bindings with it).
 BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
+# What the tests need besides: PostgreSQL's server binaries and psql (the PostgreSQL sink's
+# tests start throwaway clusters of their own with scripts/pg-cluster.sh).
+TEST_PACKAGES  := postgresql postgresql-client
 
 .PHONY: run test bench build deps toolchain lint nexmark-data clean
 
@@ -30,6 +33,7 @@ run: build
 
 ## Formatting, lints (warnings are errors), and every test.
 test: deps
+	@scripts/ensure-packages.sh $(TEST_PACKAGES)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace
@@ -42,6 +46,8 @@ bench: build
 	$(WEIR) bench backends
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
+	$(WEIR) bench pool
+	$(WEIR) bench postgres
 
 ## A JSON-lines Nexmark file for the *-jsonl jobs.
 nexmark-data: build

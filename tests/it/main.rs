@@ -11,6 +11,8 @@
 //!   to the golden run; rescaling on restore.
 //! - `checkpoints`: corrupt snapshots skipped with a warning, savepoints from the command line
 //!   resumed on the other backend, restarts after a task failure, at-least-once mode.
+//! - `postgres`: the PostgreSQL sink against throwaway clusters: exactly once through SIGKILLs,
+//!   a server that goes away and comes back, upserts, and the errors that name what is wrong.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -20,6 +22,7 @@ mod cli;
 mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;
+mod postgres;
 mod recovery;
 mod spec_errors;
 mod support;

@@ -138,16 +138,26 @@ fn spawn(case: &Case<'_>, data: &Path, out: &Path, run: usize) -> Child {
 
 /// Runs `case` to completion through `case.kills` SIGKILLs; returns the stderr of each run.
 fn run_with_kills(case: &Case<'_>, data: &Path, out: &Path) -> Vec<String> {
-    let mut rng = Rng(case.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    run_through_kills(case.query, case.seed, case.kills, |run| {
+        spawn(case, data, out, run)
+    })
+}
+
+/// Starts run 0, 1, ... of a job with `spawn` (each restoring the latest checkpoint), kills the
+/// first `kills` runs with SIGKILL at random points between 0.3 and 1.8 s (seeded), and lets
+/// the next run complete; returns the stderr of each run. `what` names the job in failures.
+pub(crate) fn run_through_kills(
+    what: &str,
+    seed: u64,
+    kills: usize,
+    mut spawn: impl FnMut(usize) -> Child,
+) -> Vec<String> {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut logs = Vec::new();
     for run in 0.. {
-        assert!(
-            run < case.kills + 5,
-            "{}: never completed: {logs:#?}",
-            case.query
-        );
-        let mut child = spawn(case, data, out, run);
-        if run < case.kills {
+        assert!(run < kills + 5, "{what}: never completed: {logs:#?}");
+        let mut child = spawn(run);
+        if run < kills {
             let at = Duration::from_millis(rng.between(300, 1800));
             let started = Instant::now();
             while started.elapsed() < at {
@@ -165,11 +175,7 @@ fn run_with_kills(case: &Case<'_>, data: &Path, out: &Path) -> Vec<String> {
         }
         let log = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&log.stderr).into_owned();
-        assert!(
-            log.status.success(),
-            "{}: run {run} failed:\n{text}",
-            case.query
-        );
+        assert!(log.status.success(), "{what}: run {run} failed:\n{text}");
         logs.push(text);
         break;
     }

@@ -27,6 +27,14 @@ pub fn run_job(job: &Path, overrides: &[String]) -> JobSummary {
 /// Runs `plan` in-process to its end, on a runtime of its own; with `scheduler`, a checkpoint
 /// scheduler on that runtime triggers the plan's periodic checkpoints.
 pub fn run_plan(plan: &weir_runtime::plan::Plan, scheduler: bool) -> JobSummary {
+    try_run_plan(plan, scheduler).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run_plan`], returning the job's error instead of panicking.
+pub fn try_run_plan(
+    plan: &weir_runtime::plan::Plan,
+    scheduler: bool,
+) -> Result<JobSummary, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -46,7 +54,7 @@ pub fn run_plan(plan: &weir_runtime::plan::Plan, scheduler: bool) -> JobSummary 
                 .wait()
                 .await
         })
-        .unwrap_or_else(|e| panic!("{e}"))
+        .map_err(|e| e.to_string())
 }
 
 /// Every line of every `part-*.jsonl` in `dir`, parsed.

@@ -22,7 +22,9 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use super::sink::{Sink, SinkFactory, SinkRestore};
+use super::sink::{
+    Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,
+};
 use super::source::SubtaskContext;
 use crate::error::OperatorError;
 use crate::format::json::JsonEncoder;
@@ -39,6 +41,12 @@ pub struct Transaction {
     pub pending: String,
     /// Its name once committed.
     pub visible: String,
+}
+
+impl SnapshotTransaction for Transaction {
+    fn snapshot(&self) -> u64 {
+        self.id
+    }
 }
 
 fn part_name(subtask: usize, id: u64) -> String {
@@ -62,7 +70,7 @@ pub struct FileSink {
     buffer: Vec<u8>,
     encoder: JsonEncoder,
     /// Transactions not yet known to be committed.
-    pending: Vec<Transaction>,
+    pending: Unconfirmed<Transaction>,
     /// The last barrier seen, or the run's checkpoint base before any.
     last_barrier: u64,
 }
@@ -76,7 +84,7 @@ impl FileSink {
             files_made: 0,
             buffer: Vec::with_capacity(FLUSH_BYTES + (64 << 10)),
             encoder: JsonEncoder::new(),
-            pending: Vec::new(),
+            pending: Unconfirmed::default(),
             last_barrier: checkpoint_base,
         }
     }
@@ -136,11 +144,6 @@ impl FileSink {
         });
         Ok(())
     }
-
-    fn unconfirmed(&mut self, committed: u64) -> Option<serde_json::Value> {
-        self.pending.retain(|t| t.id > committed);
-        (!self.pending.is_empty()).then(|| serde_json::json!(self.pending))
-    }
 }
 
 async fn sync_dir(dir: &Path) -> Result<(), OperatorError> {
@@ -172,7 +175,7 @@ impl Sink for FileSink {
         Box::pin(async move {
             self.last_barrier = checkpoint;
             self.seal(checkpoint).await?;
-            Ok(self.unconfirmed(committed))
+            Ok(self.pending.state(committed))
         })
     }
 
@@ -187,7 +190,7 @@ impl Sink for FileSink {
             // name of a part file already committed. Checkpoints that fail still use up
             // ids, so the final snapshot's id may be higher; it never is lower.
             self.seal(self.last_barrier + 1).await?;
-            Ok(self.unconfirmed(committed))
+            Ok(self.pending.state(committed))
         })
     }
 }
@@ -201,54 +204,9 @@ impl FileSinkFactory {
     pub fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
-}
 
-fn transactions(states: Vec<serde_json::Value>) -> Result<Vec<Transaction>, OperatorError> {
-    let mut out = Vec::new();
-    for state in states {
-        let list: Vec<Transaction> = serde_json::from_value(state).map_err(|e| {
-            OperatorError::Internal(format!("a file sink transaction is not valid: {e}"))
-        })?;
-        out.extend(list);
-    }
-    Ok(out)
-}
-
-/// Renames pending files to their visible names; a file already renamed is skipped.
-fn commit_in(dir: &Path, transactions: &[Transaction]) -> std::io::Result<usize> {
-    let mut committed = 0;
-    for t in transactions {
-        let pending = dir.join(&t.pending);
-        let visible = dir.join(&t.visible);
-        match std::fs::rename(&pending, &visible) {
-            Ok(()) => committed += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && visible.exists() => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "{} is gone and {} was never made: output of snapshot {} is lost",
-                        pending.display(),
-                        visible.display(),
-                        t.id
-                    ),
-                ));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    if committed > 0 {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(committed)
-}
-
-impl SinkFactory for FileSinkFactory {
-    fn prepare(
-        &self,
-        _parallelism: usize,
-        restore: Option<&SinkRestore>,
-    ) -> Result<(), OperatorError> {
+    /// Creates the directory, commits the restored transactions, removes stale part files.
+    fn prepare_dir(&self, restore: Option<&SinkRestore>) -> Result<(), OperatorError> {
         let dir = &self.dir;
         let io = |e: std::io::Error| {
             OperatorError::external(format!("preparing output directory {}", dir.display()), e)
@@ -288,6 +246,51 @@ impl SinkFactory for FileSinkFactory {
             );
         }
         Ok(())
+    }
+}
+
+fn transactions(states: Vec<serde_json::Value>) -> Result<Vec<Transaction>, OperatorError> {
+    decode_transactions(states, "file")
+}
+
+/// Renames pending files to their visible names; a file already renamed is skipped.
+fn commit_in(dir: &Path, transactions: &[Transaction]) -> std::io::Result<usize> {
+    let mut committed = 0;
+    for t in transactions {
+        let pending = dir.join(&t.pending);
+        let visible = dir.join(&t.visible);
+        match std::fs::rename(&pending, &visible) {
+            Ok(()) => committed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && visible.exists() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} is gone and {} was never made: output of snapshot {} is lost",
+                        pending.display(),
+                        visible.display(),
+                        t.id
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if committed > 0 {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(committed)
+}
+
+impl SinkFactory for FileSinkFactory {
+    fn prepare(
+        &self,
+        _parallelism: usize,
+        restore: Option<&SinkRestore>,
+    ) -> BoxFuture<'_, Result<(), OperatorError>> {
+        // A few renames and removals in one directory, before any subtask runs.
+        let result = self.prepare_dir(restore);
+        Box::pin(async move { result })
     }
 
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
@@ -366,7 +369,7 @@ mod tests {
             checkpoint: 4,
             transactions: vec![serde_json::json!([txn(4)])],
         };
-        f.prepare(1, Some(&restore)).unwrap();
+        f.prepare_dir(Some(&restore)).unwrap();
         let mut names: Vec<String> = std::fs::read_dir(d)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -381,7 +384,7 @@ mod tests {
             ]
         );
         // Committing again (a crash after the commit) changes nothing.
-        f.prepare(1, Some(&restore)).unwrap();
+        f.prepare_dir(Some(&restore)).unwrap();
         assert_eq!(
             std::fs::read_to_string(d.join(part_name(0, 4))).unwrap(),
             "pending 4\n"
@@ -391,9 +394,9 @@ mod tests {
             checkpoint: 9,
             transactions: vec![serde_json::json!([txn(9)])],
         };
-        assert!(f.prepare(1, Some(&lost)).is_err());
+        assert!(f.prepare_dir(Some(&lost)).is_err());
         // A fresh run replaces everything of ours.
-        f.prepare(1, None).unwrap();
+        f.prepare_dir(None).unwrap();
         assert_eq!(std::fs::read_dir(d).unwrap().count(), 1);
     }
 }

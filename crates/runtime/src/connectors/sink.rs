@@ -57,7 +57,7 @@ pub trait SinkFactory: Send + Sync {
         &self,
         parallelism: usize,
         restore: Option<&SinkRestore>,
-    ) -> Result<(), OperatorError>;
+    ) -> BoxFuture<'_, Result<(), OperatorError>>;
 
     fn create(&self, ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError>;
 
@@ -78,10 +78,59 @@ pub trait SinkFactory: Send + Sync {
     }
 }
 
-/// The factory of a sink spec.
-pub fn factory(spec: &crate::spec::SinkSpec) -> std::sync::Arc<dyn SinkFactory> {
+/// A transaction of one sink subtask: what it is called in checkpoints is up to the sink.
+pub trait SnapshotTransaction: serde::Serialize + serde::de::DeserializeOwned {
+    /// The snapshot whose barrier ended it.
+    fn snapshot(&self) -> u64;
+}
+
+/// The transactions a sink subtask has prepared and not yet seen committed: each barrier puts
+/// all of them into the checkpoint, so a restore of any snapshot holds every transaction that
+/// may still need its commit.
+#[derive(Debug)]
+pub struct Unconfirmed<T>(Vec<T>);
+
+impl<T> Default for Unconfirmed<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T: SnapshotTransaction> Unconfirmed<T> {
+    pub fn push(&mut self, transaction: T) {
+        self.0.push(transaction);
+    }
+
+    /// Forgets the transactions of snapshots up to `committed`; the others as the subtask's
+    /// state for the checkpoint, if there are any.
+    pub fn state(&mut self, committed: u64) -> Option<serde_json::Value> {
+        self.0.retain(|t| t.snapshot() > committed);
+        (!self.0.is_empty()).then(|| serde_json::json!(self.0))
+    }
+}
+
+/// The transactions in subtask states that [`Unconfirmed::state`] made, of a `sink` kind.
+pub fn decode_transactions<T: SnapshotTransaction>(
+    states: Vec<serde_json::Value>,
+    sink: &str,
+) -> Result<Vec<T>, OperatorError> {
+    let mut out = Vec::new();
+    for state in states {
+        let list: Vec<T> = serde_json::from_value(state).map_err(|e| {
+            OperatorError::Internal(format!("a {sink} sink transaction is not valid: {e}"))
+        })?;
+        out.extend(list);
+    }
+    Ok(out)
+}
+
+/// The factory of a sink spec whose input has `schema`.
+pub fn factory(
+    spec: &crate::spec::SinkSpec,
+    schema: arrow_schema::SchemaRef,
+) -> Result<std::sync::Arc<dyn SinkFactory>, String> {
     use crate::spec::SinkSpec;
-    match spec {
+    Ok(match spec {
         SinkSpec::Blackhole(_) => std::sync::Arc::new(Simple(|| -> Box<dyn Sink> {
             Box::new(super::blackhole::Blackhole)
         })),
@@ -91,7 +140,10 @@ pub fn factory(spec: &crate::spec::SinkSpec) -> std::sync::Arc<dyn SinkFactory> 
         SinkSpec::File(f) => std::sync::Arc::new(super::file_sink::FileSinkFactory::new(
             std::path::PathBuf::from(&f.path),
         )),
-    }
+        SinkSpec::Postgres(p) => {
+            std::sync::Arc::new(super::postgres::PostgresSinkFactory::new(p, schema)?)
+        }
+    })
 }
 
 /// A sink that is not transactional.
@@ -102,8 +154,8 @@ impl<F: Fn() -> Box<dyn Sink> + Send + Sync> SinkFactory for Simple<F> {
         &self,
         _parallelism: usize,
         _restore: Option<&SinkRestore>,
-    ) -> Result<(), OperatorError> {
-        Ok(())
+    ) -> BoxFuture<'_, Result<(), OperatorError>> {
+        Box::pin(async { Ok(()) })
     }
 
     fn create(&self, _ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {

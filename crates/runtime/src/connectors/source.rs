@@ -56,6 +56,8 @@ pub struct SubtaskContext {
     /// Snapshots this run takes have ids above this one (the restored snapshot's, or the
     /// highest the job's storage holds): a sink names its last transaction after it.
     pub checkpoint_base: u64,
+    /// Whether the run takes checkpoints (sinks then commit per checkpoint).
+    pub checkpointing: bool,
 }
 
 /// Makes the subtasks of one source node.

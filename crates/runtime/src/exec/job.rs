@@ -39,7 +39,7 @@ use super::snapshot::NodeState;
 use super::task::{SinkTail, TaskFailure, TaskOutcome};
 use crate::connectors::sink::SinkFactory;
 use crate::error::{JobError, OperatorError, RunError};
-use crate::plan::physical::{RunContext, TaskWiring, chaining, instantiate};
+use crate::plan::physical::{RunContext, TaskWiring, chaining, instantiate, prepare_sinks};
 use crate::plan::{Factory, Plan};
 use crate::spec::CheckpointMode;
 
@@ -347,6 +347,7 @@ impl Run {
             coordinator_parts = Some((handle, future, hooks));
         }
 
+        prepare_sinks(plan, &ctx).await?;
         let instantiated = instantiate(plan, &self.stop, &ctx)?;
         self.metrics
             .get_or_insert_with(|| instantiated.metrics.clone());

@@ -126,7 +126,9 @@ enum Compiled {
         keys: [Arc<KeySelector>; 2],
         def: Arc<WindowJoinDef>,
     },
-    Sink,
+    Sink {
+        factory: Arc<dyn crate::connectors::sink::SinkFactory>,
+    },
     /// Planning this def failed (its problems are reported); its consumers are skipped.
     Failed,
 }
@@ -145,7 +147,7 @@ impl Compiled {
             Compiled::OverAggregate { def, .. } => Some(&def.schema),
             Compiled::Join { def, .. } => Some(&def.projection.schema),
             Compiled::WindowJoin { def, .. } => Some(&def.projection.schema),
-            Compiled::Sink | Compiled::Failed => None,
+            Compiled::Sink { .. } | Compiled::Failed => None,
         }
     }
 }
@@ -499,6 +501,55 @@ fn input_schema(compiled: &[Compiled], defs: &[Def<'_>], i: usize, k: usize) -> 
     compiled[*j].schema(*port).cloned()
 }
 
+/// Checks what a sink needs of its input, and makes its factory.
+fn compile_sink(
+    sink_spec: &SinkSpec,
+    schema: SchemaRef,
+    at: &str,
+    src: &SpecSource,
+    problems: &mut Vec<Problem>,
+) -> Compiled {
+    if let SinkSpec::Postgres(pg) = sink_spec {
+        let before = problems.len();
+        if let Some((column, ty)) = crate::connectors::postgres::unsupported_column(&schema) {
+            problems.push(src.at_value(
+                &format!("{at}/from"),
+                format!("column `{column}` has type {ty}, which the postgres sink cannot write"),
+            ));
+        }
+        for (i, key) in pg.key.iter().enumerate() {
+            if schema.field_with_name(key).is_err() {
+                problems.push(src.at_value(
+                    &format!("{at}/key/{i}"),
+                    format!(
+                        "the input has no column `{key}` (it has {})",
+                        field_names(&schema)
+                    ),
+                ));
+            }
+        }
+        if problems.len() > before {
+            return Compiled::Failed;
+        }
+    }
+    match sink::factory(sink_spec, schema) {
+        Ok(factory) => Compiled::Sink { factory },
+        Err(message) => {
+            problems.push(src.at_value(&format!("{at}/connection"), message));
+            Compiled::Failed
+        }
+    }
+}
+
+fn field_names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("`{}`", f.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn compile(
     spec: &JobSpec,
     defs: &[Def<'_>],
@@ -517,8 +568,8 @@ fn compile(
     let Some(schema) = input_schema(compiled, defs, i, 0) else {
         return Compiled::Failed;
     };
-    if def.sink.is_some() {
-        return Compiled::Sink;
+    if let Some(sink) = def.sink {
+        return compile_sink(sink, schema, &at, src, problems);
     }
     let Some(transform) = def.transform else {
         return Compiled::Failed;
@@ -1036,16 +1087,12 @@ fn assemble(
                     })),
                 )
             }
-            Compiled::Sink => {
-                let s = def.sink.map(sink::factory);
-                let Some(f) = s else { continue };
-                (
-                    NodeRole::Sink,
-                    def.sink.and_then(|s| s.parallelism()),
-                    vec![],
-                    Factory::Sink(f),
-                )
-            }
+            Compiled::Sink { factory: f } => (
+                NodeRole::Sink,
+                def.sink.and_then(|s| s.parallelism()),
+                vec![],
+                Factory::Sink(f),
+            ),
             Compiled::KeyBy { .. } | Compiled::Union { .. } | Compiled::Failed => continue,
         };
         index.insert(i, nodes.len());

@@ -123,8 +123,22 @@ pub struct RunContext {
     pub checkpoint_base: u64,
 }
 
-/// Prepares every source and sink (list inputs, create output directories, commit restored
-/// transactions), then makes every subtask of every chain with its channels.
+/// Prepares every sink of the run: creates its output and commits the restored snapshot's
+/// transactions. Runs once per attempt, before [`instantiate`].
+pub async fn prepare_sinks(plan: &Plan, run: &RunContext) -> Result<(), JobError> {
+    for (i, node) in plan.nodes.iter().enumerate() {
+        if let Factory::Sink(factory) = &node.factory {
+            factory
+                .prepare(node.parallelism, run.sinks.get(&i))
+                .await
+                .map_err(|error| job_error(plan, i, 0, error))?;
+        }
+    }
+    Ok(())
+}
+
+/// Prepares every source (list inputs), then makes every subtask of every chain with its
+/// channels. Sinks must have been prepared ([`prepare_sinks`]).
 pub fn instantiate(
     plan: &Plan,
     stop: &CancellationToken,
@@ -142,8 +156,9 @@ pub fn instantiate(
             Factory::Source { factory, .. } => factory.prepare(node.parallelism).map(|t| {
                 progress_total[i] = t;
             }),
-            Factory::Sink(factory) => factory.prepare(node.parallelism, run.sinks.get(&i)),
-            Factory::Operator(_) => Ok(()),
+            // Sinks were prepared by `prepare_sinks` (asynchronously: they may talk to a
+            // database).
+            Factory::Sink(_) | Factory::Operator(_) => Ok(()),
         };
         prepared.map_err(|error| job_error(plan, i, 0, error))?;
     }
@@ -269,6 +284,7 @@ pub fn instantiate(
                 restore: restore_of(m, s),
                 attempt: run.attempt,
                 checkpoint_base: run.checkpoint_base,
+                checkpointing: run.checkpointing.is_some(),
             };
             let member = |m: usize| Member {
                 name: nodes[m].name.clone(),

@@ -625,6 +625,9 @@ pub enum SinkSpec {
     /// JSON lines in files `part-<subtask>.jsonl` of a directory, each written to a temporary
     /// file and renamed into place when complete.
     File(FileSinkSpec),
+    /// Rows into a PostgreSQL table, batched, through a pooled connection; exactly once with
+    /// checkpoints (staged, then moved when the checkpoint completes).
+    Postgres(PostgresSinkSpec),
 }
 
 impl SinkSpec {
@@ -633,6 +636,7 @@ impl SinkSpec {
             SinkSpec::Blackhole(s) => &s.from,
             SinkSpec::Stdout(s) => &s.from,
             SinkSpec::File(s) => &s.from,
+            SinkSpec::Postgres(s) => &s.from,
         }
     }
 
@@ -641,6 +645,7 @@ impl SinkSpec {
             SinkSpec::Blackhole(s) => s.parallelism,
             SinkSpec::Stdout(_) => Some(1),
             SinkSpec::File(s) => s.parallelism,
+            SinkSpec::Postgres(s) => s.parallelism,
         }
     }
 
@@ -649,6 +654,7 @@ impl SinkSpec {
             SinkSpec::Blackhole(_) => "blackhole",
             SinkSpec::Stdout(_) => "stdout",
             SinkSpec::File(_) => "file",
+            SinkSpec::Postgres(_) => "postgres",
         }
     }
 }
@@ -681,6 +687,133 @@ pub struct FileSinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PostgresSinkSpec {
+    /// The input: a node name, or `node.port`.
+    pub from: String,
+    /// A libpq-style connection string (`host=127.0.0.1 port=5432 user=postgres dbname=test`)
+    /// or URL (`postgresql://user@host:5432/db`).
+    #[schemars(length(min = 1))]
+    pub connection: String,
+    /// The table rows go into. Its columns must include every column of the input.
+    #[schemars(length(min = 1, max = 63))]
+    pub table: String,
+    /// The table's schema; leave out for the connection's search path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Columns of a unique key: rows are upserted by it (the last row of a key wins), so a
+    /// changelog converges on the latest value per key. Leave out to append.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
+    /// Create the table from the input's columns (and `key` as its primary key) if missing.
+    #[serde(default)]
+    pub create_table: bool,
+    /// The staging table used for exactly-once commits (default `<table>__weir_stage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub staging_table: Option<String>,
+    /// Rows written per `COPY`.
+    #[serde(default = "default_pg_batch_size")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub batch_size: u32,
+    /// Longest time a row waits in a subtask before it is written.
+    #[serde(default = "default_pg_flush_interval")]
+    pub flush_interval: HumanDuration,
+    #[serde(default)]
+    pub pool: PostgresPoolSpec,
+    #[serde(default)]
+    pub retry: PostgresRetrySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+fn default_pg_batch_size() -> u32 {
+    5_000
+}
+
+fn default_pg_flush_interval() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(1))
+}
+
+/// The sink's connection pool, shared by its subtasks.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PostgresPoolSpec {
+    /// Most connections open at once.
+    #[serde(default = "default_pg_pool_size")]
+    #[schemars(range(min = 1, max = 256))]
+    pub max_size: u32,
+    /// Longest wait for a free connection.
+    #[serde(default = "default_pg_acquire_timeout")]
+    pub acquire_timeout: HumanDuration,
+    /// Longest wait for a new connection to open.
+    #[serde(default = "default_pg_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+}
+
+impl Default for PostgresPoolSpec {
+    fn default() -> Self {
+        Self {
+            max_size: default_pg_pool_size(),
+            acquire_timeout: default_pg_acquire_timeout(),
+            connect_timeout: default_pg_connect_timeout(),
+        }
+    }
+}
+
+fn default_pg_pool_size() -> u32 {
+    4
+}
+
+fn default_pg_acquire_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(30))
+}
+
+fn default_pg_connect_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(10))
+}
+
+/// Retries of a failed write: transient failures only (connection lost or refused, server
+/// restarting, serialization conflicts); permanent ones fail the job at once.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PostgresRetrySpec {
+    /// Attempts in all before the job fails.
+    #[serde(default = "default_pg_attempts")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_attempts: u32,
+    /// Wait after the first failure; doubles after each.
+    #[serde(default = "default_pg_initial_backoff")]
+    pub initial_backoff: HumanDuration,
+    /// Longest wait between attempts.
+    #[serde(default = "default_pg_max_backoff")]
+    pub max_backoff: HumanDuration,
+}
+
+impl Default for PostgresRetrySpec {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_pg_attempts(),
+            initial_backoff: default_pg_initial_backoff(),
+            max_backoff: default_pg_max_backoff(),
+        }
+    }
+}
+
+fn default_pg_attempts() -> u32 {
+    10
+}
+
+fn default_pg_initial_backoff() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_millis(100))
+}
+
+fn default_pg_max_backoff() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(5))
 }
 
 /// Periodic checkpoints.

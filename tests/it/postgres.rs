@@ -1,0 +1,347 @@
+//! The PostgreSQL sink against real servers: each test starts a throwaway cluster of its own
+//! (`scripts/pg-cluster.sh`: a temporary directory, a free loopback port) and stops it when
+//! done. Expected rows come from q5 run with the file sink (no database involved); rows in
+//! PostgreSQL are read back with `psql`.
+//!
+//! - Exactly once through SIGKILLs: child processes checkpoint every 200 ms into PostgreSQL
+//!   and are killed at random points; the table ends up equal to the golden output.
+//! - A server that stops mid-job and comes back: retries, then every row, once.
+//! - Upserts by key: a second run replaces rows instead of adding them.
+//! - Errors that name what is wrong: unreachable server, missing table, missing column, a
+//!   value the column cannot hold.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::recovery::{run_through_kills, weir};
+use crate::support::{job_file, read_parts, run_job, try_run_plan};
+
+/// A PostgreSQL cluster of the test's own.
+struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    running: bool,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut c = Self {
+            dir,
+            port,
+            running: false,
+        };
+        c.resume();
+        c
+    }
+
+    fn script(&self, args: &[&str]) {
+        let out = Command::new(job_file("scripts/pg-cluster.sh"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-cluster.sh {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn resume(&mut self) {
+        let dir = self.dir.path().display().to_string();
+        self.script(&["start", &dir, &self.port.to_string()]);
+        self.running = true;
+    }
+
+    fn stop(&mut self) {
+        let dir = self.dir.path().display().to_string();
+        self.script(&["stop", &dir]);
+        self.running = false;
+    }
+
+    fn connection(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    /// Runs `sql`; its rows, fields separated by `|`.
+    fn psql(&self, sql: &str) -> Vec<String> {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .args(["-c", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// q5's rows in `table`, as (auction, num, starttime ms, endtime ms) with multiplicity.
+    fn q5_rows(&self, table: &str) -> BTreeMap<[i64; 4], usize> {
+        let lines = self.psql(&format!(
+            "SELECT auction, num, (extract(epoch from starttime) * 1000)::bigint, \
+             (extract(epoch from endtime) * 1000)::bigint FROM {table}"
+        ));
+        let mut rows = BTreeMap::new();
+        for line in lines {
+            let v: Vec<i64> = line.split('|').map(|f| f.parse().unwrap()).collect();
+            *rows.entry([v[0], v[1], v[2], v[3]]).or_insert(0) += 1;
+        }
+        rows
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.running {
+            let dir = self.dir.path().display().to_string();
+            let _ = Command::new(job_file("scripts/pg-cluster.sh"))
+                .args(["stop", &dir])
+                .status();
+        }
+    }
+}
+
+fn q5_postgres() -> PathBuf {
+    job_file("jobs/nexmark/q5-postgres.yaml")
+}
+
+/// q5 over `events` events through the file sink, no checkpoints: the expected rows.
+fn golden(events: u64, dir: &Path) -> BTreeMap<[i64; 4], usize> {
+    let out = dir.join("golden");
+    run_job(
+        &job_file("jobs/nexmark/q5.yaml"),
+        &[
+            format!("sources.nexmark.events={events}"),
+            "sinks.out.kind=file".into(),
+            format!("sinks.out.path={}", out.display()),
+        ],
+    );
+    let mut rows = BTreeMap::new();
+    for r in read_parts(&out) {
+        let field = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r}"));
+        let key = [
+            field("auction"),
+            field("num"),
+            field("starttime"),
+            field("endtime"),
+        ];
+        *rows.entry(key).or_insert(0) += 1;
+    }
+    assert!(!rows.is_empty(), "the golden run produced nothing");
+    rows
+}
+
+fn plan(job: &Path, overrides: &[String]) -> Result<weir_runtime::plan::Plan, String> {
+    let overrides: Vec<weir_runtime::spec::load::Override> =
+        overrides.iter().map(|o| o.parse().unwrap()).collect();
+    weir_runtime::plan::check_file(job, &overrides).map_err(|e| e.to_string())
+}
+
+/// Runs q5-postgres in this process, its checkpoints and state under `dir`.
+fn run_q5(dir: &Path, overrides: &[String]) -> Result<(), String> {
+    let mut all = vec![
+        format!("checkpoint.storage={}", dir.join("ck").display()),
+        format!("state.path={}", dir.join("state").display()),
+    ];
+    all.extend_from_slice(overrides);
+    let plan = plan(&q5_postgres(), &all)?;
+    try_run_plan(&plan, true).map(|_| ())
+}
+
+fn total(rows: &BTreeMap<[i64; 4], usize>) -> usize {
+    rows.values().sum()
+}
+
+#[test]
+fn rows_are_written_exactly_once_through_sigkills() {
+    const EVENTS: u64 = 150_000;
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(EVENTS, dir.path());
+    let data = dir.path().join("data");
+    let connection = cluster.connection();
+    let logs = run_through_kills("q5 into postgres", 7, 2, |_| {
+        let mut cmd = weir(&data);
+        cmd.arg("run").arg(q5_postgres()).arg("--quiet");
+        cmd.args(["--from", "latest"]);
+        for o in [
+            format!("sources.nexmark.events={EVENTS}"),
+            "sources.nexmark.rate=75000".into(),
+            "checkpoint.interval=200ms".into(),
+            "parallelism=2".into(),
+            format!("sinks.out.connection={connection}"),
+            "sinks.out.batch-size=500".into(),
+        ] {
+            cmd.args(["--set", &o]);
+        }
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    });
+    assert_eq!(logs.len(), 3, "two runs killed, the third completes");
+    let got = cluster.q5_rows("nexmark_q5");
+    if got != expected {
+        eprintln!("logs of the runs:\n{}", logs.join("\n---\n"));
+    }
+    assert_eq!(
+        total(&got),
+        total(&expected),
+        "rows in postgres against the golden run"
+    );
+    assert_eq!(got, expected);
+    assert_eq!(
+        cluster.psql("SELECT count(*) FROM nexmark_q5__weir_stage"),
+        ["0"],
+        "everything staged was committed"
+    );
+}
+
+#[test]
+fn a_server_that_goes_away_and_comes_back_loses_nothing() {
+    const EVENTS: u64 = 120_000;
+    let mut cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(EVENTS, dir.path());
+    let overrides = vec![
+        format!("sources.nexmark.events={EVENTS}"),
+        "sources.nexmark.rate=40000".into(),
+        "checkpoint.interval=200ms".into(),
+        format!("sinks.out.connection={}", cluster.connection()),
+        "sinks.out.batch-size=500".into(),
+        "sinks.out.retry.initial-backoff=50ms".into(),
+        "sinks.out.retry.max-backoff=400ms".into(),
+        "sinks.out.retry.max-attempts=100".into(),
+        "restart.delay=100ms".into(),
+        "restart.max-attempts=20".into(),
+    ];
+    let path = dir.path().to_path_buf();
+    let job = std::thread::spawn(move || run_q5(&path, &overrides));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        !job.is_finished(),
+        "the job outlives the server's first life"
+    );
+    cluster.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !job.is_finished(),
+        "the job waits for the server to come back"
+    );
+    cluster.resume();
+    job.join().unwrap().unwrap();
+    assert_eq!(cluster.q5_rows("nexmark_q5"), expected);
+}
+
+#[test]
+fn rows_with_a_key_are_upserted() {
+    const EVENTS: u64 = 60_000;
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(EVENTS, dir.path());
+    // Without checkpoints: every batch is staged and upserted at once.
+    let job = dir.path().join("q5-upsert.yaml");
+    let text = std::fs::read_to_string(q5_postgres()).unwrap();
+    std::fs::write(&job, text.replace("checkpoint:\n  interval: 1s\n", "")).unwrap();
+    let overrides = [
+        format!("sources.nexmark.events={EVENTS}"),
+        format!("sinks.out.connection={}", cluster.connection()),
+        "sinks.out.table=q5_upsert".into(),
+        "sinks.out.key=[auction, starttime]".into(),
+        "sinks.out.batch-size=100".into(),
+    ];
+    for _ in 0..2 {
+        let mut all = overrides.to_vec();
+        all.push(format!("state.path={}", dir.path().join("state").display()));
+        let plan = plan(&job, &all).unwrap();
+        try_run_plan(&plan, false).unwrap();
+        assert_eq!(cluster.q5_rows("q5_upsert"), expected);
+    }
+    // The key became the created table's primary key.
+    assert_eq!(
+        cluster.psql(
+            "SELECT string_agg(a.attname, ',' ORDER BY a.attname) FROM pg_index i \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+             WHERE i.indrelid = 'q5_upsert'::regclass AND i.indisprimary"
+        ),
+        ["auction,starttime"]
+    );
+}
+
+fn failure(overrides: &[String]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = vec![
+        "sources.nexmark.events=20000".to_string(),
+        "restart.max-attempts=0".into(),
+        "sinks.out.retry.max-attempts=3".into(),
+        "sinks.out.retry.initial-backoff=10ms".into(),
+    ];
+    all.extend_from_slice(overrides);
+    match run_q5(dir.path(), &all) {
+        Ok(()) => panic!("the job should fail with {overrides:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn permanent_problems_fail_the_job_naming_table_and_column() {
+    let cluster = Cluster::start();
+    let conn = format!("sinks.out.connection={}", cluster.connection());
+
+    // Nothing listens on the port: retried, then a clear error.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = failure(&[format!(
+        "sinks.out.connection=host=127.0.0.1 port={closed} user=postgres connect_timeout=2"
+    )]);
+    assert!(e.contains("gave up after 3 attempts"), "{e}");
+    assert!(e.contains("nexmark_q5"), "{e}");
+
+    let e = failure(&[
+        conn.clone(),
+        "sinks.out.table=nope".into(),
+        "sinks.out.create-table=false".into(),
+    ]);
+    assert!(e.contains("table `nope` does not exist"), "{e}");
+
+    cluster.psql("CREATE TABLE short (auction bigint, num bigint, starttime timestamp)");
+    let e = failure(&[conn.clone(), "sinks.out.table=short".into()]);
+    assert!(e.contains("table `short` has no column `endtime`"), "{e}");
+
+    cluster.psql(
+        "CREATE TABLE typed (auction bigint, num boolean, starttime timestamp, endtime timestamp)",
+    );
+    let e = failure(&[conn, "sinks.out.table=typed".into()]);
+    assert!(e.contains("`typed`"), "{e}");
+    assert!(e.contains("type boolean"), "{e}");
+    assert!(e.contains("column num"), "{e}");
+}
