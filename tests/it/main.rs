@@ -11,6 +11,8 @@
 //!   to the golden run; rescaling on restore.
 //! - `checkpoints`: corrupt snapshots skipped with a warning, savepoints from the command line
 //!   resumed on the other backend, restarts after a task failure, at-least-once mode.
+//! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
+//!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,6 +23,7 @@ mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;
 mod recovery;
+mod serve;
 mod spec_errors;
 mod support;
 mod topology;
