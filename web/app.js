@@ -61,7 +61,19 @@ function bytes(b) {
   return b.toFixed(i ? 1 : 0) + " " + u[i];
 }
 function time(ms) { return ms == null ? "–" : new Date(ms).toLocaleTimeString(); }
-function us(v) { return v >= 1000 ? (v / 1000).toFixed(2) + " ms" : v.toFixed(1) + " µs"; }
+function us(v) {
+  if (v >= 1e6) return (v / 1e6).toFixed(v >= 1e7 ? 0 : 1) + " s";
+  if (v >= 1000) return (v / 1000).toFixed(v >= 1e4 ? 0 : 2) + " ms";
+  return (v < 1 ? v.toFixed(1) : v.toFixed(v >= 10 ? 0 : 1)) + " µs";
+}
+// A watermark as a UTC time, with its lag behind the wall clock when the input keeps real time.
+function watermark(j) {
+  const w = j.watermark;
+  if (w == null) return "–";
+  const t = new Date(w).toISOString().replace("T", " ").replace("Z", "").slice(0, 19);
+  const lag = j["watermark-lag-ms"];
+  return lag != null && lag >= 0 && lag < 86400000 ? `${t} (${dur(lag)} behind)` : t;
+}
 function badge(s) { return `<span class="badge ${esc(s)}">${esc(s)}</span>`; }
 
 // Backpressure 0..1 → green, amber, red.
@@ -141,6 +153,34 @@ function barChart(items, { w = 640, h = 160, format = v => v, label = () => "" }
   return out + `</svg>`;
 }
 
+// A latency histogram on a logarithmic time axis: buckets [{low-us, high-us, count}].
+function histogram(buckets, { w = 640, h = 170 } = {}) {
+  if (!buckets.length) return `<div class="empty">No ticks yet.</div>`;
+  const pad = { l: 48, r: 12, t: 8, b: 26 };
+  const lo = Math.log10(Math.max(buckets[0]["low-us"], 0.01));
+  const hi = Math.log10(Math.max(buckets[buckets.length - 1]["high-us"], buckets[0]["low-us"] * 10, 0.1));
+  const from = Math.floor(lo), to = Math.ceil(hi + 1e-9);
+  const x = us => pad.l + ((Math.log10(Math.max(us, 0.01)) - from) / (to - from)) * (w - pad.l - pad.r);
+  const max = Math.max(...buckets.map(b => b.count));
+  const y = c => pad.t + (1 - c / max) * (h - pad.t - pad.b);
+  let out = `<svg width="100%" viewBox="0 0 ${w} ${h}" style="max-height:${h}px">`;
+  const ticks = [...new Set([0, Math.round(max / 2), max])];
+  for (const c of ticks) {
+    out += `<line x1="${pad.l}" x2="${w - pad.r}" y1="${y(c)}" y2="${y(c)}" stroke="#e5e7eb"/>`;
+    out += `<text x="${pad.l - 6}" y="${y(c) + 4}" font-size="10" text-anchor="end" fill="#64748b">${c}</text>`;
+  }
+  for (let d = from; d <= to; d++) {
+    const v = Math.pow(10, d);
+    out += `<line x1="${x(v)}" x2="${x(v)}" y1="${pad.t}" y2="${h - pad.b}" stroke="#f1f5f9"/>`;
+    out += `<text x="${x(v)}" y="${h - 8}" font-size="10" text-anchor="middle" fill="#64748b">${esc(us(v))}</text>`;
+  }
+  for (const b of buckets) {
+    const x1 = x(b["low-us"]), x2 = Math.max(x(b["high-us"] + 0.001), x1 + 2);
+    out += `<rect x="${x1}" y="${y(b.count)}" width="${x2 - x1}" height="${h - pad.b - y(b.count)}" fill="#0d9488"><title>${esc(us(b["low-us"]))}–${esc(us(b["high-us"]))}: ${b.count} ticks</title></rect>`;
+  }
+  return out + `</svg>`;
+}
+
 // The DAG, layered left to right by longest path from a source.
 function dagSvg(job) {
   const nodes = job.nodes, edges = job.edges;
@@ -150,7 +190,7 @@ function dagSvg(job) {
   }
   const columns = [];
   nodes.forEach((n, i) => (columns[layer[i]] ||= []).push(i));
-  const W = 210, H = 92, GX = 70, GY = 26;
+  const W = 210, H = 92, GX = 92, GY = 26;
   const rows = Math.max(...columns.map(c => c.length));
   const width = columns.length * (W + GX) - GX + 20;
   const height = rows * (H + GY) - GY + 20;
@@ -159,7 +199,7 @@ function dagSvg(job) {
     const offset = ((rows - col.length) * (H + GY)) / 2;
     pos[i] = { x: 10 + c * (W + GX), y: 10 + offset + r * (H + GY) };
   }));
-  let out = `<svg width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">
+  let out = `<svg width="${width}" viewBox="0 0 ${width} ${height}" style="max-width:100%;height:auto">
     <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto">
     <path d="M0,0 L10,5 L0,10 z" fill="#94a3b8"/></marker></defs>`;
   for (const e of edges) {
@@ -173,12 +213,12 @@ function dagSvg(job) {
     const p = pos[i];
     const r = n.role === "source" ? n["rate-out"] : n["rate-in"];
     const hist = n.role === "source" ? n.history["rate-out"] : n.history["rate-in"];
-    const lag = n["watermark-lag-ms"];
+    const lag = n["watermark-delay-ms"];
     out += `<g class="node" transform="translate(${p.x},${p.y})"><title>${esc(n.name)}: backpressure ${(100 * n.backpressure).toFixed(0)}%</title>
       <rect class="box" width="${W}" height="${H}" rx="8" fill="${pressureColour(n.backpressure)}"/>
       <text class="name" x="10" y="19">${esc(n.name)}</text>
       <text class="meta" x="${W - 10}" y="19" text-anchor="end">${esc(n.kind)} ×${n.parallelism}</text>
-      <text class="meta" x="10" y="36">${esc(rate(r))} · bp ${(100 * n.backpressure).toFixed(0)}%${lag != null ? " · wm lag " + esc(dur(lag)) : ""}</text>
+      <text class="meta" x="10" y="36">${esc(rate(r))} · bp ${(100 * n.backpressure).toFixed(0)}%${lag != null ? " · wm −" + esc(dur(lag)) : ""}</text>
       <g transform="translate(10,44)">${sparkline(hist, W - 20, 38, "#1e40af")}</g></g>`;
   });
   return out + `</svg>`;
@@ -187,7 +227,6 @@ function dagSvg(job) {
 // ---------------------------------------------------------------- pages
 
 let page = null; // { key, refresh }
-const throughput = new Map(); // job id → events/s history, for the overview's sparklines
 
 function setStatus(ok, text) {
   statusEl.textContent = text;
@@ -215,11 +254,6 @@ async function jobsPage() {
     const r = await api("GET", "/jobs");
     if (!r.ok) throw new Error(r.data.error || r.status);
     const jobs = r.data.jobs;
-    for (const j of jobs) {
-      const h = throughput.get(j.id) || [];
-      if (j.state === "running" || h.length) h.push(j["events-per-second"]);
-      throughput.set(j.id, h.slice(-60));
-    }
     const el = document.getElementById("jobs");
     if (!el) return;
     if (!jobs.length) {
@@ -227,12 +261,12 @@ async function jobsPage() {
       return;
     }
     el.innerHTML = `<table><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">events</th>
-      <th class="num">events/s</th><th>throughput</th><th class="num">watermark lag</th><th class="num">duration</th></tr></thead><tbody>
+      <th class="num">events/s</th><th>throughput</th><th class="num">watermark</th><th class="num">duration</th></tr></thead><tbody>
       ${jobs.slice().reverse().map(j => `<tr class="link" data-id="${esc(j.id)}"><td>${esc(j.id)}</td>
         <td><b>${esc(j.name)}</b><div class="muted">${esc(j.description || "")}</div></td><td>${badge(j.state)}</td>
         <td class="num">${num(j.events)}</td><td class="num">${rate(j["events-per-second"])}</td>
-        <td>${sparkline(throughput.get(j.id), 140, 28)}</td>
-        <td class="num">${dur(j["watermark-lag-ms"])}</td><td class="num">${dur(j["duration-ms"])}</td></tr>`).join("")}
+        <td>${sparkline(j.throughput, 140, 28)}</td>
+        <td class="num">${watermark(j)}</td><td class="num">${dur(j["duration-ms"])}</td></tr>`).join("")}
       </tbody></table>`;
     el.querySelectorAll("tr.link").forEach(tr => tr.addEventListener("click", () => { location.hash = "#/jobs/" + tr.dataset.id; }));
   });
@@ -347,7 +381,7 @@ function overview(job) {
   <div class="panel stats">
     <div class="stat"><div class="v">${num(job.events)}</div><div class="k">events</div></div>
     <div class="stat"><div class="v">${rate(job["events-per-second"])}</div><div class="k">events per second</div></div>
-    <div class="stat"><div class="v">${dur(job["watermark-lag-ms"])}</div><div class="k">watermark lag</div></div>
+    <div class="stat"><div class="v" style="font-size:16px;padding-top:6px">${watermark(job)}</div><div class="k">watermark (UTC)</div></div>
     <div class="stat"><div class="v">${dur(job["duration-ms"])}</div><div class="k">running for</div></div>
     <div class="stat"><div class="v">${num(job.restarts)}</div><div class="k">restarts</div></div>${progress}
   </div>
@@ -360,14 +394,14 @@ function overview(job) {
   <div class="panel">${lineChart([{ values: job["events-history"], colour: "#2563eb" }], { stepMs: job["sample-interval-ms"] })}</div>
   <h2>Operators</h2>
   <div class="panel"><table><thead><tr><th>operator</th><th>status</th><th class="num">records in</th><th class="num">records out</th>
-    <th>rate out</th><th>backpressure</th><th class="num">watermark lag</th><th class="num">alignment</th></tr></thead><tbody>
+    <th>rate out</th><th>backpressure</th><th class="num">watermark behind sources</th><th class="num">alignment</th></tr></thead><tbody>
     ${job.nodes.map(n => `<tr><td><b>${esc(n.name)}</b> <span class="muted">${esc(n.kind)} ×${n.parallelism}</span></td>
       <td>${badge(n.status)}</td>
       <td class="num">${n.role === "source" ? "–" : num(n["records-in"])}</td>
       <td class="num">${n.role === "sink" ? "–" : num(n["records-out"])}</td>
       <td>${sparkline(n.role === "sink" ? n.history["rate-in"] : n.history["rate-out"], 110, 24)} ${rate(n.role === "sink" ? n["rate-in"] : n["rate-out"])}</td>
       <td>${sparkline(n.history.backpressure, 70, 24, "#dc2626")} <span class="bar"><span style="width:${(100 * n.backpressure).toFixed(0)}%;background:${pressureColour(n.backpressure)}"></span></span> ${(100 * n.backpressure).toFixed(0)}%</td>
-      <td class="num">${dur(n["watermark-lag-ms"])}</td><td class="num">${dur(n["alignment-ms"])}</td></tr>`).join("")}
+      <td class="num">${dur(n["watermark-delay-ms"])}</td><td class="num">${dur(n["alignment-ms"])}</td></tr>`).join("")}
     </tbody></table></div>`;
 }
 
@@ -386,8 +420,7 @@ async function checkpointsTab(id) {
   const sizes = barChart(hist.filter(h => h.bytes != null).map(h => ({ value: h.bytes, colour: "#0891b2", title: `${h.name}: ${bytes(h.bytes)}` })),
     { format: v => bytes(v) });
   const s = c.scheduler;
-  const delay = s ? barChart(s.delay.buckets.map(b => ({ value: b.count, colour: "#0d9488", title: `${us(b["low-us"])}–${us(b["high-us"])}: ${b.count}` })),
-    { format: v => Math.round(v), label: (b, i) => (i % 4 === 0 ? us(s.delay.buckets[i]["low-us"]) : "") }) : `<div class="empty">Not scheduled now.</div>`;
+  const delay = s ? histogram(s.delay.buckets) : `<div class="empty">Not scheduled now.</div>`;
   return `<div class="panel stats">
       <div class="stat"><div class="v">${num(c.completed)}</div><div class="k">completed</div></div>
       <div class="stat"><div class="v">${num(c.failed)}</div><div class="k">failed</div></div>
@@ -403,7 +436,7 @@ async function checkpointsTab(id) {
         <div class="legend"><span><i style="background:#2563eb"></i>checkpoint</span><span><i style="background:#7c3aed"></i>savepoint</span><span><i style="background:#dc2626"></i>failed</span></div></div></div>
       <div><h2>Size per checkpoint</h2><div class="panel">${sizes}</div></div>
     </div>
-    <h2>Scheduling delay of this job's trigger (shared scheduler)</h2><div class="panel">${delay}</div>
+    <h2>Scheduling delay of this job's trigger (shared scheduler, logarithmic time axis)</h2><div class="panel">${delay}</div>
     <h2>History</h2>
     <div class="panel"><table><thead><tr><th>snapshot</th><th>kind</th><th>triggered</th><th class="num">duration</th><th class="num">size</th><th>status</th><th>location / reason</th></tr></thead><tbody>
       ${hist.slice().reverse().map(h => `<tr><td class="mono">${esc(h.name)}</td><td>${esc(h.kind)}</td><td>${time(h["triggered-at"])}</td>
@@ -436,9 +469,8 @@ async function schedulerPage() {
         <div class="stat"><div class="v">${us(s.delay["p50-us"])}</div><div class="k">delay p50</div></div>
         <div class="stat"><div class="v">${us(s.delay["p99-us"])}</div><div class="k">delay p99</div></div>
       </div>
-      <h2>Scheduling delay (actual start − due time), all ticks</h2>
-      <div class="panel">${barChart(s.delay.buckets.map(b => ({ value: b.count, colour: "#0d9488", title: `${us(b["low-us"])}–${us(b["high-us"])}: ${b.count}` })),
-        { format: v => Math.round(v), label: (b, i) => (i % 4 === 0 ? us(s.delay.buckets[i]["low-us"]) : "") })}</div>
+      <h2>Scheduling delay (actual start − due time), all ticks, logarithmic time axis</h2>
+      <div class="panel">${histogram(s.delay.buckets)}</div>
       <h2>Pipelines</h2>
       <div class="panel"><table><thead><tr><th>pipeline</th><th class="num">interval</th><th class="num">fired</th><th class="num">coalesced</th><th class="num">p50</th><th class="num">p99</th><th>running</th></tr></thead><tbody>
       ${s.pipelines.map(p => `<tr><td>${esc(p.name)}</td><td class="num">${dur(Math.round(p["interval-us"] / 1000))}</td><td class="num">${num(p.fired)}</td>

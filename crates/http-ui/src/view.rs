@@ -40,7 +40,12 @@ pub struct JobOverview {
     pub watermark_lag_ms: Option<i64>,
     /// Share of the input consumed (0–1), for bounded inputs of known size.
     pub progress: Option<f64>,
+    /// Events per second over the last [`OVERVIEW_POINTS`] sampling intervals, oldest first.
+    pub throughput: Vec<f64>,
 }
+
+/// Points of throughput history in a job's overview (the jobs list shows them as sparklines).
+pub const OVERVIEW_POINTS: usize = 30;
 
 /// One operator of the DAG.
 #[derive(Debug, Serialize)]
@@ -66,6 +71,9 @@ pub struct NodeView {
     pub backpressure_ms: u64,
     pub watermark: Option<i64>,
     pub watermark_lag_ms: Option<i64>,
+    /// How far the node's watermark trails the most advanced source's: event time still in
+    /// flight between them (meaningful whatever the input's clock).
+    pub watermark_delay_ms: Option<i64>,
     /// Barriers processed and time spent aligning them (all subtasks).
     pub barriers: u64,
     pub alignment_ms: u64,
@@ -216,6 +224,14 @@ impl HostedJob {
             watermark,
             watermark_lag_ms: watermark.map(|w| now - w),
             progress: total.filter(|t| *t > 0).map(|t| done as f64 / t as f64),
+            throughput: {
+                let skip = s.samples.len().saturating_sub(OVERVIEW_POINTS + 1);
+                let recent: Vec<&Sample> = s.samples.iter().skip(skip).collect();
+                recent
+                    .windows(2)
+                    .map(|w| rate(w[0].events, w[1].events, w[1].at - w[0].at))
+                    .collect()
+            },
         }
     }
 
@@ -225,6 +241,11 @@ impl HostedJob {
         let now = now_ms();
         let live = s.state.is_live();
         let samples: Vec<&Sample> = s.samples.iter().collect();
+        let leading = s
+            .metrics
+            .sources()
+            .filter_map(|n| known(n.watermark()))
+            .max();
         let nodes = s
             .metrics
             .nodes
@@ -278,6 +299,7 @@ impl HostedJob {
                     backpressure_ms: n.sum(|t| &t.backpressure_ns) / 1_000_000,
                     watermark,
                     watermark_lag_ms: watermark.map(|w| now - w),
+                    watermark_delay_ms: leading.zip(watermark).map(|(l, w)| (l - w).max(0)),
                     barriers: n.sum(|t| &t.barriers),
                     alignment_ms: n.sum(|t| &t.alignment_ns) / 1_000_000,
                     skipped: n.sum(|t| &t.skipped),
