@@ -1,4 +1,4 @@
-# weir: `make run` builds and runs the default job; `make test` checks everything;
+# weir: `make run` builds weir and serves the default job with the dashboard; `make test` checks everything;
 # `make bench` prints the benchmark tables recorded in BENCHMARKS.md.
 #
 # Everything builds with the release profile (tests and lints too), so C/C++ dependencies
@@ -9,6 +9,9 @@ CARGO      ?= cargo
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 WEIR       := $(TARGET_DIR)/release/weir
 JOB        ?= jobs/nexmark/q1.yaml
+# `make run` serves the default job unbounded at a steady rate, checkpointing, so that the
+# dashboard has something live to show (`make run JOB=... SERVE_SET=` for another job).
+SERVE_SET  ?= --set sources.nexmark.events=null --set sources.nexmark.rate=200000 --set checkpoint.interval=2s
 # System packages the build needs: a C/C++ toolchain (Rust links with it; RocksDB is C++) and
 # libclang (bindgen generates RocksDB's bindings with it).
 BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
@@ -27,9 +30,9 @@ deps: toolchain
 build: deps
 	$(CARGO) build --release --bin weir
 
-## Build and run the default job (a Nexmark query over millions of generated events).
+## Build and start `weir serve` with the default job running; it prints the dashboard's URL.
 run: build
-	$(WEIR) run $(JOB)
+	$(WEIR) serve $(JOB) $(SERVE_SET)
 
 ## Formatting, lints (warnings are errors), and every test.
 test: deps

@@ -51,6 +51,45 @@ enum Bench {
         #[arg(long, value_delimiter = ',')]
         pipelines: Vec<usize>,
     },
+    /// The connection pool's state changes through a plain mutex, the combiner without yield
+    /// and the combiner with yield, at 1 to 4 threads and 0 to 20 units of work per action.
+    Pool {
+        /// How long each cell is measured per run.
+        #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+        measure: Duration,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4")]
+        threads: Vec<usize>,
+        #[arg(long, value_delimiter = ',', default_value = "0,1,10,20")]
+        work: Vec<u32>,
+        /// Acquiring tasks per runtime thread.
+        #[arg(long, default_value_t = 2)]
+        tasks_per_thread: usize,
+    },
+    /// Rows per second into PostgreSQL through the `postgres` sink (straight, and exactly once
+    /// with checkpoints) beside the same job into a blackhole sink.
+    Postgres {
+        /// The server to write to (a table `weir_bench_rows` is dropped and recreated there).
+        #[arg(
+            long,
+            default_value = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+        )]
+        connection: String,
+        #[arg(long, default_value = "jobs/nexmark/q1.yaml")]
+        job: PathBuf,
+        /// The node whose rows are written.
+        #[arg(long, default_value = "q1")]
+        from: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        parallelism: Vec<u32>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, default_value = "data/bench")]
+        data: PathBuf,
+    },
     /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
     Checkpoint {
         #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
@@ -125,6 +164,37 @@ pub fn main(args: BenchArgs) -> ExitCode {
             runs,
             pipelines,
         } => scheduler(measure, runs.max(1), &pipelines),
+        Bench::Pool {
+            measure,
+            runs,
+            threads,
+            work,
+            tasks_per_thread,
+        } => pool(weir_connection_pool::bench::BenchConfig {
+            threads,
+            work,
+            tasks_per_thread,
+            duration: measure,
+            runs: runs.max(1),
+            ..Default::default()
+        }),
+        Bench::Postgres {
+            connection,
+            job,
+            from,
+            events,
+            parallelism,
+            runs,
+            data,
+        } => postgres(&PostgresBench {
+            connection,
+            job,
+            from,
+            events,
+            parallelism,
+            runs: runs.max(1),
+            data,
+        }),
         Bench::Checkpoint {
             job,
             events,
@@ -501,6 +571,139 @@ fn scheduler(measure: Duration, runs: usize, pipelines: &[usize]) -> anyhow::Res
         );
     })?;
     println!("{}", bench::table(&results));
+    Ok(())
+}
+
+fn pool(config: weir_connection_pool::bench::BenchConfig) -> anyhow::Result<()> {
+    println!(
+        "Connection pool: acquire+release through a mutex around the pool state, the combiner \
+         without yield, and the combiner with yield ({:?}); {} per cell, median of {} runs.",
+        config.combiner,
+        humantime::format_duration(config.duration),
+        config.runs
+    );
+    println!();
+    println!("{}", weir_connection_pool::bench::run(&config)?);
+    Ok(())
+}
+
+struct PostgresBench {
+    connection: String,
+    job: PathBuf,
+    from: String,
+    events: u64,
+    parallelism: Vec<u32>,
+    runs: usize,
+    data: PathBuf,
+}
+
+/// The three arms of the sink benchmark.
+const PG_ARMS: [&str; 3] = ["blackhole", "postgres", "postgres exactly-once"];
+
+fn postgres(b: &PostgresBench) -> anyhow::Result<()> {
+    const TABLE: &str = "weir_bench_rows";
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let scheduler = std::sync::Arc::new(weir_scheduler::Scheduler::new(runtime.handle().clone())?);
+    let client = runtime.block_on(async {
+        let (client, connection) = b
+            .connection
+            .parse::<tokio_postgres::Config>()?
+            .connect(tokio_postgres::NoTls)
+            .await?;
+        Ok::<_, tokio_postgres::Error>((client, tokio::spawn(connection)))
+    });
+    let (client, driver) = client.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to {} (is PostgreSQL running?): {e}",
+            b.connection
+        )
+    })?;
+    println!(
+        "{} ({} events from the generator): rows of `{}` into PostgreSQL (`{}`) beside a blackhole \
+         sink; exactly-once checkpoints every 1s (rows staged, then moved). Median of {} runs \
+         per arm, arms interleaved.",
+        b.job.display(),
+        group(b.events),
+        b.from,
+        b.connection,
+        b.runs
+    );
+    println!();
+    println!(
+        "| p | rows | blackhole rows/s | postgres rows/s | exactly-once rows/s | postgres / blackhole | exactly-once / postgres |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for &p in &b.parallelism {
+        let mut rates: [Vec<f64>; 3] = Default::default();
+        let mut rows = 0;
+        for _ in 0..b.runs {
+            for (arm, name) in PG_ARMS.iter().enumerate() {
+                runtime.block_on(client.batch_execute(&format!(
+                    "DROP TABLE IF EXISTS {TABLE}, {TABLE}__weir_stage"
+                )))?;
+                let sink = if arm == 0 {
+                    format!("sinks.out={{kind: blackhole, from: {}}}", b.from)
+                } else {
+                    format!(
+                        "sinks.out={{kind: postgres, from: {}, connection: '{}', table: {TABLE}, create-table: true}}",
+                        b.from, b.connection
+                    )
+                };
+                let mut o = vec![
+                    format!("sources.nexmark.events={}", b.events),
+                    format!("parallelism={p}"),
+                    sink,
+                ];
+                let mut options = weir_runtime::exec::job::JobOptions::default();
+                if arm == 2 {
+                    o.push("checkpoint.interval=1s".into());
+                    o.push(format!(
+                        "checkpoint.storage={}",
+                        b.data.join("checkpoints").display()
+                    ));
+                    options.scheduler = Some(scheduler.clone());
+                }
+                let o: Vec<Override> = o
+                    .iter()
+                    .map(|s| s.parse().map_err(anyhow::Error::msg))
+                    .collect::<Result<_, _>>()?;
+                let (sample, summary) = run_with(&runtime, &b.job, &o, options)?;
+                let written = summary
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == "out")
+                    .map_or(0, |n| n.records_in);
+                if arm > 0 {
+                    let count: i64 = runtime
+                        .block_on(client.query_one(&format!("SELECT count(*) FROM {TABLE}"), &[]))?
+                        .get(0);
+                    anyhow::ensure!(
+                        count as u64 == written,
+                        "{name}: {count} rows in the table, {written} written"
+                    );
+                }
+                rows = written;
+                rates[arm].push(written as f64 / sample.wall.as_secs_f64().max(1e-9));
+            }
+        }
+        let [bh, pg, eo] = rates.map(median);
+        println!(
+            "| {p} | {} | {} | {} | {} | {:.2}× | {:.2}× |",
+            group(rows),
+            group(bh as u64),
+            group(pg as u64),
+            group(eo as u64),
+            pg / bh,
+            eo / pg
+        );
+    }
+    runtime.block_on(client.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {TABLE}, {TABLE}__weir_stage"
+    )))?;
+    drop(client);
+    driver.abort();
     Ok(())
 }
 

@@ -3,12 +3,19 @@
 //! # Layout
 //! - `main.rs`: the command line.
 //! - `run.rs`: `weir run`: a job with a progress bar, Ctrl-C handling and a summary.
-//! - `savepoint.rs`: `weir savepoint`: ask a running job for a savepoint.
+//! - `savepoint.rs`: `weir savepoint JOB.yaml`: ask a local `weir run` for a savepoint.
+//! - `serve.rs`: `weir serve`: host jobs behind the HTTP API and the dashboard.
+//! - `client.rs`: `weir submit`, `weir jobs`, `weir cancel`, `weir savepoint ID`: a client of
+//!   `weir serve`.
 //! - `bench.rs`: `weir bench`: the benchmarks `make bench` prints.
+//! - `serve_bench.rs`: `weir bench-serve`: API latency with many jobs, cost of live dashboards.
 
 mod bench;
+mod client;
 mod run;
 mod savepoint;
+mod serve;
+mod serve_bench;
 
 /// mimalloc instead of the system allocator: profiles of the stateful Nexmark queries showed
 /// glibc's malloc and free (with its consolidation passes) at 15–20% of samples; operators
@@ -54,18 +61,54 @@ enum Command {
         #[arg(long, value_name = "PATH|latest")]
         from: Option<String>,
     },
-    /// Ask a running `weir run` of a job for a savepoint and print where it was written.
+    /// Take a savepoint of a running job and print where it was written: of a job on a
+    /// `weir serve` (`weir savepoint ID`, or any argument with `--server`/WEIR_SERVER), or of
+    /// a local `weir run` (`weir savepoint JOB.yaml`, signalled through its pid file).
     Savepoint {
-        /// The job file (names the job and its checkpoint storage).
-        job: PathBuf,
+        /// A job id on a server, or the job file of a local `weir run`.
+        job: String,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<Override>,
+        /// Ask this `weir serve` (token from WEIR_TOKEN).
+        #[arg(long, env = "WEIR_SERVER", value_name = "URL")]
+        server: Option<String>,
         /// Stop the job once the savepoint is complete.
         #[arg(long)]
         stop: bool,
         /// Give up waiting after this long.
         #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
+    },
+    /// Host jobs behind an HTTP API and a live dashboard (http://127.0.0.1:8080 by default).
+    Serve {
+        /// Jobs to start with the server.
+        jobs: Vec<PathBuf>,
+        /// Override a field of every job given here (as for `weir run`).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<Override>,
+        /// Address to listen on. Anything but loopback requires a token.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Bearer token clients must send (required off loopback).
+        #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Submit a job file to a `weir serve` and print its id.
+    Submit {
+        job: PathBuf,
+        #[command(flatten)]
+        server: client::ServerArgs,
+    },
+    /// List the jobs of a `weir serve`.
+    Jobs {
+        #[command(flatten)]
+        server: client::ServerArgs,
+    },
+    /// Cancel a job on a `weir serve`: its sources end and in-flight records drain.
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        server: client::ServerArgs,
     },
     /// Check a job file and report every problem with its line, column and key.
     Validate {
@@ -82,6 +125,9 @@ enum Command {
     },
     /// Run benchmarks and print tables (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
+    /// Benchmark `weir serve`: API latency with many jobs hosted, and the throughput cost of
+    /// ten live dashboards (see BENCHMARKS.md).
+    BenchServe(serve_bench::BenchServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -126,9 +172,40 @@ fn main() -> ExitCode {
         Command::Savepoint {
             job,
             overrides,
+            server,
             stop,
             timeout,
-        } => savepoint::savepoint(&job, &overrides, stop, timeout),
+        } => {
+            // A job file names a local `weir run`; anything else (or any `--server`) a job on
+            // a server.
+            let local = server.is_none() && std::path::Path::new(&job).is_file();
+            if local {
+                savepoint::savepoint(std::path::Path::new(&job), &overrides, stop, timeout)
+            } else if server.is_none() && (job.ends_with(".yaml") || job.ends_with(".yml")) {
+                eprintln!("error: no job file {job}");
+                ExitCode::FAILURE
+            } else if !overrides.is_empty() {
+                eprintln!("error: `--set` applies to job files, not to jobs on a server");
+                ExitCode::FAILURE
+            } else {
+                let server = server.unwrap_or_else(|| client::DEFAULT_SERVER.to_owned());
+                client::savepoint(&server, &job, stop, timeout)
+            }
+        }
+        Command::Serve {
+            jobs,
+            overrides,
+            listen,
+            token,
+        } => serve::serve(serve::ServeArgs {
+            listen,
+            token,
+            jobs,
+            overrides,
+        }),
+        Command::Submit { job, server } => client::submit(&server, &job),
+        Command::Jobs { server } => client::jobs(&server),
+        Command::Cancel { id, server } => client::cancel(&server, &id),
         Command::Validate { job, overrides } => validate(&job, &overrides),
         Command::Schema => match serde_json::to_string_pretty(&weir_runtime::spec::json_schema()) {
             Ok(s) => {
@@ -150,6 +227,7 @@ fn main() -> ExitCode {
                 },
         } => generate(events, &out, seed, inter_event_delay),
         Command::Bench(args) => bench::main(args),
+        Command::BenchServe(args) => serve_bench::main(args),
     }
 }
 

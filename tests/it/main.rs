@@ -13,6 +13,8 @@
 //!   resumed on the other backend, restarts after a task failure, at-least-once mode.
 //! - `postgres`: the PostgreSQL sink against throwaway clusters: exactly once through SIGKILLs,
 //!   a server that goes away and comes back, upserts, and the errors that name what is wrong.
+//! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
+//!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -24,6 +26,7 @@ mod nexmark_stateful;
 mod nexmark_stateless;
 mod postgres;
 mod recovery;
+mod serve;
 mod spec_errors;
 mod support;
 mod topology;

@@ -1,0 +1,283 @@
+//! The router: the REST API under `/api/v1`, `/metrics`, and the dashboard's files.
+//!
+//! [`router`] is a plain function of the host and the access rule, so tests drive it with
+//! `tower::ServiceExt::oneshot` without a socket. Every route of the API is listed in the
+//! OpenAPI document served at `/api/v1/openapi.json` (`openapi.json` beside this file).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::{self, Access};
+use crate::host::Host;
+use crate::{ApiError, assets, prometheus};
+
+/// How a submitted job file is named in messages.
+const SUBMITTED: &str = "job.yaml";
+
+/// Largest request body accepted (a job file): larger ones get 413.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// The OpenAPI 3 document of the API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// The whole HTTP surface of `weir serve`.
+pub fn router(host: Arc<Host>, access: Access) -> Router {
+    let protected = Router::new()
+        .route("/api/v1/jobs", get(list_jobs).post(submit))
+        .route("/api/v1/jobs/validate", post(validate))
+        .route("/api/v1/jobs/{id}", get(job_detail))
+        .route("/api/v1/jobs/{id}/spec", get(job_spec))
+        .route("/api/v1/jobs/{id}/cancel", post(cancel))
+        .route("/api/v1/jobs/{id}/stop", post(stop))
+        .route("/api/v1/jobs/{id}/restart", post(restart))
+        .route(
+            "/api/v1/jobs/{id}/savepoints",
+            get(list_savepoints).post(trigger_savepoint),
+        )
+        .route("/api/v1/jobs/{id}/savepoints/{request}", get(savepoint))
+        .route("/api/v1/jobs/{id}/checkpoints", get(checkpoints))
+        .route(
+            "/api/v1/jobs/{id}/checkpoints/{checkpoint}",
+            get(checkpoint),
+        )
+        .route("/api/v1/jobs/{id}/exceptions", get(exceptions))
+        .route("/api/v1/scheduler", get(scheduler))
+        .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(access, auth::require));
+    Router::new()
+        .merge(protected)
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/", get(|| assets::serve("index.html")))
+        .route(
+            "/{file}",
+            get(|Path(file): Path<String>| assets::serve_owned(file)),
+        )
+        .fallback(not_found)
+        .with_state(host)
+        .layer(RequestBodyLimitLayer::new(MAX_BODY))
+        .layer(TraceLayer::new_for_http())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route; the API is described at /api/v1/openapi.json".into())
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn list_jobs(State(host): State<Arc<Host>>) -> Json<serde_json::Value> {
+    let jobs: Vec<_> = host.jobs().iter().map(|j| j.overview()).collect();
+    Json(serde_json::json!({ "jobs": jobs }))
+}
+
+fn text(body: &Bytes) -> Result<&str, ApiError> {
+    std::str::from_utf8(body)
+        .map_err(|e| ApiError::BadRequest(format!("the job file is not UTF-8: {e}")))
+}
+
+async fn submit(State(host): State<Arc<Host>>, body: Bytes) -> Result<Response, ApiError> {
+    let job = host.submit(SUBMITTED, text(&body)?, &[]).await?;
+    let location = format!("/api/v1/jobs/{}", job.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(job.overview()),
+    )
+        .into_response())
+}
+
+async fn validate(body: Bytes) -> Result<Json<serde_json::Value>, ApiError> {
+    let plan = Host::check(SUBMITTED, text(&body)?, &[])?;
+    Ok(Json(serde_json::json!({
+        "valid": true,
+        "name": plan.name(),
+        "nodes": plan.nodes.len(),
+        "checkpointing": plan.spec.checkpoint.enabled(),
+    })))
+}
+
+async fn job_detail(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Json<crate::view::JobDetail>, ApiError> {
+    let job = host.job(&id)?;
+    let every = u64::try_from(host.config().sample_every.as_millis()).unwrap_or(u64::MAX);
+    Ok(Json(job.detail(every)))
+}
+
+async fn job_spec(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = host.job(&id)?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/yaml")],
+        job.text.clone(),
+    )
+        .into_response())
+}
+
+async fn cancel(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = host.job(&id)?;
+    job.cancel()?;
+    Ok((StatusCode::ACCEPTED, Json(job.overview())).into_response())
+}
+
+/// An optional JSON body: empty means all defaults.
+fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("bad JSON body: {e}")))
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavepointRequest {
+    #[serde(default)]
+    stop: bool,
+}
+
+fn savepoint_accepted(id: &str, request: u64) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        [(
+            header::LOCATION,
+            format!("/api/v1/jobs/{id}/savepoints/{request}"),
+        )],
+        Json(serde_json::json!({ "id": request, "status": "in-progress" })),
+    )
+        .into_response()
+}
+
+async fn trigger_savepoint(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: SavepointRequest = json_or_default(&body)?;
+    let job = host.job(&id)?;
+    let request = host.savepoint(&job, request.stop)?;
+    Ok(savepoint_accepted(&id, request))
+}
+
+async fn stop(State(host): State<Arc<Host>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let job = host.job(&id)?;
+    let request = host.savepoint(&job, true)?;
+    Ok(savepoint_accepted(&id, request))
+}
+
+async fn list_savepoints(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = host.job(&id)?;
+    let list: Vec<_> = job.lock().savepoints.values().cloned().collect();
+    Ok(Json(serde_json::json!({ "savepoints": list })))
+}
+
+async fn savepoint(
+    State(host): State<Arc<Host>>,
+    Path((id, request)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let job = host.job(&id)?;
+    let status = request
+        .parse::<u64>()
+        .ok()
+        .and_then(|r| job.lock().savepoints.get(&r).cloned())
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("job {id} has no savepoint request `{request}`"))
+        })?;
+    Ok(Json(status).into_response())
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartRequest {
+    /// `latest`, `none`, `sp-<id>`, `chk-<id>` or `final-<id>`.
+    #[serde(default)]
+    from: Option<String>,
+}
+
+async fn restart(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: RestartRequest = json_or_default(&body)?;
+    let job = host.job(&id)?;
+    host.restart(&job, request.from.as_deref()).await?;
+    Ok((StatusCode::ACCEPTED, Json(job.overview())).into_response())
+}
+
+async fn checkpoints(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Json<crate::view::CheckpointsView>, ApiError> {
+    let job = host.job(&id)?;
+    Ok(Json(job.checkpoints(&host.scheduler().metrics())))
+}
+
+async fn checkpoint(
+    State(host): State<Arc<Host>>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = host.job(&id)?;
+    let record = checkpoint
+        .parse::<u64>()
+        .ok()
+        .and_then(|c| job.checkpoint(c))
+        .ok_or_else(|| ApiError::NotFound(format!("job {id} has no checkpoint `{checkpoint}`")))?;
+    let view = crate::view::CheckpointView::from(&record);
+    // The location was written by this server's coordinator, not given by a client.
+    let metadata = match &view.location {
+        Some(location) => {
+            match weir_runtime::exec::restore::snapshot_at(std::path::Path::new(location)) {
+                Ok(snapshot) => match snapshot.metadata().await {
+                    Ok(m) => serde_json::to_value(m).ok(),
+                    Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
+                },
+                Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
+            }
+        }
+        None => None,
+    };
+    Ok(Json(
+        serde_json::json!({ "checkpoint": view, "metadata": metadata }),
+    ))
+}
+
+async fn exceptions(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = host.job(&id)?;
+    let list: Vec<_> = job.lock().exceptions.iter().rev().cloned().collect();
+    Ok(Json(serde_json::json!({ "exceptions": list })))
+}
+
+async fn scheduler(State(host): State<Arc<Host>>) -> Json<weir_scheduler::SchedulerMetrics> {
+    Json(host.scheduler().metrics())
+}
+
+async fn metrics(State(host): State<Arc<Host>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)],
+        prometheus::render(&host),
+    )
+        .into_response()
+}

@@ -1,0 +1,45 @@
+//! The dashboard's files (`web/` at the repository root), embedded in the binary.
+//!
+//! A fixed list: a request names one of these or gets 404, so no client-given name ever
+//! reaches the filesystem (nothing is read from disk at all).
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+/// (name, content type, bytes).
+const FILES: &[(&str, &str, &str)] = &[
+    (
+        "index.html",
+        "text/html; charset=utf-8",
+        include_str!("../../../web/index.html"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../../web/app.js"),
+    ),
+    (
+        "style.css",
+        "text/css; charset=utf-8",
+        include_str!("../../../web/style.css"),
+    ),
+];
+
+/// The embedded file `name`, or 404.
+pub async fn serve(name: &str) -> Response {
+    match FILES.iter().find(|(n, _, _)| *n == name) {
+        Some((_, content_type, body)) => (
+            [
+                (header::CONTENT_TYPE, *content_type),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            *body,
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "not found").into_response(),
+    }
+}
+
+pub async fn serve_owned(name: String) -> Response {
+    serve(&name).await
+}

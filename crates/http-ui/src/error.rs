@@ -1,0 +1,110 @@
+//! What can go wrong, grouped by what the caller should do.
+//!
+//! [`ApiError`] is the error of every handler: each variant is one HTTP status, and its JSON
+//! body says what to do (`{"error": "...", "problems": [...]}`). Internal errors are logged with
+//! their cause and answered with a short message. [`ServeError`] is what stops `weir serve`
+//! from starting.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use weir_runtime::spec::Problem;
+
+/// A request that could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The job file has problems: nothing was started. Fix the file and submit again.
+    #[error("{message}")]
+    Invalid {
+        message: String,
+        problems: Vec<Problem>,
+    },
+    /// The request itself is malformed (a body that is not JSON, an unknown snapshot name).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such job, savepoint request or checkpoint.
+    #[error("{0}")]
+    NotFound(String),
+    /// The job is not in a state that allows this (cancelling a finished job, a savepoint of a
+    /// job that does not checkpoint, a second running copy of a checkpointed job).
+    #[error("{0}")]
+    Conflict(String),
+    /// A bound of the host was reached (jobs hosted, savepoints in flight): try again later.
+    #[error("{0}")]
+    TooMany(String),
+    /// The job could not start (its snapshot is unusable, its files cannot be created).
+    #[error("{0}")]
+    Start(String),
+    /// A bug or an unexpected failure of the host itself.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Invalid { .. } | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Start(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn no_job(id: &str) -> Self {
+        ApiError::NotFound(format!("no job `{id}`"))
+    }
+}
+
+/// One problem of a job file as the API reports it: `key` is the dotted path of the key.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct ProblemView<'a> {
+    key: &'a str,
+    line: Option<usize>,
+    column: Option<usize>,
+    message: &'a str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(%cause, "request failed");
+        }
+        let body = match &self {
+            ApiError::Invalid { message, problems } => serde_json::json!({
+                "error": message,
+                "problems": problems.iter().map(|p| ProblemView {
+                    key: &p.path,
+                    line: p.line,
+                    column: p.column,
+                    message: &p.message,
+                }).collect::<Vec<_>>(),
+            }),
+            other => serde_json::json!({ "error": other.to_string() }),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// Why `weir serve` cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "listening on {0} (not a loopback address) needs a bearer token: pass `--token` or set WEIR_TOKEN"
+    )]
+    TokenRequired(std::net::SocketAddr),
+    #[error("the bearer token is empty")]
+    EmptyToken,
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the checkpoint scheduler: {0}")]
+    Scheduler(String),
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,345 @@
+//! The job host: many jobs in one process, one checkpoint scheduler for all of them.
+//!
+//! Submitting a job checks it (the job file's problems, then what it may name on the server's
+//! filesystem: [`crate::paths`]), starts it with [`weir_runtime::exec::job::start`] on the
+//! process's runtime with the shared [`Scheduler`], and hands its `RunningJob` to a waiter task
+//! that records how it ended. Every task the host spawns (waiters, savepoint requests, the
+//! sampler) sits in one `JoinSet`; [`Host::shutdown`] cancels every job, waits for them within
+//! a grace period and aborts what is left.
+//!
+//! Bounds: at most `max_running` jobs run at once and `max_kept` are remembered (finished jobs
+//! are forgotten oldest first); each job keeps a bounded sample history, exception list and
+//! savepoint list ([`crate::job`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use weir_checkpoint::metadata::SnapshotKind;
+use weir_checkpoint::{JobCheckpoints, LocalStorage};
+use weir_runtime::exec::job::{self, JobOptions};
+use weir_runtime::exec::restore::RestoreFrom;
+use weir_runtime::plan::Plan;
+use weir_runtime::spec::load::Override;
+use weir_scheduler::Scheduler;
+
+use crate::ApiError;
+use crate::job::HostedJob;
+
+/// Limits of a host.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// Jobs running at once; a submit beyond it is refused with 429.
+    pub max_running: usize,
+    /// Jobs remembered, running or not; the oldest ended ones are forgotten first.
+    pub max_kept: usize,
+    /// How often every running job's counters are sampled (rates, sparklines).
+    pub sample_every: Duration,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            max_running: 256,
+            max_kept: 1024,
+            sample_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Many jobs in one process.
+pub struct Host {
+    config: HostConfig,
+    scheduler: Arc<Scheduler>,
+    jobs: RwLock<BTreeMap<u64, Arc<HostedJob>>>,
+    next_id: AtomicU64,
+    /// Serialises starts: the checks of [`Self::admit`] and the start they allow cannot
+    /// interleave with another start (two running copies of one checkpointed job would share
+    /// its checkpoint directory).
+    starting: tokio::sync::Mutex<()>,
+    /// Every task the host spawned: one waiter per run, one per savepoint request, the sampler.
+    tasks: Mutex<JoinSet<()>>,
+    shutdown: CancellationToken,
+}
+
+impl Host {
+    /// A host on the current tokio runtime, triggering checkpoints with `scheduler`.
+    pub fn new(scheduler: Arc<Scheduler>, config: HostConfig) -> Arc<Self> {
+        let host = Arc::new(Host {
+            config,
+            scheduler,
+            jobs: RwLock::new(BTreeMap::new()),
+            next_id: AtomicU64::new(0),
+            starting: tokio::sync::Mutex::new(()),
+            tasks: Mutex::new(JoinSet::new()),
+            shutdown: CancellationToken::new(),
+        });
+        host.spawn(sampler(
+            Arc::downgrade(&host),
+            host.config.sample_every,
+            host.shutdown.clone(),
+        ));
+        host
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Every job, by id.
+    pub fn jobs(&self) -> Vec<Arc<HostedJob>> {
+        self.jobs
+            .read()
+            .map(|j| j.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The job with id `id` (as written in a URL).
+    pub fn job(&self, id: &str) -> Result<Arc<HostedJob>, ApiError> {
+        let n: u64 = id.parse().map_err(|_| ApiError::no_job(id))?;
+        self.jobs
+            .read()
+            .ok()
+            .and_then(|j| j.get(&n).cloned())
+            .ok_or_else(|| ApiError::no_job(id))
+    }
+
+    /// Checks a job file without starting it: its problems, and what it names on disk.
+    /// `file` names the text in messages.
+    pub fn check(file: &str, text: &str, overrides: &[Override]) -> Result<Plan, ApiError> {
+        let invalid = |e: weir_runtime::spec::SpecError| ApiError::Invalid {
+            message: e.to_string(),
+            problems: e.problems,
+        };
+        let mut loaded =
+            weir_runtime::spec::load::parse_str(file, text, overrides).map_err(invalid)?;
+        // Before planning, which may look at the files a job names.
+        let problems = crate::paths::check(&loaded.source, &loaded.spec);
+        loaded.problems.extend(problems);
+        weir_runtime::plan::build(&loaded).map_err(invalid)
+    }
+
+    /// Checks and starts a job; `file` names its text in messages.
+    pub async fn submit(
+        self: &Arc<Self>,
+        file: &str,
+        text: &str,
+        overrides: &[Override],
+    ) -> Result<Arc<HostedJob>, ApiError> {
+        let plan = Self::check(file, text, overrides)?;
+        let _starting = self.starting.lock().await;
+        self.admit(&plan, None)?;
+        let running = job::start(&plan, self.options(None))
+            .await
+            .map_err(|e| ApiError::Start(e.to_string()))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let job = Arc::new(HostedJob::new(id, text.to_owned(), plan, &running));
+        self.insert(job.clone());
+        let waiter = job.clone();
+        self.spawn(async move { waiter.ended(running.wait().await) });
+        tracing::info!(job = %job.name, id, "job submitted");
+        Ok(job)
+    }
+
+    /// Starts a new run of an ended job, from `from`: `latest` (its newest usable snapshot),
+    /// `sp-<id>`, `chk-<id>` or `final-<id>` (one of its snapshots), or nothing (from scratch).
+    pub async fn restart(
+        self: &Arc<Self>,
+        job: &Arc<HostedJob>,
+        from: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let _starting = self.starting.lock().await;
+        let state = job.state();
+        if state.is_live() {
+            return Err(ApiError::Conflict(format!(
+                "job {} is still running ({state:?}): cancel or stop it first",
+                job.id
+            )));
+        }
+        self.admit(&job.plan, Some(job.id))?;
+        let restore = resolve_snapshot(&job.plan, from).await?;
+        let running = job::start(&job.plan, self.options(restore))
+            .await
+            .map_err(|e| ApiError::Start(e.to_string()))?;
+        job.restarted(&running, from.map(str::to_owned));
+        let waiter = job.clone();
+        self.spawn(async move { waiter.ended(running.wait().await) });
+        tracing::info!(job = %job.name, id = job.id, ?from, "job restarted");
+        Ok(())
+    }
+
+    /// Asks a running job for a savepoint (and to stop once it is complete, with `stop`);
+    /// returns the request's id, to poll.
+    pub fn savepoint(&self, job: &Arc<HostedJob>, stop: bool) -> Result<u64, ApiError> {
+        let (id, control) = job.savepoint_requested(stop)?;
+        let job = job.clone();
+        self.spawn(async move {
+            let result = control.savepoint(stop).await;
+            job.savepoint_done(id, result);
+        });
+        Ok(id)
+    }
+
+    /// Stops every job (cancelling them) and every task of the host, waiting up to `grace`
+    /// for the jobs to drain before aborting them.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        for job in self.jobs() {
+            let _ = job.cancel();
+        }
+        let mut tasks = match self.tasks.lock() {
+            Ok(mut t) => std::mem::take(&mut *t),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        let drained =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(?grace, "jobs did not stop in time; aborting them");
+        }
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+
+    fn options(&self, from: Option<RestoreFrom>) -> JobOptions {
+        JobOptions {
+            from,
+            scheduler: Some(self.scheduler.clone()),
+        }
+    }
+
+    /// Whether `plan` may start now (as a new job, or as job `restarting`).
+    fn admit(&self, plan: &Plan, restarting: Option<u64>) -> Result<(), ApiError> {
+        let jobs = self.jobs();
+        let live: Vec<&Arc<HostedJob>> = jobs.iter().filter(|j| j.state().is_live()).collect();
+        if live.len() >= self.config.max_running {
+            return Err(ApiError::TooMany(format!(
+                "{} jobs are running, the most this server runs at once",
+                live.len()
+            )));
+        }
+        if plan.spec.checkpoint.enabled() {
+            if let Some(other) = live
+                .iter()
+                .find(|j| j.name == plan.name() && Some(j.id) != restarting)
+            {
+                return Err(ApiError::Conflict(format!(
+                    "job `{}` is already running as job {}: two running copies of a checkpointed job would share its checkpoints",
+                    plan.name(),
+                    other.id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&self, job: Arc<HostedJob>) {
+        let Ok(mut jobs) = self.jobs.write() else {
+            return;
+        };
+        jobs.insert(job.id, job);
+        while jobs.len() > self.config.max_kept {
+            let Some(oldest) = jobs.values().find(|j| !j.state().is_live()).map(|j| j.id) else {
+                break;
+            };
+            jobs.remove(&oldest);
+        }
+    }
+
+    /// Spawns a task owned by the host (reaping those already finished).
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = self
+            .tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+}
+
+/// Samples every running job's counters every `every`, until `shutdown`.
+async fn sampler(host: Weak<Host>, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        let Some(live) = host.upgrade() else { return };
+        for job in live.jobs() {
+            job.sample();
+        }
+    }
+}
+
+/// A snapshot named by a client, as a location in the job's own checkpoint storage. Only a
+/// kind and a number come from the client: no path of theirs reaches the filesystem.
+pub async fn resolve_snapshot(
+    plan: &Plan,
+    from: Option<&str>,
+) -> Result<Option<RestoreFrom>, ApiError> {
+    let name = match from {
+        None | Some("none") => return Ok(None),
+        Some("latest") => return Ok(Some(RestoreFrom::Latest)),
+        Some(name) => name,
+    };
+    let (kind, id) = parse_snapshot_name(name)?;
+    let catalog = catalog(plan)?;
+    let listed = catalog
+        .list()
+        .await
+        .map_err(|e| ApiError::Internal(format!("listing snapshots: {e}")))?;
+    if !listed
+        .iter()
+        .any(|l| l.kind == kind && l.id == id && l.has_metadata)
+    {
+        return Err(ApiError::NotFound(format!(
+            "job `{}` has no snapshot `{name}`",
+            plan.name()
+        )));
+    }
+    let location = catalog.storage().location(&catalog.dir_key(kind, id));
+    Ok(Some(RestoreFrom::Path(PathBuf::from(location))))
+}
+
+/// `sp-3` → (savepoint, 3); `chk-12`, `final-2` likewise.
+pub fn parse_snapshot_name(name: &str) -> Result<(SnapshotKind, u64), ApiError> {
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "`{name}` names no snapshot: use `latest`, `none`, `sp-<id>`, `chk-<id>` or `final-<id>`"
+        ))
+    };
+    let (prefix, id) = name.split_once('-').ok_or_else(bad)?;
+    let kind = [
+        SnapshotKind::Savepoint,
+        SnapshotKind::Checkpoint,
+        SnapshotKind::Final,
+    ]
+    .into_iter()
+    .find(|k| k.prefix() == prefix)
+    .ok_or_else(bad)?;
+    let id = id.parse().map_err(|_| bad())?;
+    Ok((kind, id))
+}
+
+/// The job's checkpoint catalog (its storage was checked when the job was submitted).
+pub fn catalog(plan: &Plan) -> Result<JobCheckpoints, ApiError> {
+    let root = plan
+        .spec
+        .checkpoint
+        .storage_root()
+        .map_err(ApiError::BadRequest)?;
+    Ok(JobCheckpoints::new(
+        Arc::new(LocalStorage::new(root)),
+        plan.name(),
+    ))
+}

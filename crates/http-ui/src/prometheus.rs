@@ -1,0 +1,274 @@
+//! `/metrics` in the Prometheus text exposition format (version 0.0.4).
+//!
+//! Every value is read at scrape time from the counters the runtime and the scheduler already
+//! own (atomics, and the scheduler's snapshot): a metrics registry would only copy them.
+//! Counters are per job (`id`, `job`) and per node (`node`); the scheduler's are process-wide.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use weir_checkpoint::coordinator::StatsInner;
+
+use crate::host::Host;
+use crate::job::JobState;
+
+/// The content type of the text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Renders every metric of the host.
+pub fn render(host: &Host) -> String {
+    let mut out = Exposition::default();
+    let jobs = host.jobs();
+
+    out.family("weir_jobs", "gauge", "Jobs hosted, by state.");
+    for state in [
+        JobState::Running,
+        JobState::Cancelling,
+        JobState::Stopping,
+        JobState::Finished,
+        JobState::Cancelled,
+        JobState::Stopped,
+        JobState::Failed,
+    ] {
+        let n = jobs.iter().filter(|j| j.state() == state).count();
+        let name = format!("{state:?}").to_lowercase();
+        out.sample("weir_jobs", &[("state", &name)], n as f64);
+    }
+
+    let mut job_events = Vec::new();
+    let mut job_restarts = Vec::new();
+    let mut checkpoints = Vec::new();
+    let mut nodes = Vec::new();
+    for job in &jobs {
+        let s = job.lock();
+        let id = job.id.to_string();
+        job_events.push((id.clone(), job.name.clone(), s.metrics.events()));
+        job_restarts.push((
+            id.clone(),
+            job.name.clone(),
+            s.metrics.restarts.load(Ordering::Relaxed),
+        ));
+        if let Some(stats) = s.checkpoint_stats() {
+            checkpoints.push((id.clone(), job.name.clone(), stats));
+        }
+        for n in &s.metrics.nodes {
+            nodes.push((
+                id.clone(),
+                job.name.clone(),
+                n.name.clone(),
+                n.sum(|t| &t.records_in),
+                n.sum(|t| &t.records_out),
+                n.sum(|t| &t.backpressure_ns),
+                n.watermark(),
+            ));
+        }
+    }
+
+    out.family(
+        "weir_job_events_total",
+        "counter",
+        "Input units consumed by the sources of the job's current run.",
+    );
+    for (id, job, v) in &job_events {
+        out.sample(
+            "weir_job_events_total",
+            &[("id", id), ("job", job)],
+            *v as f64,
+        );
+    }
+    out.family(
+        "weir_job_restarts_total",
+        "counter",
+        "Restarts after task failures in the job's current run.",
+    );
+    for (id, job, v) in &job_restarts {
+        out.sample(
+            "weir_job_restarts_total",
+            &[("id", id), ("job", job)],
+            *v as f64,
+        );
+    }
+    out.family(
+        "weir_node_records_in_total",
+        "counter",
+        "Records received by a node.",
+    );
+    for (id, job, node, records_in, ..) in &nodes {
+        out.sample(
+            "weir_node_records_in_total",
+            &[("id", id), ("job", job), ("node", node)],
+            *records_in as f64,
+        );
+    }
+    out.family(
+        "weir_node_records_out_total",
+        "counter",
+        "Records emitted by a node.",
+    );
+    for (id, job, node, _, records_out, ..) in &nodes {
+        out.sample(
+            "weir_node_records_out_total",
+            &[("id", id), ("job", job), ("node", node)],
+            *records_out as f64,
+        );
+    }
+    out.family(
+        "weir_node_backpressure_seconds_total",
+        "counter",
+        "Time a node's subtasks waited for room in full output channels.",
+    );
+    for (id, job, node, _, _, bp, _) in &nodes {
+        out.sample(
+            "weir_node_backpressure_seconds_total",
+            &[("id", id), ("job", job), ("node", node)],
+            *bp as f64 / 1e9,
+        );
+    }
+    out.family(
+        "weir_node_watermark_milliseconds",
+        "gauge",
+        "A node's input watermark, epoch ms (absent before the first and after the end).",
+    );
+    for (id, job, node, .., w) in &nodes {
+        if *w != weir_runtime::exec::message::BEGINNING_OF_TIME
+            && *w != weir_runtime::exec::message::END_OF_TIME
+        {
+            out.sample(
+                "weir_node_watermark_milliseconds",
+                &[("id", id), ("job", job), ("node", node)],
+                *w as f64,
+            );
+        }
+    }
+    type Pick = fn(&StatsInner) -> u64;
+    let families: [(&str, &str, Pick); 3] = [
+        (
+            "weir_checkpoints_completed_total",
+            "Checkpoints and savepoints completed by the job's current run.",
+            |s| s.completed,
+        ),
+        (
+            "weir_checkpoints_failed_total",
+            "Checkpoints and savepoints that failed in the job's current run.",
+            |s| s.failed,
+        ),
+        (
+            "weir_checkpoints_skipped_total",
+            "Checkpoint triggers refused before starting (min pause, too many in flight).",
+            |s| s.skipped,
+        ),
+    ];
+    for (name, help, pick) in families {
+        out.family(name, "counter", help);
+        for (id, job, stats) in &checkpoints {
+            out.sample(name, &[("id", id), ("job", job)], pick(stats) as f64);
+        }
+    }
+
+    let scheduler = host.scheduler().metrics();
+    out.family(
+        "weir_scheduler_threads",
+        "gauge",
+        "Threads owned by the shared checkpoint scheduler.",
+    );
+    out.sample("weir_scheduler_threads", &[], scheduler.threads as f64);
+    out.family(
+        "weir_scheduler_leases",
+        "gauge",
+        "Pipelines registered with the shared checkpoint scheduler.",
+    );
+    out.sample("weir_scheduler_leases", &[], scheduler.leases as f64);
+    out.family(
+        "weir_scheduler_ticks_fired_total",
+        "counter",
+        "Checkpoint ticks whose trigger ran.",
+    );
+    out.sample(
+        "weir_scheduler_ticks_fired_total",
+        &[],
+        scheduler.fired as f64,
+    );
+    out.family(
+        "weir_scheduler_ticks_coalesced_total",
+        "counter",
+        "Ticks that found their pipeline's previous trigger still running (never queued).",
+    );
+    out.sample(
+        "weir_scheduler_ticks_coalesced_total",
+        &[],
+        scheduler.coalesced as f64,
+    );
+    out.family(
+        "weir_scheduler_delay_seconds",
+        "summary",
+        "Scheduling delay of fired ticks: actual start minus due time.",
+    );
+    for (q, v) in [
+        ("0.5", scheduler.delay.p50_us),
+        ("0.99", scheduler.delay.p99_us),
+    ] {
+        out.sample("weir_scheduler_delay_seconds", &[("quantile", q)], v / 1e6);
+    }
+    out.sample(
+        "weir_scheduler_delay_seconds_count",
+        &[],
+        scheduler.delay.count as f64,
+    );
+    out.text
+}
+
+/// The text being written.
+#[derive(Default)]
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {help}");
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{k}=\"{}\"", escape(v));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+        let mut e = Exposition::default();
+        e.sample("m", &[("job", "q\"1")], 2.0);
+        assert_eq!(e.text, "m{job=\"q\\\"1\"} 2\n");
+    }
+}

@@ -1,0 +1,413 @@
+//! What the API answers: plain serializable views of hosted jobs, built under each job's lock
+//! from its live metrics and samples. Keys are kebab-case, as in job files and the scheduler's
+//! metrics.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+use weir_checkpoint::coordinator::{Outcome, Record};
+use weir_checkpoint::metadata::SnapshotKind;
+use weir_runtime::exec::message::{BEGINNING_OF_TIME, END_OF_TIME};
+use weir_runtime::exec::metrics::NodeRole;
+use weir_scheduler::{DelaySummary, PipelineMetrics};
+
+use crate::job::{HostedJob, JobInner, JobState, Sample, now_ms, rate};
+
+/// A job in the jobs list (and the head of its detail).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct JobOverview {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub state: JobState,
+    /// Runs of this job in this server (restarts add one).
+    pub run: u32,
+    pub checkpointing: bool,
+    pub submitted_at: i64,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub duration_ms: i64,
+    /// Input units consumed by the sources of the current run.
+    pub events: u64,
+    /// Over the last sampling interval (0 once the run ended).
+    pub events_per_second: f64,
+    /// Restarts after task failures within the current run.
+    pub restarts: u64,
+    /// The job's output watermark (epoch ms), if one has been seen and input has not ended.
+    pub watermark: Option<i64>,
+    /// Wall-clock time minus the watermark.
+    pub watermark_lag_ms: Option<i64>,
+    /// Share of the input consumed (0–1), for bounded inputs of known size.
+    pub progress: Option<f64>,
+    /// Events per second over the last [`OVERVIEW_POINTS`] sampling intervals, oldest first.
+    pub throughput: Vec<f64>,
+}
+
+/// Points of throughput history in a job's overview (the jobs list shows them as sparklines).
+pub const OVERVIEW_POINTS: usize = 30;
+
+/// One operator of the DAG.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeView {
+    pub id: usize,
+    pub name: String,
+    pub kind: String,
+    pub role: NodeRole,
+    /// Nodes with the same chain run in one task.
+    pub chain: usize,
+    pub parallelism: usize,
+    /// `running`, `finished` (all subtasks done), or the job's state once it ended.
+    pub status: String,
+    pub subtasks_finished: usize,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub rate_in: f64,
+    pub rate_out: f64,
+    /// Share of the last sampling interval the node's subtasks spent waiting for room
+    /// downstream (0–1): its backpressure.
+    pub backpressure: f64,
+    pub backpressure_ms: u64,
+    pub watermark: Option<i64>,
+    pub watermark_lag_ms: Option<i64>,
+    /// How far the node's watermark trails the most advanced source's: event time still in
+    /// flight between them (meaningful whatever the input's clock).
+    pub watermark_delay_ms: Option<i64>,
+    /// Barriers processed and time spent aligning them (all subtasks).
+    pub barriers: u64,
+    pub alignment_ms: u64,
+    pub skipped: u64,
+    pub late_dropped: u64,
+    /// Oldest first, one point per sampling interval.
+    pub history: NodeHistory,
+}
+
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeHistory {
+    pub rate_in: Vec<f64>,
+    pub rate_out: Vec<f64>,
+    pub backpressure: Vec<f64>,
+}
+
+/// An edge of the DAG.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct EdgeView {
+    pub from: usize,
+    pub to: usize,
+    /// The output port of `from` read, when it has several (`bid`).
+    pub port: Option<String>,
+    /// `forward`, `rebalance` or `hash`.
+    pub partitioning: &'static str,
+}
+
+/// Everything about one job.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct JobDetail {
+    #[serde(flatten)]
+    pub overview: JobOverview,
+    pub nodes: Vec<NodeView>,
+    pub edges: Vec<EdgeView>,
+    /// Events per second, oldest first, one point per sampling interval.
+    pub events_history: Vec<f64>,
+    pub sample_interval_ms: u64,
+    pub restored_from: Option<String>,
+    /// The savepoint a stop took, or the final snapshot of a bounded run.
+    pub snapshot: Option<String>,
+    pub error: Option<String>,
+}
+
+/// One checkpoint, savepoint or final snapshot.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CheckpointView {
+    pub id: u64,
+    pub kind: SnapshotKind,
+    /// `sp-3`, `chk-12`: what a restart names it with.
+    pub name: String,
+    pub triggered_at: i64,
+    pub duration_ms: u64,
+    /// `completed` or `failed`.
+    pub status: &'static str,
+    pub bytes: Option<u64>,
+    pub location: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl From<&Record> for CheckpointView {
+    fn from(r: &Record) -> Self {
+        let (status, bytes, location, reason) = match &r.outcome {
+            Outcome::Completed { location, bytes } => {
+                ("completed", Some(*bytes), Some(location.clone()), None)
+            }
+            Outcome::Failed { reason } => ("failed", None, None, Some(reason.clone())),
+        };
+        CheckpointView {
+            id: r.id,
+            kind: r.kind,
+            name: format!("{}-{}", r.kind.prefix(), r.id),
+            triggered_at: r.triggered_at,
+            duration_ms: r.duration_ms,
+            status,
+            bytes,
+            location,
+            reason,
+        }
+    }
+}
+
+/// A job's checkpoints and what the shared scheduler measured for it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CheckpointsView {
+    pub enabled: bool,
+    pub interval_ms: Option<u64>,
+    pub mode: Option<weir_runtime::spec::CheckpointMode>,
+    /// Counters of the current run.
+    pub completed: u64,
+    pub failed: u64,
+    pub skipped: u64,
+    pub in_progress: Vec<u64>,
+    pub latest: Option<CheckpointView>,
+    /// Oldest first: the current run's and earlier runs' in this server.
+    pub history: Vec<CheckpointView>,
+    /// Time spent aligning barriers, all operators, current run.
+    pub alignment_ms: u64,
+    /// The scheduler's view of the current run's trigger (absent when not scheduled).
+    pub scheduler: Option<TriggerView>,
+}
+
+/// The shared scheduler's counters for one job's trigger.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TriggerView {
+    pub fired: u64,
+    /// Ticks that found the previous checkpoint still running: counted, never queued.
+    pub coalesced: u64,
+    pub running: bool,
+    pub delay: DelaySummary,
+}
+
+impl HostedJob {
+    pub fn overview(&self) -> JobOverview {
+        let s = self.lock();
+        self.overview_of(&s)
+    }
+
+    fn overview_of(&self, s: &JobInner) -> JobOverview {
+        let now = now_ms();
+        let (done, total) = s.metrics.progress();
+        let watermark = known(s.metrics.watermark());
+        JobOverview {
+            id: self.id.to_string(),
+            name: self.name.clone(),
+            description: self.plan.spec.description.clone(),
+            state: s.state,
+            run: s.run,
+            checkpointing: self.plan.spec.checkpoint.enabled(),
+            submitted_at: self.submitted_at,
+            started_at: s.started_at,
+            ended_at: s.ended_at,
+            duration_ms: s.ended_at.unwrap_or(now) - s.started_at,
+            events: s.metrics.events(),
+            events_per_second: if s.state.is_live() {
+                last_two(s)
+                    .map(|(a, b)| rate(a.events, b.events, b.at - a.at))
+                    .unwrap_or(0.0)
+            } else {
+                0.0
+            },
+            restarts: s.metrics.restarts.load(Ordering::Relaxed),
+            watermark,
+            watermark_lag_ms: watermark.map(|w| now - w),
+            progress: total.filter(|t| *t > 0).map(|t| done as f64 / t as f64),
+            throughput: {
+                let skip = s.samples.len().saturating_sub(OVERVIEW_POINTS + 1);
+                let recent: Vec<&Sample> = s.samples.iter().skip(skip).collect();
+                recent
+                    .windows(2)
+                    .map(|w| rate(w[0].events, w[1].events, w[1].at - w[0].at))
+                    .collect()
+            },
+        }
+    }
+
+    pub fn detail(&self, sample_interval_ms: u64) -> JobDetail {
+        let s = self.lock();
+        let overview = self.overview_of(&s);
+        let now = now_ms();
+        let live = s.state.is_live();
+        let samples: Vec<&Sample> = s.samples.iter().collect();
+        let leading = s
+            .metrics
+            .sources()
+            .filter_map(|n| known(n.watermark()))
+            .max();
+        let nodes = s
+            .metrics
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let finished = n
+                    .subtasks
+                    .iter()
+                    .filter(|t| t.finished.load(Ordering::Relaxed))
+                    .count();
+                let status = if !live {
+                    format!("{:?}", s.state).to_lowercase()
+                } else if finished == n.subtasks.len() {
+                    "finished".into()
+                } else {
+                    "running".into()
+                };
+                let mut history = NodeHistory::default();
+                for w in samples.windows(2) {
+                    let (a, b) = (w[0], w[1]);
+                    let (Some(x), Some(y)) = (a.nodes.get(i), b.nodes.get(i)) else {
+                        continue;
+                    };
+                    let dt = b.at - a.at;
+                    history.rate_in.push(rate(x.records_in, y.records_in, dt));
+                    history
+                        .rate_out
+                        .push(rate(x.records_out, y.records_out, dt));
+                    let busy = rate(x.backpressure_ns, y.backpressure_ns, dt) / 1e9;
+                    history
+                        .backpressure
+                        .push((busy / n.subtasks.len().max(1) as f64).clamp(0.0, 1.0));
+                }
+                let last = |v: &[f64]| if live { v.last().copied() } else { None };
+                let watermark = known(n.watermark());
+                NodeView {
+                    id: i,
+                    name: n.name.clone(),
+                    kind: n.kind.clone(),
+                    role: n.role,
+                    chain: n.chain,
+                    parallelism: n.subtasks.len(),
+                    status,
+                    subtasks_finished: finished,
+                    records_in: n.sum(|t| &t.records_in),
+                    records_out: n.sum(|t| &t.records_out),
+                    rate_in: last(&history.rate_in).unwrap_or(0.0),
+                    rate_out: last(&history.rate_out).unwrap_or(0.0),
+                    backpressure: last(&history.backpressure).unwrap_or(0.0),
+                    backpressure_ms: n.sum(|t| &t.backpressure_ns) / 1_000_000,
+                    watermark,
+                    watermark_lag_ms: watermark.map(|w| now - w),
+                    watermark_delay_ms: leading.zip(watermark).map(|(l, w)| (l - w).max(0)),
+                    barriers: n.sum(|t| &t.barriers),
+                    alignment_ms: n.sum(|t| &t.alignment_ns) / 1_000_000,
+                    skipped: n.sum(|t| &t.skipped),
+                    late_dropped: n.sum(|t| &t.late_dropped),
+                    history,
+                }
+            })
+            .collect();
+        let edges = self
+            .plan
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(to, n)| {
+                n.inputs.iter().map(move |e| {
+                    let from = &self.plan.nodes[e.from];
+                    EdgeView {
+                        from: e.from,
+                        to,
+                        port: (from.ports.len() > 1)
+                            .then(|| from.ports.get(e.port).map(|(name, _)| name.clone()))
+                            .flatten(),
+                        partitioning: if e.key.is_some() {
+                            "hash"
+                        } else if from.parallelism == n.parallelism {
+                            "forward"
+                        } else {
+                            "rebalance"
+                        },
+                    }
+                })
+            })
+            .collect();
+        let events_history = samples
+            .windows(2)
+            .map(|w| rate(w[0].events, w[1].events, w[1].at - w[0].at))
+            .collect();
+        JobDetail {
+            overview,
+            nodes,
+            edges,
+            events_history,
+            sample_interval_ms,
+            restored_from: s.restored_from.clone(),
+            snapshot: s.summary.as_ref().and_then(|x| x.snapshot.clone()),
+            error: s.error.clone(),
+        }
+    }
+
+    pub fn checkpoints(&self, scheduler: &weir_scheduler::SchedulerMetrics) -> CheckpointsView {
+        let s = self.lock();
+        let spec = &self.plan.spec.checkpoint;
+        let stats = s.checkpoint_stats().unwrap_or_default();
+        let prefix = format!("{} (attempt ", self.name);
+        let mine: Vec<&PipelineMetrics> = scheduler
+            .pipelines
+            .iter()
+            .filter(|p| p.name.starts_with(&prefix))
+            .collect();
+        let trigger = (s.state.is_live() && !mine.is_empty()).then(|| TriggerView {
+            fired: mine.iter().map(|p| p.fired).sum(),
+            coalesced: mine.iter().map(|p| p.coalesced).sum(),
+            running: mine.iter().any(|p| p.running),
+            delay: mine.last().map(|p| p.delay.clone()).unwrap_or_default(),
+        });
+        CheckpointsView {
+            enabled: spec.enabled(),
+            interval_ms: spec
+                .interval
+                .map(|i| u64::try_from(i.0.as_millis()).unwrap_or(u64::MAX)),
+            mode: spec.enabled().then_some(spec.mode),
+            completed: stats.completed,
+            failed: stats.failed,
+            skipped: stats.skipped,
+            in_progress: stats.in_flight.clone(),
+            latest: stats.latest_completed.as_ref().map(CheckpointView::from),
+            history: s
+                .checkpoint_history()
+                .iter()
+                .map(CheckpointView::from)
+                .collect(),
+            alignment_ms: s
+                .metrics
+                .nodes
+                .iter()
+                .map(|n| n.sum(|t| &t.alignment_ns))
+                .sum::<u64>()
+                / 1_000_000,
+            scheduler: trigger,
+        }
+    }
+
+    /// The checkpoint record with id `id` (of any kind), newest first.
+    pub fn checkpoint(&self, id: u64) -> Option<Record> {
+        let s = self.lock();
+        s.checkpoint_history()
+            .into_iter()
+            .rev()
+            .find(|r| r.id == id)
+    }
+}
+
+fn last_two(s: &JobInner) -> Option<(&Sample, &Sample)> {
+    let n = s.samples.len();
+    (n >= 2).then(|| (&s.samples[n - 2], &s.samples[n - 1]))
+}
+
+/// A watermark worth showing: not "none yet" and not "end of input".
+fn known(w: i64) -> Option<i64> {
+    (w != BEGINNING_OF_TIME && w != END_OF_TIME).then_some(w)
+}
