@@ -44,6 +44,30 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [JobState; 7] = [
+        JobState::Running,
+        JobState::Cancelling,
+        JobState::Stopping,
+        JobState::Finished,
+        JobState::Cancelled,
+        JobState::Stopped,
+        JobState::Failed,
+    ];
+
+    /// The state as the API writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Cancelling => "cancelling",
+            JobState::Stopping => "stopping",
+            JobState::Finished => "finished",
+            JobState::Cancelled => "cancelled",
+            JobState::Stopped => "stopped",
+            JobState::Failed => "failed",
+        }
+    }
+
     /// Whether a run of the job is in progress.
     pub fn is_live(self) -> bool {
         matches!(
@@ -304,8 +328,9 @@ impl HostedJob {
         let mut s = self.lock();
         let Some(live) = &s.live else {
             return Err(crate::ApiError::Conflict(format!(
-                "job {} is not running ({:?})",
-                self.id, s.state
+                "job {} is not running (it is {})",
+                self.id,
+                s.state.name()
             )));
         };
         live.stopper.cancel();
