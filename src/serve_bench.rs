@@ -27,7 +27,7 @@ pub struct BenchServeArgs {
     #[arg(long, default_value_t = 2000)]
     requests: usize,
     /// Events of the Nexmark q1 run for the dashboard-cost arms.
-    #[arg(long, default_value_t = 20_000_000)]
+    #[arg(long, default_value_t = 200_000_000)]
     events: u64,
     /// Runs of each dashboard-cost arm (alternated).
     #[arg(long, default_value_t = 3)]

@@ -296,6 +296,47 @@ async fn a_savepoint_is_polled_to_completion_and_a_stopped_job_restarts_from_it(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_failures_are_listed_as_exceptions_with_their_cause() {
+    let dir = RelativeDir::new("exceptions");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let input = format!("{}/clicks.jsonl", dir.0);
+    std::fs::write(&input, "{\"user\": \"a\"}\nnot json\n").unwrap();
+    let (host, app) = app(Access::open());
+    let job = format!(
+        "name: serve-failing\n\
+         sources:\n  clicks: {{kind: jsonl, path: {input}, schema: {{user: string}}}}\n\
+         sinks:\n  out: {{kind: blackhole, from: clicks}}\n\
+         restart: {{max-attempts: 1, delay: 10ms}}\n"
+    );
+    let submitted = call(&app, "POST", "/api/v1/jobs", job).await;
+    assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
+    let id = submitted.json()["id"].as_str().unwrap().to_owned();
+    let failed = wait_for(&app, &format!("/api/v1/jobs/{id}"), |v| {
+        v["state"] == "failed"
+    })
+    .await;
+    let error = failed["error"].as_str().unwrap().to_owned();
+    let list = call(
+        &app,
+        "GET",
+        &format!("/api/v1/jobs/{id}/exceptions"),
+        Body::empty(),
+    )
+    .await
+    .json();
+    let exceptions = list["exceptions"].as_array().unwrap();
+    // Newest first: the failure that ended the job, then the one it restarted after.
+    assert_eq!(exceptions.len(), 2, "{list}");
+    assert_eq!(exceptions[0]["kind"], "failure");
+    assert_eq!(exceptions[0]["message"], error.as_str());
+    assert_eq!(exceptions[1]["kind"], "restart");
+    assert_eq!(exceptions[1]["message"], format!("{error} (restart 1)"));
+    assert_eq!(failed["restarts"], 1);
+    host.shutdown(Duration::from_secs(10)).await;
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_job_file_is_refused_with_line_column_and_key() {
     let (host, app) = app(Access::open());
     let bad = "name: bad\n\

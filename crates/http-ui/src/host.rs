@@ -161,8 +161,9 @@ impl Host {
         let state = job.state();
         if state.is_live() {
             return Err(ApiError::Conflict(format!(
-                "job {} is still running ({state:?}): cancel or stop it first",
-                job.id
+                "job {} is still running (it is {}): cancel or stop it first",
+                job.id,
+                state.name()
             )));
         }
         self.admit(&job.plan, Some(job.id))?;

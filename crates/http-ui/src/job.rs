@@ -6,7 +6,6 @@
 //! history of samples for rates and sparklines, the savepoint requests, recent exceptions.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -45,6 +44,30 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [JobState; 7] = [
+        JobState::Running,
+        JobState::Cancelling,
+        JobState::Stopping,
+        JobState::Finished,
+        JobState::Cancelled,
+        JobState::Stopped,
+        JobState::Failed,
+    ];
+
+    /// The state as the API writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Cancelling => "cancelling",
+            JobState::Stopping => "stopping",
+            JobState::Finished => "finished",
+            JobState::Cancelled => "cancelled",
+            JobState::Stopped => "stopped",
+            JobState::Failed => "failed",
+        }
+    }
+
     /// Whether a run of the job is in progress.
     pub fn is_live(self) -> bool {
         matches!(
@@ -147,8 +170,8 @@ pub struct JobInner {
     pub exceptions: VecDeque<Exception>,
     pub savepoints: BTreeMap<u64, SavepointStatus>,
     next_savepoint: u64,
-    /// The restart counter's value at the last sample (a rise is reported as an exception).
-    restarts_seen: u64,
+    /// Failures of the current run already copied into `exceptions`.
+    failures_seen: usize,
     /// The snapshot the current run was asked to start from.
     pub restored_from: Option<String>,
     pub error: Option<String>,
@@ -156,14 +179,26 @@ pub struct JobInner {
 
 impl JobInner {
     pub fn exception(&mut self, kind: &'static str, message: String) {
+        self.exception_at(now_ms(), kind, message);
+    }
+
+    fn exception_at(&mut self, at: i64, kind: &'static str, message: String) {
         if self.exceptions.len() == EXCEPTIONS {
             self.exceptions.pop_front();
         }
-        self.exceptions.push_back(Exception {
-            at: now_ms(),
-            kind,
-            message,
-        });
+        self.exceptions.push_back(Exception { at, kind, message });
+    }
+
+    /// Copies the run's new task failures (each followed by a restart) into the exceptions.
+    fn collect_failures(&mut self) {
+        let Some(live) = &self.live else { return };
+        let failures = live.control.failures();
+        let new: Vec<_> = failures.into_iter().skip(self.failures_seen).collect();
+        self.failures_seen += new.len();
+        for f in new {
+            let message = format!("{} (restart {})", f.message, f.restart);
+            self.exception_at(f.at, "restart", message);
+        }
     }
 
     /// The current run's checkpoint counters and history, if it checkpoints.
@@ -220,7 +255,7 @@ impl HostedJob {
                 exceptions: VecDeque::new(),
                 savepoints: BTreeMap::new(),
                 next_savepoint: 0,
-                restarts_seen: 0,
+                failures_seen: 0,
                 restored_from: None,
                 error: None,
             }),
@@ -254,7 +289,7 @@ impl HostedJob {
         s.ending = None;
         s.summary = None;
         s.samples.clear();
-        s.restarts_seen = 0;
+        s.failures_seen = 0;
         s.restored_from = from;
         s.error = None;
     }
@@ -262,6 +297,7 @@ impl HostedJob {
     /// The run ended; `result` is what its supervisor returned.
     pub fn ended(&self, result: Result<JobSummary, RunError>) {
         let mut s = self.lock();
+        s.collect_failures();
         s.live = None;
         s.ended_at = Some(now_ms());
         let sample = Sample::of(&s.metrics);
@@ -292,8 +328,9 @@ impl HostedJob {
         let mut s = self.lock();
         let Some(live) = &s.live else {
             return Err(crate::ApiError::Conflict(format!(
-                "job {} is not running ({:?})",
-                self.id, s.state
+                "job {} is not running (it is {})",
+                self.id,
+                s.state.name()
             )));
         };
         live.stopper.cancel();
@@ -402,16 +439,7 @@ impl HostedJob {
         }
         let sample = Sample::of(&s.metrics);
         push_sample(&mut s.samples, sample);
-        let restarts = s.metrics.restarts.load(Ordering::Relaxed);
-        if restarts > s.restarts_seen {
-            s.restarts_seen = restarts;
-            s.exception(
-                "restart",
-                format!(
-                    "a task failed; the job restarted from its latest checkpoint (restart {restarts})"
-                ),
-            );
-        }
+        s.collect_failures();
     }
 }
 

@@ -21,18 +21,9 @@ pub fn render(host: &Host) -> String {
     let jobs = host.jobs();
 
     out.family("weir_jobs", "gauge", "Jobs hosted, by state.");
-    for state in [
-        JobState::Running,
-        JobState::Cancelling,
-        JobState::Stopping,
-        JobState::Finished,
-        JobState::Cancelled,
-        JobState::Stopped,
-        JobState::Failed,
-    ] {
+    for state in JobState::ALL {
         let n = jobs.iter().filter(|j| j.state() == state).count();
-        let name = format!("{state:?}").to_lowercase();
-        out.sample("weir_jobs", &[("state", &name)], n as f64);
+        out.sample("weir_jobs", &[("state", state.name())], n as f64);
     }
 
     let mut job_events = Vec::new();

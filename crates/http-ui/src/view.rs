@@ -59,7 +59,7 @@ pub struct NodeView {
     pub chain: usize,
     pub parallelism: usize,
     /// `running`, `finished` (all subtasks done), or the job's state once it ended.
-    pub status: String,
+    pub status: &'static str,
     pub subtasks_finished: usize,
     pub records_in: u64,
     pub records_out: u64,
@@ -258,11 +258,11 @@ impl HostedJob {
                     .filter(|t| t.finished.load(Ordering::Relaxed))
                     .count();
                 let status = if !live {
-                    format!("{:?}", s.state).to_lowercase()
+                    s.state.name()
                 } else if finished == n.subtasks.len() {
-                    "finished".into()
+                    "finished"
                 } else {
-                    "running".into()
+                    "running"
                 };
                 let mut history = NodeHistory::default();
                 for w in samples.windows(2) {

@@ -58,10 +58,25 @@ struct TaskId {
     parallelism: usize,
 }
 
-/// Steering a running job from outside: savepoints and checkpoint statistics.
+/// Steering a running job from outside: savepoints, checkpoint statistics, and the task
+/// failures it restarted after.
 #[derive(Clone)]
 pub struct JobControl {
     coordinator: watch::Receiver<Option<CoordinatorHandle>>,
+    failures: Arc<Mutex<Vec<Failure>>>,
+}
+
+/// Failures remembered per run (the oldest are dropped beyond it).
+pub const FAILURES: usize = 32;
+
+/// A task failure the job restarted after.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    /// Epoch ms.
+    pub at: i64,
+    /// Which restart it caused (1 for the first).
+    pub restart: u32,
+    pub message: String,
 }
 
 impl JobControl {
@@ -87,6 +102,12 @@ impl JobControl {
     /// Whether the job takes checkpoints (and so savepoints).
     pub fn checkpoints(&self) -> bool {
         self.coordinator.borrow().is_some()
+    }
+
+    /// The task failures the job restarted after so far, oldest first (at most [`FAILURES`]).
+    /// The failure that ends a job is its result, not one of these.
+    pub fn failures(&self) -> Vec<Failure> {
+        self.failures.lock().map(|f| f.clone()).unwrap_or_default()
     }
 }
 
@@ -125,6 +146,8 @@ struct Run {
     /// The snapshots of every attempt so far (the last [`HISTORY`](weir_checkpoint::coordinator::HISTORY) of each).
     history: Vec<Record>,
     restored_from: Option<String>,
+    /// Failures restarted after, shared with [`JobControl::failures`].
+    failures: Arc<Mutex<Vec<Failure>>>,
 }
 
 /// One attempt: its tasks, coordinator and lease.
@@ -163,6 +186,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
     remove_stale_runs(&plan.state_dir);
     let stop = CancellationToken::new();
     let (control_tx, control_rx) = watch::channel(None);
+    let failures = Arc::new(Mutex::new(Vec::new()));
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -178,6 +202,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         completed: 0,
         history: Vec::new(),
         restored_from: None,
+        failures: failures.clone(),
     };
     let prepared = run.prepare_restore(0).await?;
     if let Some(p) = &prepared {
@@ -198,6 +223,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         stop,
         control: JobControl {
             coordinator: control_rx,
+            failures,
         },
     })
 }
@@ -427,6 +453,18 @@ impl Run {
                     restarts += 1;
                     if let Some(m) = &self.metrics {
                         m.restarts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Ok(mut failures) = self.failures.lock() {
+                        if failures.len() == FAILURES {
+                            failures.remove(0);
+                        }
+                        failures.push(Failure {
+                            at: std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                            restart: restarts,
+                            message: failure.to_string(),
+                        });
                     }
                     tracing::warn!(job = %self.plan.spec.name, error = %failure, restart = restarts, of = allowed, wait = ?wait, "restarting after a failure");
                     eprintln!(
