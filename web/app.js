@@ -402,6 +402,27 @@ function overview(job) {
       <td>${sparkline(n.role === "sink" ? n.history["rate-in"] : n.history["rate-out"], 110, 24)} ${rate(n.role === "sink" ? n["rate-in"] : n["rate-out"])}</td>
       <td>${sparkline(n.history.backpressure, 70, 24, "#dc2626")} <span class="bar"><span style="width:${(100 * n.backpressure).toFixed(0)}%;background:${pressureColour(n.backpressure)}"></span></span> ${(100 * n.backpressure).toFixed(0)}%</td>
       <td class="num">${dur(n["watermark-delay-ms"])}</td><td class="num">${dur(n["alignment-ms"])}</td></tr>`).join("")}
+    </tbody></table></div>${pools(job.pools || [])}`;
+}
+
+// Connection pools of sinks that write through one: connections in use and idle against the
+// maximum, waiters, acquire latency and the longest combining run.
+function pools(list) {
+  if (!list.length) return "";
+  const gauge = (p) => {
+    const w = 240, h = 18, max = Math.max(p["max-size"], 1);
+    const use = (p["in-use"] / max) * w, idle = (p.idle / max) * w;
+    return `<svg width="${w}" height="${h}" class="pool-gauge"><rect width="${w}" height="${h}" fill="#e5e7eb"/>
+      <rect width="${use}" height="${h}" fill="#2563eb"><title>${p["in-use"]} in use</title></rect>
+      <rect x="${use}" width="${idle}" height="${h}" fill="#93c5fd"><title>${p.idle} idle</title></rect></svg>`;
+  };
+  return `<h2>Connection pools</h2><div class="panel"><table><thead><tr><th>sink</th><th>connections (in use / idle of max)</th>
+    <th class="num">waiters</th><th class="num">acquire p50</th><th class="num">acquire p99</th><th class="num">opened</th>
+    <th class="num">broken</th><th class="num">timeouts</th><th class="num">longest combining run</th></tr></thead><tbody>
+    ${list.map(p => `<tr><td><b>${esc(p.node)}</b></td><td>${gauge(p)} ${p["in-use"]} / ${p.idle} of ${p["max-size"]}</td>
+      <td class="num">${num(p.waiters)}</td><td class="num">${us(p["acquire-p50-us"])}</td><td class="num">${us(p["acquire-p99-us"])}</td>
+      <td class="num">${num(p.opened)}</td><td class="num">${num(p.broken)}</td><td class="num">${num(p.timeouts)}</td>
+      <td class="num">${num(p["longest-run-actions"])} actions, ${us(p["longest-run-us"])}</td></tr>`).join("")}
     </tbody></table></div>`;
 }
 

@@ -282,6 +282,14 @@ fn rows_with_a_key_are_upserted() {
         let plan = plan(&job, &all).unwrap();
         try_run_plan(&plan, false).unwrap();
         assert_eq!(cluster.q5_rows("q5_upsert"), expected);
+        // The dashboard's and /metrics' view of the sink's pool: connections were opened
+        // and every one came back.
+        let pools = weir_http_ui::view::PoolView::of(&plan);
+        assert_eq!(pools.len(), 1, "one pooled sink");
+        assert_eq!(pools[0].node, "out");
+        assert!(pools[0].opened >= 1, "{:?}", pools[0]);
+        assert_eq!(pools[0].in_use, 0, "{:?}", pools[0]);
+        assert_eq!(pools[0].timeouts, 0, "{:?}", pools[0]);
     }
     // The key became the created table's primary key.
     assert_eq!(

@@ -30,7 +30,11 @@ pub fn render(host: &Host) -> String {
     let mut job_restarts = Vec::new();
     let mut checkpoints = Vec::new();
     let mut nodes = Vec::new();
+    let mut pools = Vec::new();
     for job in &jobs {
+        for pool in crate::view::PoolView::of(&job.plan) {
+            pools.push((job.id.to_string(), job.name.clone(), pool));
+        }
         let s = job.lock();
         let id = job.id.to_string();
         job_events.push((id.clone(), job.name.clone(), s.metrics.events()));
@@ -153,6 +157,56 @@ pub fn render(host: &Host) -> String {
         out.family(name, "counter", help);
         for (id, job, stats) in &checkpoints {
             out.sample(name, &[("id", id), ("job", job)], pick(stats) as f64);
+        }
+    }
+
+    type PoolPick = fn(&crate::view::PoolView) -> f64;
+    let pool_families: [(&str, &str, &str, PoolPick); 6] = [
+        (
+            "weir_pool_connections_in_use",
+            "gauge",
+            "Pooled connections of a sink handed out.",
+            |p| p.in_use as f64,
+        ),
+        (
+            "weir_pool_connections_idle",
+            "gauge",
+            "Open pooled connections of a sink waiting for use.",
+            |p| p.idle as f64,
+        ),
+        (
+            "weir_pool_connections_max",
+            "gauge",
+            "The most connections a sink's pool opens.",
+            |p| p.max_size as f64,
+        ),
+        (
+            "weir_pool_waiters",
+            "gauge",
+            "Acquires of a sink's pool waiting for a connection.",
+            |p| p.waiters as f64,
+        ),
+        (
+            "weir_pool_acquire_timeouts_total",
+            "counter",
+            "Acquires of a sink's pool that timed out.",
+            |p| p.timeouts as f64,
+        ),
+        (
+            "weir_pool_connections_broken_total",
+            "counter",
+            "Pooled connections closed as broken (and replaced).",
+            |p| p.broken as f64,
+        ),
+    ];
+    for (name, kind, help, pick) in pool_families {
+        out.family(name, kind, help);
+        for (id, job, pool) in &pools {
+            out.sample(
+                name,
+                &[("id", id), ("job", job), ("node", &pool.node)],
+                pick(pool),
+            );
         }
     }
 

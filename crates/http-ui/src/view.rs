@@ -118,6 +118,57 @@ pub struct JobDetail {
     /// The savepoint a stop took, or the final snapshot of a bounded run.
     pub snapshot: Option<String>,
     pub error: Option<String>,
+    /// The connection pools of sinks that write through one (`postgres`).
+    pub pools: Vec<PoolView>,
+}
+
+/// The gauges and counters of one sink's connection pool.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PoolView {
+    /// The sink node.
+    pub node: String,
+    pub max_size: usize,
+    pub in_use: usize,
+    pub idle: usize,
+    pub opening: usize,
+    pub waiters: usize,
+    pub opened: u64,
+    pub broken: u64,
+    pub timeouts: u64,
+    pub acquire_p50_us: u64,
+    pub acquire_p99_us: u64,
+    /// The most actions one combining run applied, and how long the longest run took.
+    pub longest_run_actions: u64,
+    pub longest_run_us: u64,
+}
+
+impl PoolView {
+    /// The pools of `plan`'s sinks, read now.
+    pub fn of(plan: &weir_runtime::plan::Plan) -> Vec<PoolView> {
+        plan.nodes
+            .iter()
+            .filter_map(|n| match &n.factory {
+                weir_runtime::plan::Factory::Sink(f) => f.pool_metrics().map(|m| (n, m)),
+                _ => None,
+            })
+            .map(|(n, m)| PoolView {
+                node: n.name.clone(),
+                max_size: m.max_size,
+                in_use: m.in_use,
+                idle: m.idle,
+                opening: m.opening,
+                waiters: m.waiters,
+                opened: m.opened,
+                broken: m.broken,
+                timeouts: m.timeouts,
+                acquire_p50_us: m.acquire_latency.p50.as_micros() as u64,
+                acquire_p99_us: m.acquire_latency.p99.as_micros() as u64,
+                longest_run_actions: m.combiner.longest_run_actions,
+                longest_run_us: m.combiner.longest_run.as_micros() as u64,
+            })
+            .collect()
+    }
 }
 
 /// One checkpoint, savepoint or final snapshot.
@@ -346,6 +397,7 @@ impl HostedJob {
             restored_from: s.restored_from.clone(),
             snapshot: s.summary.as_ref().and_then(|x| x.snapshot.clone()),
             error: s.error.clone(),
+            pools: PoolView::of(&self.plan),
         }
     }
 

@@ -70,6 +70,12 @@ pub trait SinkFactory: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// The gauges of the connection pool the sink writes through, if it has one (for the
+    /// dashboard and `/metrics`).
+    fn pool_metrics(&self) -> Option<weir_connection_pool::PoolMetrics> {
+        None
+    }
+
     /// Discards `transactions`: they will never be committed (a stop with savepoint left them
     /// after the savepoint).
     fn abort(&self, transactions: Vec<serde_json::Value>) -> Result<(), OperatorError> {

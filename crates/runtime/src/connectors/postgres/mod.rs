@@ -201,11 +201,6 @@ impl PostgresSinkFactory {
             }),
         })
     }
-
-    /// The pool's gauges, while a run is on.
-    pub fn pool_metrics(&self) -> Option<PoolMetrics> {
-        self.shared.pool().ok().map(|p| p.metrics())
-    }
 }
 
 impl Shared {
@@ -475,6 +470,10 @@ impl SinkFactory for PostgresSinkFactory {
                 .map_err(PgFailure::into_error)?;
             Ok(())
         })
+    }
+
+    fn pool_metrics(&self) -> Option<PoolMetrics> {
+        self.shared.pool().ok().map(|p| p.metrics())
     }
 
     // `abort` keeps the default: the staged rows of an aborted transaction stay invisible, and
