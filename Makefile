@@ -16,8 +16,9 @@ SERVE_SET  ?= --set sources.nexmark.events=null --set sources.nexmark.rate=20000
 # libclang (bindgen generates RocksDB's bindings with it).
 BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
 # What the tests need besides: PostgreSQL's server binaries and psql (the PostgreSQL sink's
-# tests start throwaway clusters of their own with scripts/pg-cluster.sh).
-TEST_PACKAGES  := postgresql postgresql-client
+# tests start throwaway clusters of their own with scripts/pg-cluster.sh), and Chromium with
+# its WebDriver (the dashboard's end-to-end test drives a headless browser).
+TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver
 
 .PHONY: run test bench build deps toolchain lint nexmark-data clean
 

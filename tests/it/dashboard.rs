@@ -3,8 +3,8 @@
 //! take a savepoint and see it complete, see the checkpoints tab, cancel the job. Screenshots
 //! of each page are saved in `out/dashboard-screenshots/`.
 //!
-//! Ignored by default: it needs Debian's `chromium` and `chromium-driver` packages. Run it with
-//! `cargo test --release --workspace --test it -- --ignored dashboard`.
+//! It needs Debian's `chromium` and `chromium-driver` packages, which `make test` installs when
+//! missing. Alone: `cargo test --release --workspace --test it -- dashboard`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -103,7 +103,6 @@ const EVENTS: &str = "const v = document.querySelector('.stat .v'); \
                       return v ? Number(v.textContent.replace(/,/g, '')) : -1;";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium and chromedriver: run with --ignored"]
 async fn dashboard_submits_watches_savepoints_and_cancels_a_job() {
     let shots = PathBuf::from("out/dashboard-screenshots");
     std::fs::create_dir_all(&shots).unwrap();

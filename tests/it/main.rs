@@ -6,7 +6,8 @@
 //! - `nexmark_reference`: plain-loop references of q3–q11, independent of weir's operators.
 //! - `nexmark_stateful`: q3–q11 against those references, in order and out of order.
 //! - `spec_errors`: bad job files report every problem with line, column and key.
-//! - `dashboard`: the dashboard in headless Chromium (ignored by default: needs chromedriver).
+//! - `dashboard`: the dashboard in headless Chromium through chromedriver (`make test` installs
+//!   both).
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
 //! - `recovery`: SIGKILL at random points, restart from the latest checkpoint, output equal
 //!   to the golden run; rescaling on restore.
