@@ -1,5 +1,5 @@
-//! Runs the pool benchmark (mutex vs combiner vs combiner with yield) until `weir bench pool` is
-//! wired, and prints its tables:
+//! Runs the pool benchmark (mutex vs combiner vs combiner with yield), as `weir bench pool` does,
+//! without building the rest of weir, and prints its tables:
 //! `cargo run --release -p weir-connection-pool --example bench -- [MEASURE_MS] [RUNS] [THREADS,..] [WORK,..] [TASKS_PER_THREAD]`
 //! (defaults: 300 ms, 3 runs, threads 1,2,3,4, work 0,1,10,20, 2 tasks per thread).
 

@@ -1,7 +1,7 @@
 //! The lesson-4 benchmark: pool acquire/release throughput and p99 acquire latency through a plain
 //! mutex around the pool state, the combiner without yield, and the combiner with yield, in one
-//! process. Until `weir bench pool` prints it, run it with the crate's example (see
-//! `examples/bench.rs`):
+//! process. `weir bench pool` prints it; so does the crate's example, which builds without the
+//! rest of weir (see `examples/bench.rs`):
 //! `cargo run --release -p weir-connection-pool --example pool-bench -- [MEASURE_MS] [RUNS] [THREADS,..] [WORK,..]`.
 //!
 //! Each measurement builds a fresh multi-threaded tokio runtime with `threads` workers and a pool

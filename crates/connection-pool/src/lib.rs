@@ -23,7 +23,7 @@
 //! - [`metrics`] and `histogram`: [`PoolMetrics`] and the acquire-latency histogram.
 //! - [`error`]: [`PoolError`], what can go wrong.
 //! - [`bench`](mod@bench): the lesson-4 benchmark (mutex vs combiner vs combiner with yield), run by
-//!   `examples/bench.rs` until `weir bench pool` is wired.
+//!   `weir bench pool` (and, without building the rest of weir, by `examples/bench.rs`).
 //!
 //! # Example
 //! ```
