@@ -51,7 +51,9 @@ bench: build
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
 	$(WEIR) bench pool
-	$(WEIR) bench postgres
+	$(WEIR) bench serve
+	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then $(WEIR) bench postgres; \
+	else echo "bench postgres skipped: no PostgreSQL server on 127.0.0.1:5432 (start one, or run weir bench postgres --connection '...')"; fi
 
 ## A JSON-lines Nexmark file for the *-jsonl jobs.
 nexmark-data: build

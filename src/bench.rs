@@ -90,6 +90,9 @@ enum Bench {
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
     },
+    /// `weir serve`: API latency with many jobs hosted, and the throughput cost of ten live
+    /// dashboards.
+    Serve(crate::serve_bench::BenchServeArgs),
     /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
     Checkpoint {
         #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
@@ -164,6 +167,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             runs,
             pipelines,
         } => scheduler(measure, runs.max(1), &pipelines),
+        Bench::Serve(args) => return crate::serve_bench::main(args),
         Bench::Pool {
             measure,
             runs,

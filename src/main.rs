@@ -8,7 +8,7 @@
 //! - `client.rs`: `weir submit`, `weir jobs`, `weir cancel`, `weir savepoint ID`: a client of
 //!   `weir serve`.
 //! - `bench.rs`: `weir bench`: the benchmarks `make bench` prints.
-//! - `serve_bench.rs`: `weir bench-serve`: API latency with many jobs, cost of live dashboards.
+//! - `serve_bench.rs`: `weir bench serve`: API latency with many jobs, cost of live dashboards.
 
 mod bench;
 mod client;
@@ -125,9 +125,6 @@ enum Command {
     },
     /// Run benchmarks and print tables (see BENCHMARKS.md).
     Bench(bench::BenchArgs),
-    /// Benchmark `weir serve`: API latency with many jobs hosted, and the throughput cost of
-    /// ten live dashboards (see BENCHMARKS.md).
-    BenchServe(serve_bench::BenchServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -227,7 +224,6 @@ fn main() -> ExitCode {
                 },
         } => generate(events, &out, seed, inter_event_delay),
         Command::Bench(args) => bench::main(args),
-        Command::BenchServe(args) => serve_bench::main(args),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `weir bench-serve`: what `weir serve` costs.
+//! `weir bench serve`: what `weir serve` costs.
 //!
 //! - API latency: with `--jobs` jobs hosted (small rate-limited Nexmark pipelines, all
 //!   running), p50/p99 of `GET /api/v1/jobs/{id}` and `GET /metrics` over loopback HTTP, one
