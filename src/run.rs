@@ -22,6 +22,21 @@ pub struct RunArgs<'a> {
     pub from: Option<RestoreFrom>,
 }
 
+/// The multi-threaded runtime `weir run` and `weir serve` run on; `None` (reported) when the
+/// system refuses one.
+pub fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            None
+        }
+    }
+}
+
 pub fn run(args: RunArgs<'_>) -> ExitCode {
     let plan = match weir_runtime::plan::check_file(args.path, args.overrides) {
         Ok(plan) => plan,
@@ -30,15 +45,8 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::run::runtime() else {
+        return ExitCode::FAILURE;
     };
     let checkpointing = plan.spec.checkpoint.enabled();
     // One process, one running copy of a checkpointed job: two would share (and fight over)

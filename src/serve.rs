@@ -17,15 +17,8 @@ pub struct ServeArgs {
 }
 
 pub fn serve(args: ServeArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::run::runtime() else {
+        return ExitCode::FAILURE;
     };
     runtime.block_on(async move {
         let config = ServeConfig {
