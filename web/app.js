@@ -459,10 +459,10 @@ async function checkpointsTab(id) {
     </div>
     <h2>Scheduling delay of this job's trigger (shared scheduler, logarithmic time axis)</h2><div class="panel">${delay}</div>
     <h2>History</h2>
-    <div class="panel"><table><thead><tr><th>snapshot</th><th>kind</th><th>triggered</th><th class="num">duration</th><th class="num">size</th><th>status</th><th>location / reason</th></tr></thead><tbody>
+    <div class="panel"><table><thead><tr><th>snapshot</th><th>kind</th><th>triggered</th><th class="num">duration</th><th class="num">alignment</th><th class="num">size</th><th>status</th><th>location / reason</th></tr></thead><tbody>
       ${hist.slice().reverse().map(h => `<tr><td class="mono">${esc(h.name)}</td><td>${esc(h.kind)}</td><td>${time(h["triggered-at"])}</td>
-        <td class="num">${dur(h["duration-ms"])}</td><td class="num">${bytes(h.bytes)}</td><td>${badge(h.status)}</td>
-        <td class="mono">${esc(h.location || h.reason || "")}</td></tr>`).join("") || `<tr><td colspan="7" class="empty">None yet.</td></tr>`}
+        <td class="num">${dur(h["duration-ms"])}</td><td class="num">${dur(h["alignment-ms"])}</td><td class="num">${bytes(h.bytes)}</td><td>${badge(h.status)}</td>
+        <td class="mono">${esc(h.location || h.reason || "")}</td></tr>`).join("") || `<tr><td colspan="8" class="empty">None yet.</td></tr>`}
     </tbody></table></div>`;
 }
 

@@ -95,6 +95,9 @@ pub enum TaskReport {
         checkpoint: u64,
         task: usize,
         subtasks: Vec<SubtaskSnapshot>,
+        /// How long the task held back inputs whose barrier had arrived, waiting for the
+        /// barrier on its other inputs (zero for sources and single-input tasks).
+        alignment: Duration,
     },
     /// The task could not snapshot: the checkpoint fails (the job goes on).
     Declined {
@@ -262,6 +265,8 @@ pub struct Record {
     /// Epoch ms.
     pub triggered_at: i64,
     pub duration_ms: u64,
+    /// The longest barrier alignment of any task for this snapshot, in milliseconds.
+    pub alignment_ms: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
 }
@@ -334,6 +339,8 @@ struct Pending {
     deadline: Instant,
     /// Tasks that have not acknowledged yet.
     waiting: HashSet<usize>,
+    /// The longest alignment acknowledged so far.
+    alignment: Duration,
     /// Stored state per (node, subtask).
     subtasks: HashMap<(usize, u32), SubtaskState>,
     operator_states: HashMap<(usize, u32), Vec<u8>>,
@@ -523,6 +530,7 @@ impl Coordinator {
                 started: now,
                 deadline: now + self.config.timeout,
                 waiting: (0..self.tasks).collect(),
+                alignment: Duration::ZERO,
                 subtasks: HashMap::new(),
                 operator_states: HashMap::new(),
                 uploads: 0,
@@ -538,7 +546,8 @@ impl Coordinator {
                 checkpoint,
                 task,
                 subtasks,
-            } => self.ack(checkpoint, task, subtasks),
+                alignment,
+            } => self.ack(checkpoint, task, subtasks, alignment),
             TaskReport::Declined {
                 checkpoint,
                 task,
@@ -575,13 +584,14 @@ impl Coordinator {
         }
     }
 
-    fn ack(&mut self, id: u64, task: usize, subtasks: Vec<SubtaskSnapshot>) {
+    fn ack(&mut self, id: u64, task: usize, subtasks: Vec<SubtaskSnapshot>, alignment: Duration) {
         let Some(pending) = self.pending.get_mut(&id) else {
             // Late, for an abandoned checkpoint: drop its scratch files.
             discard(subtasks);
             return;
         };
         pending.waiting.remove(&task);
+        pending.alignment = pending.alignment.max(alignment);
         self.absorb(id, subtasks);
         self.maybe_publish(id);
     }
@@ -728,6 +738,7 @@ impl Coordinator {
             kind,
             triggered_at: pending.triggered_at,
             duration_ms: elapsed.as_millis() as u64,
+            alignment_ms: pending.alignment.as_millis() as u64,
             outcome: Outcome::Completed {
                 location: completed.location.clone(),
                 bytes: completed.metadata.size(),
@@ -802,6 +813,7 @@ impl Coordinator {
             kind: pending.kind,
             triggered_at: pending.triggered_at,
             duration_ms: pending.started.elapsed().as_millis() as u64,
+            alignment_ms: pending.alignment.as_millis() as u64,
             outcome: Outcome::Failed {
                 reason: error.to_string(),
             },
@@ -854,6 +866,7 @@ impl Coordinator {
                 started: now,
                 deadline: now + self.config.timeout,
                 waiting: HashSet::new(),
+                alignment: Duration::ZERO,
                 subtasks: HashMap::new(),
                 operator_states: HashMap::new(),
                 uploads: 0,

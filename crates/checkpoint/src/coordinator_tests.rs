@@ -162,6 +162,8 @@ async fn ack(h: &Harness, id: u64, task: usize, keyed_snapshot: Option<KeyedSnap
                 operator: Some(format!("state of task {task} at {id}").into_bytes()),
                 keyed: keyed_snapshot,
             }],
+            // Task t aligned for 5·t + id ms: distinct per task and checkpoint.
+            alignment: std::time::Duration::from_millis(5 * task as u64 + id),
         })
         .await
         .unwrap();
@@ -207,6 +209,11 @@ async fn a_checkpoint_completes_when_every_task_acknowledged_and_commits_after_p
         *h.job.commits.lock().unwrap(),
         [(1, true)],
         "committed once, after the metadata was durable"
+    );
+    let record = h.handle.stats().snapshot().latest_completed.unwrap();
+    assert_eq!(
+        record.alignment_ms, 6,
+        "the longest alignment of the two tasks' (1 and 6 ms)"
     );
     // A restore sees the same operator state through the merged file.
     let restored =

@@ -181,6 +181,8 @@ pub struct CheckpointView {
     pub name: String,
     pub triggered_at: i64,
     pub duration_ms: u64,
+    /// The longest barrier alignment of any task for this snapshot.
+    pub alignment_ms: u64,
     /// `completed` or `failed`.
     pub status: &'static str,
     pub bytes: Option<u64>,
@@ -202,6 +204,7 @@ impl From<&Record> for CheckpointView {
             name: format!("{}-{}", r.kind.prefix(), r.id),
             triggered_at: r.triggered_at,
             duration_ms: r.duration_ms,
+            alignment_ms: r.alignment_ms,
             status,
             bytes,
             location,

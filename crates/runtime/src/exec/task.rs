@@ -480,7 +480,14 @@ impl Task {
                             SubtaskMetrics::add(&m.alignment_ns, alignment.as_nanos() as u64);
                         }
                         chain.run(Work::Barrier(head, barrier)).await?;
-                        acknowledge(&mut chain, reporting.as_ref(), barrier, Vec::new()).await;
+                        acknowledge(
+                            &mut chain,
+                            reporting.as_ref(),
+                            barrier,
+                            Vec::new(),
+                            alignment,
+                        )
+                        .await;
                     }
                     GateEvent::End => {
                         chain.run(Work::End(head)).await?;
@@ -528,6 +535,7 @@ async fn acknowledge(
     reporting: Option<&Reporting>,
     barrier: Barrier,
     mut first: Vec<SubtaskSnapshot>,
+    alignment: std::time::Duration,
 ) {
     first.append(&mut chain.snapshots);
     let Some(r) = reporting else {
@@ -537,6 +545,7 @@ async fn acknowledge(
         checkpoint: barrier.id,
         task: r.task,
         subtasks: first,
+        alignment,
     };
     if let Err(mpsc::error::SendError(TaskReport::Ack { subtasks, .. })) =
         r.reports.send(report).await
@@ -688,7 +697,15 @@ impl SourceRun<'_> {
         let own = operator_snapshot(self.member, &blob)?;
         SubtaskMetrics::add(&self.metrics.barriers, 1);
         self.chain.each(all, |t| Work::Barrier(t, barrier)).await?;
-        acknowledge(self.chain, self.reporting, barrier, vec![own]).await;
+        // A source injects barriers: nothing to align.
+        acknowledge(
+            self.chain,
+            self.reporting,
+            barrier,
+            vec![own],
+            std::time::Duration::ZERO,
+        )
+        .await;
         Ok(())
     }
 
