@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::recovery::{run_through_kills, weir};
-use crate::support::{job_file, read_parts, run_job, try_run_plan};
+use crate::support::{job_file, plan, read_parts, run_job, try_run_plan};
 
 /// A PostgreSQL cluster of the test's own.
 struct Cluster {
@@ -155,12 +155,6 @@ fn golden(events: u64, dir: &Path) -> BTreeMap<[i64; 4], usize> {
     }
     assert!(!rows.is_empty(), "the golden run produced nothing");
     rows
-}
-
-fn plan(job: &Path, overrides: &[String]) -> Result<weir_runtime::plan::Plan, String> {
-    let overrides: Vec<weir_runtime::spec::load::Override> =
-        overrides.iter().map(|o| o.parse().unwrap()).collect();
-    weir_runtime::plan::check_file(job, &overrides).map_err(|e| e.to_string())
 }
 
 /// Runs q5-postgres in this process, its checkpoints and state under `dir`.

@@ -19,9 +19,15 @@ pub fn job_file(rel: &str) -> PathBuf {
 
 /// Runs a job file in this process with `--set`-style overrides.
 pub fn run_job(job: &Path, overrides: &[String]) -> JobSummary {
-    let overrides: Vec<Override> = overrides.iter().map(|o| o.parse().unwrap()).collect();
-    let plan = weir_runtime::plan::check_file(job, &overrides).unwrap_or_else(|e| panic!("{e}"));
+    let plan = plan(job, overrides).unwrap_or_else(|e| panic!("{e}"));
     run_plan(&plan, false)
+}
+
+/// Plans a job file with `--set`-style overrides (which must parse); the job's problems as
+/// text.
+pub fn plan(job: &Path, overrides: &[String]) -> Result<weir_runtime::plan::Plan, String> {
+    let overrides: Vec<Override> = overrides.iter().map(|o| o.parse().unwrap()).collect();
+    weir_runtime::plan::check_file(job, &overrides).map_err(|e| e.to_string())
 }
 
 /// Runs `plan` in-process to its end, on a runtime of its own; with `scheduler`, a checkpoint

@@ -794,6 +794,13 @@ pub struct PostgresRetrySpec {
     pub max_backoff: HumanDuration,
 }
 
+impl PostgresRetrySpec {
+    /// The wait after failed attempt `attempt` (0 first).
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        units::doubling_backoff(self.initial_backoff.0, self.max_backoff.0, attempt)
+    }
+}
+
 impl Default for PostgresRetrySpec {
     fn default() -> Self {
         Self {
@@ -952,8 +959,7 @@ impl RestartSpec {
 
     /// The wait before restart number `n` (0-based).
     pub fn backoff(&self, n: u32) -> std::time::Duration {
-        let d = self.delay.0.saturating_mul(1u32 << n.min(20));
-        d.min(self.max_delay.0.max(self.delay.0))
+        units::doubling_backoff(self.delay.0, self.max_delay.0, n)
     }
 }
 

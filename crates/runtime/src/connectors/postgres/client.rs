@@ -1,7 +1,5 @@
 //! Connections to PostgreSQL through weir's pool, what a failure means, and retries.
 
-use std::time::Duration;
-
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use weir_connection_pool::{Manager, PoolError};
@@ -148,24 +146,5 @@ fn is_transient(e: &tokio_postgres::Error) -> bool {
         }
         // No SQLSTATE: the socket failed, closed, or timed out.
         None => true,
-    }
-}
-
-/// How often and how patiently a write is retried.
-#[derive(Clone, Copy, Debug)]
-pub struct RetryPolicy {
-    pub max_attempts: u32,
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
-}
-
-impl RetryPolicy {
-    /// The wait after failed attempt `attempt` (0 first): doubling from the initial backoff up
-    /// to the maximum.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
     }
 }

@@ -7,7 +7,7 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
-use arrow_array::{Array, RecordBatch};
+use arrow_array::{Array, BooleanArray, PrimitiveArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Schema, TimeUnit};
 
 /// The PostgreSQL type a column of `data_type` is created with (`create-table: true`), or
@@ -36,13 +36,18 @@ pub fn unsupported_column(schema: &Schema) -> Option<(&str, &DataType)> {
 /// Appends every row of `batch` to `out`, each followed by `suffix` fields (already encoded,
 /// each starting with a comma) and a newline.
 pub fn encode_csv(batch: &RecordBatch, suffix: &str, out: &mut Vec<u8>) -> Result<(), String> {
-    let columns = batch.columns();
+    // Each column's type is resolved once per batch, not once per value.
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|a| Column::of(a.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
     for row in 0..batch.num_rows() {
-        for (c, array) in columns.iter().enumerate() {
+        for (c, column) in columns.iter().enumerate() {
             if c > 0 {
                 out.push(b',');
             }
-            encode_value(array.as_ref(), row, out)?;
+            column.encode(row, out)?;
         }
         out.extend_from_slice(suffix.as_bytes());
         out.push(b'\n');
@@ -50,46 +55,75 @@ pub fn encode_csv(batch: &RecordBatch, suffix: &str, out: &mut Vec<u8>) -> Resul
     Ok(())
 }
 
-fn encode_value(array: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<(), String> {
-    if array.is_null(row) {
-        return Ok(());
-    }
-    match array.data_type() {
-        DataType::Int64 => {
-            let v = array.as_primitive::<Int64Type>().value(row);
-            out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
-        }
-        DataType::Float64 => {
-            let v = array.as_primitive::<Float64Type>().value(row);
-            if v.is_nan() {
-                out.extend_from_slice(b"NaN");
-            } else if v.is_infinite() {
-                out.extend_from_slice(if v > 0.0 { b"Infinity" } else { b"-Infinity" });
-            } else {
-                out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+/// A column, downcast to its concrete array.
+enum Column<'a> {
+    Int(&'a PrimitiveArray<Int64Type>),
+    Float(&'a PrimitiveArray<Float64Type>),
+    Str(&'a StringArray),
+    Bool(&'a BooleanArray),
+    Timestamp(&'a PrimitiveArray<TimestampMillisecondType>),
+    Null,
+}
+
+impl<'a> Column<'a> {
+    fn of(array: &'a dyn Array) -> Result<Self, String> {
+        Ok(match array.data_type() {
+            DataType::Int64 => Self::Int(array.as_primitive()),
+            DataType::Float64 => Self::Float(array.as_primitive()),
+            DataType::Utf8 => Self::Str(array.as_string::<i32>()),
+            DataType::Boolean => Self::Bool(array.as_boolean()),
+            DataType::Timestamp(TimeUnit::Millisecond, None) => {
+                Self::Timestamp(array.as_primitive())
             }
-        }
-        DataType::Utf8 => quote(array.as_string::<i32>().value(row), out),
-        DataType::Boolean => {
-            let v = array.as_boolean().value(row);
-            out.extend_from_slice(if v { b"t" } else { b"f" });
-        }
-        DataType::Timestamp(TimeUnit::Millisecond, None) => {
-            let ms = array.as_primitive::<TimestampMillisecondType>().value(row);
-            let t = chrono::DateTime::from_timestamp_millis(ms)
-                .ok_or_else(|| format!("timestamp {ms} ms is out of range"))?;
-            use std::io::Write;
-            write!(out, "{}", t.naive_utc().format("%Y-%m-%d %H:%M:%S%.3f"))
-                .map_err(|e| e.to_string())?;
-        }
-        DataType::Null => {}
-        other => {
-            return Err(format!(
-                "cannot write a column of type {other} to PostgreSQL"
-            ));
-        }
+            DataType::Null => Self::Null,
+            other => {
+                return Err(format!(
+                    "cannot write a column of type {other} to PostgreSQL"
+                ));
+            }
+        })
     }
-    Ok(())
+
+    fn encode(&self, row: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        let valid = match self {
+            Self::Int(a) => a.is_valid(row),
+            Self::Float(a) => a.is_valid(row),
+            Self::Str(a) => a.is_valid(row),
+            Self::Bool(a) => a.is_valid(row),
+            Self::Timestamp(a) => a.is_valid(row),
+            Self::Null => false,
+        };
+        if !valid {
+            return Ok(());
+        }
+        match self {
+            Self::Int(a) => {
+                out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes())
+            }
+            Self::Float(a) => {
+                let v = a.value(row);
+                if v.is_nan() {
+                    out.extend_from_slice(b"NaN");
+                } else if v.is_infinite() {
+                    out.extend_from_slice(if v > 0.0 { b"Infinity" } else { b"-Infinity" });
+                } else {
+                    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+                }
+            }
+            Self::Str(a) => quote(a.value(row), out),
+            Self::Bool(a) => out.extend_from_slice(if a.value(row) { b"t" } else { b"f" }),
+            Self::Timestamp(a) => {
+                let ms = a.value(row);
+                let t = chrono::DateTime::from_timestamp_millis(ms)
+                    .ok_or_else(|| format!("timestamp {ms} ms is out of range"))?;
+                use std::io::Write;
+                write!(out, "{}", t.naive_utc().format("%Y-%m-%d %H:%M:%S%.3f"))
+                    .map_err(|e| e.to_string())?;
+            }
+            Self::Null => {}
+        }
+        Ok(())
+    }
 }
 
 /// A CSV field in double quotes, inner quotes doubled.

@@ -56,7 +56,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use weir_connection_pool::{Pool, PoolMetrics};
 
-pub use self::client::{PgConnection, PgFailure, PgManager, RetryPolicy};
+pub use self::client::{PgConnection, PgFailure, PgManager};
 use self::encode::{encode_csv, ident};
 pub use self::encode::{sql_type, unsupported_column};
 use super::sink::{
@@ -64,7 +64,7 @@ use super::sink::{
 };
 use super::source::SubtaskContext;
 use crate::error::OperatorError;
-use crate::spec::PostgresSinkSpec;
+use crate::spec::{PostgresRetrySpec, PostgresSinkSpec};
 
 /// Batches a subtask may queue for its writer while a write is in flight.
 pub const QUEUED_BATCHES: usize = 4;
@@ -82,7 +82,7 @@ struct Shared {
     create_table: bool,
     batch_rows: usize,
     flush_interval: Duration,
-    retry: RetryPolicy,
+    retry: PostgresRetrySpec,
     config: tokio_postgres::Config,
     pool_size: usize,
     acquire_timeout: Duration,
@@ -187,11 +187,7 @@ impl PostgresSinkFactory {
                 create_table: spec.create_table,
                 batch_rows: spec.batch_size as usize,
                 flush_interval: spec.flush_interval.0,
-                retry: RetryPolicy {
-                    max_attempts: spec.retry.max_attempts,
-                    initial_backoff: spec.retry.initial_backoff.0,
-                    max_backoff: spec.retry.max_backoff.0,
-                },
+                retry: spec.retry.clone(),
                 config,
                 pool_size: spec.pool.max_size as usize,
                 acquire_timeout: spec.pool.acquire_timeout.0,
