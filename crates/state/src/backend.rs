@@ -20,7 +20,7 @@ use crate::heap::{Slot, SlotRef};
 use crate::key_groups::KeyGroupRange;
 use crate::keys::KeyRef;
 use crate::snapshot::{Staged, new_lineage};
-use crate::store::{RocksConfig, Store, StoreCounters};
+use crate::store::{KeyWrite, RocksConfig, Store, StoreCounters};
 use crate::table::{Relayout, Table};
 use crate::timers::{HeapTimers, RocksTimers, TimerService, Timers};
 
@@ -40,6 +40,8 @@ pub(crate) trait AnyTable: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn live(&self) -> usize;
     fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError>;
+    /// The writes a flush would make, leaving the cache dirty (see [`Table::dirty_writes`]).
+    fn pending_writes(&mut self) -> Vec<KeyWrite>;
     fn name(&self) -> &str;
     fn ttl(&self) -> Option<i64>;
     /// Calls `f` with every live entry at `now`: its slot, write time and value.
@@ -55,6 +57,9 @@ impl<T: StateValue> AnyTable for Table<T> {
     }
     fn flush(&mut self, store: Option<&Store>) -> Result<(), StateError> {
         Table::flush(self, store)
+    }
+    fn pending_writes(&mut self) -> Vec<KeyWrite> {
+        self.dirty_writes(false)
     }
     fn name(&self) -> &str {
         &self.name

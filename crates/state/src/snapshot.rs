@@ -49,6 +49,7 @@
 
 pub mod logical;
 pub mod native;
+pub(crate) mod overlay;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +60,7 @@ use crate::backend::{EncodeValue, KeyedStateBackend};
 use crate::error::StateError;
 use crate::heap::{Slot, SlotRef};
 use crate::key_groups::KeyGroupRange;
-use crate::store::{RocksConfig, Store, entry_key, storage};
+use crate::store::{RocksConfig, Store, TIMERS_CF, entry_key, storage};
 use crate::timers::{HeapTimers, RocksTimers, TimeDomain, Timer, Timers, encode_hold, timer_key};
 
 /// How a snapshot is written.
@@ -383,13 +384,14 @@ impl KeyedStateBackend {
             std::fs::create_dir_all(parent)
                 .map_err(|e| storage(&format!("creating {}", parent.display()), e))?;
         }
-        // Everything into RocksDB: the tables' caches, the timers' overlay and due timers.
-        self.flush()?;
-        if let (Some(store), Timers::Rocks(t)) = (self.store.as_ref(), &mut self.timers) {
-            t.persist(store)?;
-        }
         let (files, states) = match format {
             SnapshotFormat::Logical => {
+                // Everything into RocksDB first: the tables' caches, the timers' overlay and
+                // due timers; the logical file is then read from it.
+                self.flush()?;
+                if let (Some(store), Timers::Rocks(t)) = (self.store.as_ref(), &mut self.timers) {
+                    t.persist(store)?;
+                }
                 std::fs::create_dir(dir)
                     .map_err(|e| storage(&format!("creating {}", dir.display()), e))?;
                 let path = dir.join(logical::FILE_NAME);
@@ -414,7 +416,17 @@ impl KeyedStateBackend {
                 let store = self.store.as_ref().ok_or_else(|| {
                     StateError::Invalid("a heap backend writes only logical snapshots".into())
                 })?;
-                (native::checkpoint(store, dir)?, store.states()?)
+                // What is only in memory goes beside RocksDB's files, not into them (see
+                // `overlay`): the caches stay as they are.
+                let mut pending = overlay::Overlay::default();
+                for registered in &mut self.tables {
+                    let writes = registered.table.pending_writes();
+                    pending.add(registered.table.name(), writes);
+                }
+                if let Timers::Rocks(t) = &self.timers {
+                    pending.add(TIMERS_CF, t.pending_writes());
+                }
+                (native::checkpoint(store, dir, &pending)?, store.states()?)
             }
         };
         Ok(KeyedSnapshot {

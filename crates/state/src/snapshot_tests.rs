@@ -1095,3 +1095,93 @@ fn no_sources_make_an_empty_backend() {
         b.close().unwrap();
     }
 }
+
+/// A native snapshot puts what is only in memory beside RocksDB's files, not into them: the
+/// database stays as the caches left it, and a restore (exact or rescaled) still sees
+/// everything, deletions of stored entries included.
+#[test]
+fn native_snapshots_leave_cached_writes_out_of_rocksdb_and_restore_them_from_the_overlay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let range = KeyGroupRange::of_subtask(0, GROUPS, 1);
+    let mut b = make(ROCKS, &tmp.path().join("db"), range);
+    let v = b.value_state::<String>("v").unwrap();
+    let put = |b: &mut KeyedStateBackend, k: u64, value: &str| {
+        let kb = key(k);
+        b.value(&v)
+            .put(KeyRef::new(group(k), &kb), b"", value.into())
+            .unwrap();
+    };
+    // Keys 0..100 reach RocksDB; then 0..10 are deleted and 100..200 written, in the cache.
+    for k in 0..100 {
+        put(&mut b, k, "stored");
+    }
+    b.flush().unwrap();
+    assert_eq!(b.stored_entries("v"), 100);
+    for k in 0..10 {
+        let kb = key(k);
+        b.value(&v).remove(KeyRef::new(group(k), &kb), b"").unwrap();
+    }
+    for k in 100..200 {
+        put(&mut b, k, "cached");
+    }
+    let k7 = key(7);
+    b.timers()
+        .set(
+            TimeDomain::EventTime,
+            42,
+            KeyRef::new(group(7), &k7),
+            b"",
+            None,
+        )
+        .unwrap();
+    let snap = b
+        .snapshot(&tmp.path().join("chk-1"), SnapshotFormat::RocksNative)
+        .unwrap();
+    assert_eq!(
+        b.stored_entries("v"),
+        100,
+        "the snapshot wrote nothing into RocksDB"
+    );
+    assert!(
+        snap.files
+            .iter()
+            .any(|f| f.name == "weir-overlay" && !f.shared),
+        "{:?}",
+        snap.files
+    );
+    b.close().unwrap();
+    let expected = |k: u64| match k {
+        0..10 => None,
+        10..100 => Some("stored"),
+        100..200 => Some("cached"),
+        _ => None,
+    };
+    // Exactly its range (files linked, overlay applied), and rescaled to two (read, merged).
+    let layouts = [
+        vec![range],
+        vec![
+            KeyGroupRange::of_subtask(0, GROUPS, 2),
+            KeyGroupRange::of_subtask(1, GROUPS, 2),
+        ],
+    ];
+    for (n, ranges) in layouts.iter().enumerate() {
+        for (i, r) in ranges.iter().enumerate() {
+            let dir = tmp.path().join(format!("restored-{n}-{i}"));
+            let mut back = restore(ROCKS, &dir, *r, &[snap.source()]).unwrap();
+            let v = back.value_state::<String>("v").unwrap();
+            for k in 0..200 {
+                let kb = key(k);
+                let got = back.value(&v).get(KeyRef::new(group(k), &kb), b"").unwrap();
+                let want = expected(k).filter(|_| r.contains(group(k)));
+                assert_eq!(got.as_deref(), want, "key {k} in {r:?}");
+            }
+            let due = back.timers().pop_due(TimeDomain::EventTime, 100).unwrap();
+            assert_eq!(
+                due.map(|t| t.time),
+                r.contains(group(7)).then_some(42),
+                "the timer in {r:?}"
+            );
+            back.close().unwrap();
+        }
+    }
+}

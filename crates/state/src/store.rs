@@ -43,6 +43,8 @@ use crate::snapshot::StateMeta;
 
 /// A RocksDB key and its value.
 pub(crate) type KeyValue = (Vec<u8>, Vec<u8>);
+/// A write to RocksDB: a key and its new value, `None` to delete it.
+pub(crate) type KeyWrite = (Vec<u8>, Option<Vec<u8>>);
 
 /// Column family of the timers.
 pub(crate) const TIMERS_CF: &str = "_timers";

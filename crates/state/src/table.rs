@@ -16,7 +16,7 @@ use crate::error::StateError;
 use crate::heap::{Slot, SlotMap, SlotRef};
 use crate::keys::KeyRef;
 use crate::snapshot::Staged;
-use crate::store::{Store, decode_entry_key, entry_key};
+use crate::store::{KeyWrite, Store, decode_entry_key, entry_key};
 
 /// What registering a state does to the values its column family already holds, when they
 /// were written with another TTL setting (a state that gained or lost its TTL since the
@@ -355,18 +355,30 @@ impl<T: StateValue> Table<T> {
         let Some(store) = store else {
             return Ok(());
         };
+        let writes = self.dirty_writes(true);
+        store.write(&self.name, writes)
+    }
+
+    /// The dirty entries as the writes that would bring the store up to date (a `None` value
+    /// deletes). `settle`: they are being written now, so the entries become clean and their
+    /// keys known to the store; otherwise (the overlay of a native snapshot, see
+    /// [`crate::snapshot::overlay`]) the cache is left as it is, still dirty.
+    pub(crate) fn dirty_writes(&mut self, settle: bool) -> Vec<KeyWrite> {
         let mut writes = Vec::new();
         for (slot, entry) in self.cache.iter_mut() {
             if !entry.dirty {
                 continue;
             }
-            entry.dirty = false;
-            if entry.value.is_none() && !self.written.may_contain(slot.as_ref()) {
+            let stored = self.written.may_contain(slot.as_ref());
+            if settle {
+                entry.dirty = false;
+                if entry.value.is_some() && !stored {
+                    self.written.insert(slot.as_ref());
+                }
+            }
+            if entry.value.is_none() && !stored {
                 // Deleting what was never written: nothing to tell the store.
                 continue;
-            }
-            if entry.value.is_some() {
-                self.written.insert(slot.as_ref());
             }
             let mut key = Vec::new();
             entry_key(KeyRef::new(slot.group, &slot.key), &slot.ns, &mut key);
@@ -380,7 +392,7 @@ impl<T: StateValue> Table<T> {
             });
             writes.push((key, value));
         }
-        store.write(&self.name, writes)
+        writes
     }
 
     /// Learns which keys the store holds of this table, in one pass over its column family, so

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::codec::{get_ordered_i64, get_varint, put_ordered_i64, put_varint};
 use crate::error::StateError;
 use crate::keys::KeyRef;
-use crate::store::{Store, TIMERS_CF};
+use crate::store::{KeyWrite, Store, TIMERS_CF};
 
 /// Which clock a timer follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -201,6 +201,15 @@ pub(crate) fn domain_byte(domain: TimeDomain) -> u8 {
     match domain {
         TimeDomain::EventTime => 0,
         TimeDomain::ProcessingTime => 1,
+    }
+}
+
+/// The domain of [`domain_byte`]'s byte.
+fn domain_of(byte: u8) -> TimeDomain {
+    if byte == 0 {
+        TimeDomain::EventTime
+    } else {
+        TimeDomain::ProcessingTime
     }
 }
 
@@ -484,6 +493,26 @@ impl RocksTimers {
         Ok(())
     }
 
+    /// The writes that would make RocksDB hold every pending timer, as [`Self::persist`] does,
+    /// leaving this in memory as it is: the overlay's changes and the due timers already read
+    /// (and deleted) from RocksDB. The two are disjoint: timers below the read frontier live in
+    /// `due`, the overlay holds only those above it.
+    pub(crate) fn pending_writes(&self) -> Vec<KeyWrite> {
+        let mut writes = Vec::with_capacity(self.overlay.len());
+        for (entry, change) in &self.overlay {
+            writes.push((
+                timer_key(domain_of(entry.0), &entry.1),
+                change.set.map(encode_hold),
+            ));
+        }
+        for due in &self.due {
+            for (key, _, hold) in due {
+                writes.push((key.clone(), Some(encode_hold(*hold))));
+            }
+        }
+        writes
+    }
+
     /// Writes the overlay to RocksDB in one batch.
     pub fn flush(&mut self, store: &Store) -> Result<(), StateError> {
         if self.overlay.is_empty() {
@@ -495,12 +524,10 @@ impl RocksTimers {
             if change.set.is_some() {
                 self.written.insert(&entry);
             }
-            let domain = if entry.0 == 0 {
-                TimeDomain::EventTime
-            } else {
-                TimeDomain::ProcessingTime
-            };
-            writes.push((timer_key(domain, &entry.1), change.set.map(encode_hold)));
+            writes.push((
+                timer_key(domain_of(entry.0), &entry.1),
+                change.set.map(encode_hold),
+            ));
         }
         store.write(TIMERS_CF, writes)
     }

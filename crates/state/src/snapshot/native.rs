@@ -2,16 +2,17 @@
 //!
 //! A checkpoint is a directory of hard links to the database's SST files (immutable: an
 //! unchanged one keeps its name and bytes from one checkpoint to the next) and fresh copies of
-//! the small files that describe them (`MANIFEST-*`, `CURRENT`, `OPTIONS-*`). Before taking
-//! one, the backend writes its caches and every pending timer into RocksDB, and the catalog
-//! (`_meta`, see [`crate::store`]) records the key groups and the states' TTLs, so the
-//! directory explains itself to a restore.
+//! the small files that describe them (`MANIFEST-*`, `CURRENT`, `OPTIONS-*`). What the backend
+//! holds only in memory (its caches' dirty entries, its timers' overlay and due timers) goes
+//! beside them in one small file, the [`overlay`](super::overlay), rather than into RocksDB.
+//! The catalog (`_meta`, see [`crate::store`]) records the key groups and the states' TTLs, so
+//! the directory explains itself to a restore.
 //!
 //! A restore of exactly one source at exactly its range links (or copies) the files into the
-//! working directory and opens the database there. Any other restore opens each source
-//! read-only and reads the entries of the new range: per state column family one range read
-//! (state keys start with their key group), and for timers (ordered by time) one pass keeping
-//! those of the new groups.
+//! working directory, opens the database there and applies the overlay to it. Any other restore
+//! opens each source read-only and reads the entries of the new range, merged with the
+//! overlay's: per state column family one range read (state keys start with their key group),
+//! and for timers (ordered by time) one pass keeping those of the new groups.
 
 use std::path::Path;
 
@@ -26,13 +27,20 @@ use crate::store::{
 };
 use crate::timers::{decode_hold, decode_timer};
 
+use super::overlay::{FILE_NAME as OVERLAY_FILE, Merge, Overlay};
 use super::{RestoreSource, Sink, SnapshotFile, StateMeta};
 
-/// Takes a RocksDB checkpoint of `store` (caches and timers already written to it) into `dir`,
-/// which must not exist; lists its files.
-pub(crate) fn checkpoint(store: &Store, dir: &Path) -> Result<Vec<SnapshotFile>, StateError> {
+/// Takes a RocksDB checkpoint of `store` into `dir`, which must not exist, with `overlay` (what
+/// is only in memory) beside it; lists its files.
+pub(crate) fn checkpoint(
+    store: &Store,
+    dir: &Path,
+    overlay: &Overlay,
+) -> Result<Vec<SnapshotFile>, StateError> {
     // The checkpoint flushes memtables itself; flushing every column family first makes that
-    // explicit (the write-ahead log is off, so nothing else would hold those writes).
+    // explicit (the write-ahead log is off, so nothing else would hold those writes). With the
+    // caches' writes in the overlay, the memtables hold only what full caches spilled since the
+    // last checkpoint, often nothing.
     store.flush_all()?;
     let db = store.db()?;
     rocksdb::checkpoint::Checkpoint::new(db)
@@ -43,6 +51,9 @@ pub(crate) fn checkpoint(store: &Store, dir: &Path) -> Result<Vec<SnapshotFile>,
                 e,
             )
         })?;
+    if !overlay.is_empty() {
+        overlay.write(&dir.join(OVERLAY_FILE))?;
+    }
     list_files(dir)
 }
 
@@ -149,6 +160,16 @@ pub(crate) fn read(
             .map_err(|e| corrupt(dir, format!("reading the catalog: {e}")))
     };
     check_layout(dir, get(layout_key())?, key_groups, range)?;
+    let overlay = Overlay::read(dir)?.unwrap_or_default();
+    if let Some(unknown) = overlay
+        .family_names()
+        .find(|n| *n != TIMERS_CF && !families.iter().any(|f| f == n))
+    {
+        return Err(corrupt(
+            dir,
+            format!("the overlay writes to `{unknown}`, a column family the checkpoint lacks"),
+        ));
+    }
     let (from, to) = group_bounds(groups);
     for name in families.iter().filter(|n| is_state_cf(n)) {
         let ttl_ms = match get(&state_record_key(name))? {
@@ -166,13 +187,7 @@ pub(crate) fn read(
         let cf = db
             .cf_handle(name)
             .ok_or_else(|| corrupt(dir, format!("column family `{name}` vanished")))?;
-        let mut opts = rocksdb::ReadOptions::default();
-        if let Some(to) = &to {
-            opts.set_iterate_upper_bound(to.clone());
-        }
-        let mut it = db.raw_iterator_cf_opt(cf, opts);
-        it.seek(&from);
-        while let Some((key, value)) = it.item() {
+        let mut emit = |key: &[u8], value: &[u8]| {
             let (group, k, ns) = decode_entry_key(key)
                 .map_err(|m| corrupt(dir, format!("a key of state `{name}`: {m}")))?;
             let (written, value) = match ttl_ms {
@@ -189,27 +204,44 @@ pub(crate) fn read(
                     (i64::from_le_bytes(stamp), rest)
                 }
             };
-            sink.entry(state, SlotRef { group, key: k, ns }, written, value)?;
+            sink.entry(state, SlotRef { group, key: k, ns }, written, value)
+        };
+        let mut opts = rocksdb::ReadOptions::default();
+        if let Some(to) = &to {
+            opts.set_iterate_upper_bound(to.clone());
+        }
+        let mut merge = Merge::new(overlay.family(name), &from, to.as_deref());
+        let mut it = db.raw_iterator_cf_opt(cf, opts);
+        it.seek(&from);
+        while let Some((key, value)) = it.item() {
+            merge.stored(key, value, &mut emit)?;
             it.next();
         }
         it.status()
             .map_err(|e| corrupt(dir, format!("reading state `{name}`: {e}")))?;
+        merge.finish(&mut emit)?;
     }
     let timers = db
         .cf_handle(TIMERS_CF)
         .ok_or_else(|| corrupt(dir, "no timers column family".into()))?;
-    let mut it = db.raw_iterator_cf(timers);
-    it.seek_to_first();
-    while let Some((key, value)) = it.item() {
+    let mut emit = |key: &[u8], value: &[u8]| {
         let (domain, timer) =
             decode_timer(key).map_err(|m| corrupt(dir, format!("a timer key: {m}")))?;
         if groups.contains(timer.key_group) {
             sink.timer(domain, timer, decode_hold(value))?;
         }
+        Ok(())
+    };
+    let mut merge = Merge::new(overlay.family(TIMERS_CF), &[], None);
+    let mut it = db.raw_iterator_cf(timers);
+    it.seek_to_first();
+    while let Some((key, value)) = it.item() {
+        merge.stored(key, value, &mut emit)?;
         it.next();
     }
     it.status()
-        .map_err(|e| corrupt(dir, format!("reading timers: {e}")))
+        .map_err(|e| corrupt(dir, format!("reading timers: {e}")))?;
+    merge.finish(&mut emit)
 }
 
 /// Restores the checkpoint of `source` as the working database at `config.path`: links its
@@ -232,6 +264,9 @@ pub(crate) fn restore_files(
     // From here on, dropping the store on an error removes the directory.
     let recorded = store.get(META_CF, layout_key())?;
     check_layout(&source.dir, recorded, key_groups, source.range)?;
+    if let Some(overlay) = Overlay::read(&source.dir)? {
+        overlay.apply(&store)?;
+    }
     Ok(store)
 }
 
@@ -249,7 +284,12 @@ fn link_files(from: &Path, to: &Path) -> Result<(), StateError> {
         let text = name.to_string_lossy();
         // Leftovers of a RocksDB that opened the directory (a read-only restore): not part of
         // the checkpoint.
-        if text == "LOCK" || text.starts_with("LOG") || !entry.path().is_file() {
+        // The overlay is applied after opening, not a file of the database.
+        if text == "LOCK"
+            || text.starts_with("LOG")
+            || text == OVERLAY_FILE
+            || !entry.path().is_file()
+        {
             continue;
         }
         let (src, dst) = (entry.path(), to.join(&name));
