@@ -68,7 +68,7 @@ pub use backend::{
 pub use codec::{MapKey, StateValue};
 pub use error::StateError;
 pub use keys::{KeyRef, NO_NAMESPACE, Window};
-pub use query::{Found, QueryEntry, Select, StateReader};
+pub use query::{Filter, Found, QueryEntry, Select, StateReader};
 pub use rocksdb::Cache as BlockCache;
 pub use snapshot::{KeyedSnapshot, RestoreSource, SnapshotFile, SnapshotFormat, StateMeta};
 pub use store::{Compression, RocksConfig, StoreCounters};

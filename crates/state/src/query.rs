@@ -133,6 +133,9 @@ impl SharedDb {
     }
 }
 
+/// A predicate on a stored entry's (key group, key, namespace), run where the state is read.
+pub type Filter<'a> = dyn FnMut(u32, &[u8], &[u8]) -> bool + 'a;
+
 /// What a query reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Select {
@@ -204,11 +207,7 @@ impl StateReader {
     /// memtable probe and at most a few block reads (block cache, else the page cache of a
     /// local SSD): microseconds, which is why callers run it inline rather than hand it to
     /// a blocking pool (measured in `weir bench query`).
-    pub fn read(
-        &self,
-        select: &Select,
-        filter: &mut dyn FnMut(u32, &[u8], &[u8]) -> bool,
-    ) -> Result<Found, StateError> {
+    pub fn read(&self, select: &Select, filter: &mut Filter<'_>) -> Result<Found, StateError> {
         // Held until the end of this call: the store cannot close the database under us.
         let shared = self.db.upgrade().ok_or_else(|| {
             StateError::Storage(format!(
@@ -354,7 +353,7 @@ impl KeyedStateBackend {
         &mut self,
         state: &str,
         select: &Select,
-        filter: &mut dyn FnMut(u32, &[u8], &[u8]) -> bool,
+        filter: &mut Filter<'_>,
     ) -> Result<Found, StateError> {
         let i = self.table_index(state)?;
         let now = (self.clock)();
