@@ -1,4 +1,4 @@
-//! `weir submit`, `weir jobs`, `weir cancel`, `weir savepoint ID`: a command-line client of a
+//! `weir submit`, `weir jobs`, `weir cancel`, `weir savepoint ID`, `weir state`: a command-line client of a
 //! `weir serve` (`--server URL` or `WEIR_SERVER`; the token, when the server needs one, from
 //! `WEIR_TOKEN`).
 
@@ -235,6 +235,96 @@ pub fn savepoint(server: &str, id: &str, stop: bool, timeout: Duration) -> ExitC
             std::thread::sleep(Duration::from_millis(200));
         }
     })())
+}
+
+/// What `weir state` looks up.
+#[derive(clap::Args, Clone, Debug)]
+pub struct StateArgs {
+    /// The job's id (see `weir jobs`).
+    pub id: String,
+    /// The keyed operator (a node of the job that declares `queryable:`).
+    pub operator: String,
+    /// The state (e.g. `accumulators`, `windows`, `sessions`).
+    pub state: String,
+    /// The key: the key column's value, or a JSON array for several key columns.
+    #[arg(long, conflicts_with = "prefix", required_unless_present = "prefix")]
+    pub key: Option<String>,
+    /// Scan the keys whose (first) column, as text, starts with this.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Most entries to print.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// `direct` (a RocksDB snapshot, as fresh as the last write-through) or `ordered`
+    /// (answered by the operator between batches: read-your-writes). Default: the state's.
+    #[arg(long, value_parser = ["direct", "ordered"])]
+    pub path: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// `weir state ID OPERATOR STATE --key K`: prints the entries as JSON lines, and how fresh
+/// they are on standard error.
+pub fn state(args: &StateArgs) -> ExitCode {
+    report((|| {
+        let mut query = Vec::new();
+        for (name, value) in [
+            ("key", args.key.clone()),
+            ("prefix", args.prefix.clone()),
+            ("limit", args.limit.map(|l| l.to_string())),
+            ("path", args.path.clone()),
+        ] {
+            if let Some(v) = value {
+                query.push(format!("{name}={}", percent_encode(&v)));
+            }
+        }
+        let path = format!(
+            "/api/v1/jobs/{}/state/{}/{}?{}",
+            segment(&args.id)?,
+            percent_encode(&args.operator),
+            percent_encode(&args.state),
+            query.join("&")
+        );
+        let v = Client::new(&args.server.server).ok("GET", &path, None)?;
+        let entries = v["entries"].as_array().cloned().unwrap_or_default();
+        for e in &entries {
+            println!("{e}");
+        }
+        let age = v["freshness"]["age-ms"].as_i64().unwrap_or(0);
+        eprintln!(
+            "{} entr{} from `{}.{}` ({} path{}), as of {} ms ago{}",
+            entries.len(),
+            if entries.len() == 1 { "y" } else { "ies" },
+            args.operator,
+            args.state,
+            v["path"].as_str().unwrap_or("?"),
+            if v["freshness"]["read-your-writes"].as_bool() == Some(true) {
+                ", read-your-writes"
+            } else {
+                ""
+            },
+            age,
+            if v["truncated"].as_bool() == Some(true) {
+                "; more entries were left out (raise --limit)"
+            } else {
+                ""
+            }
+        );
+        Ok(())
+    })())
+}
+
+/// `s` with everything but unreserved URL characters percent-encoded.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A job id as one URL path segment (ids are numbers; anything else cannot name a job).

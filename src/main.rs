@@ -110,6 +110,9 @@ enum Command {
         #[command(flatten)]
         server: client::ServerArgs,
     },
+    /// Look up a running job's queryable state by key on a `weir serve` (token from
+    /// WEIR_TOKEN): `weir state ID OPERATOR STATE --key K`.
+    State(client::StateArgs),
     /// Check a job file and report every problem with its line, column and key.
     Validate {
         job: PathBuf,
@@ -203,6 +206,7 @@ fn main() -> ExitCode {
         Command::Submit { job, server } => client::submit(&server, &job),
         Command::Jobs { server } => client::jobs(&server),
         Command::Cancel { id, server } => client::cancel(&server, &id),
+        Command::State(args) => client::state(&args),
         Command::Validate { job, overrides } => validate(&job, &overrides),
         Command::Schema => match serde_json::to_string_pretty(&weir_runtime::spec::json_schema()) {
             Ok(s) => {

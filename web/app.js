@@ -1,5 +1,6 @@
 // weir dashboard: plain JavaScript, no build step. Pages are chosen by the URL's hash
-// (#/, #/jobs/ID, #/jobs/ID/checkpoints, #/submit, #/scheduler) and refreshed by polling the
+// (#/, #/jobs/ID, #/jobs/ID/checkpoints, #/jobs/ID/operators/NAME, #/submit, #/scheduler) and
+// refreshed by polling the
 // REST API every second; plots are SVG drawn here.
 "use strict";
 
@@ -345,9 +346,9 @@ async function fillRestartChoices(id) {
   }
 }
 
-async function jobPage(id, tab) {
+async function jobPage(id, tab, operator) {
   let lastState = null;
-  const key = "job-" + id + "-" + tab;
+  const key = "job-" + id + "-" + tab + "-" + (operator || "");
   show(key, `<div id="head"></div><div id="body"></div>`, async () => {
     const r = await api("GET", `/jobs/${id}`);
     if (r.status === 404) { main.innerHTML = `<div class="message error">No job ${esc(id)}.</div>`; page = null; return; }
@@ -365,6 +366,7 @@ async function jobPage(id, tab) {
     if (tab === "overview") body.innerHTML = overview(job);
     else if (tab === "checkpoints") { const html = await checkpointsTab(id); if (page?.key === key) body.innerHTML = html; }
     else if (tab === "exceptions") { const html = await exceptionsTab(id); if (page?.key === key) body.innerHTML = html; }
+    else if (tab === "operators") operatorTab(job, operator, body);
     else if (tab === "spec" && !body.dataset.loaded) {
       const s = await fetch(`${API}/jobs/${id}/spec`, { headers: token() ? { Authorization: "Bearer " + token() } : {} });
       body.innerHTML = `<div class="panel"><pre class="mono">${esc(await s.text())}</pre></div>`;
@@ -395,7 +397,7 @@ function overview(job) {
   <h2>Operators</h2>
   <div class="panel"><table><thead><tr><th>operator</th><th>status</th><th class="num">records in</th><th class="num">records out</th>
     <th>rate out</th><th>backpressure</th><th class="num">watermark behind sources</th><th class="num">alignment</th></tr></thead><tbody>
-    ${job.nodes.map(n => `<tr><td><b>${esc(n.name)}</b> <span class="muted">${esc(n.kind)} ×${n.parallelism}</span></td>
+    ${job.nodes.map(n => `<tr><td><a href="#/jobs/${esc(job.id)}/operators/${encodeURIComponent(n.name)}"><b>${esc(n.name)}</b></a> <span class="muted">${esc(n.kind)} ×${n.parallelism}</span>${(n.queryable || []).length ? ` <span class="badge queryable" title="queryable state">queryable</span>` : ""}</td>
       <td>${badge(n.status)}</td>
       <td class="num">${n.role === "source" ? "–" : num(n["records-in"])}</td>
       <td class="num">${n.role === "sink" ? "–" : num(n["records-out"])}</td>
@@ -403,6 +405,56 @@ function overview(job) {
       <td>${sparkline(n.history.backpressure, 70, 24, "#dc2626")} <span class="bar"><span style="width:${(100 * n.backpressure).toFixed(0)}%;background:${pressureColour(n.backpressure)}"></span></span> ${(100 * n.backpressure).toFixed(0)}%</td>
       <td class="num">${dur(n["watermark-delay-ms"])}</td><td class="num">${dur(n["alignment-ms"])}</td></tr>`).join("")}
     </tbody></table></div>${pools(job.pools || [])}`;
+}
+
+// One operator: its counters, and for a keyed operator with queryable state a lookup box.
+// The box is drawn once (typing survives the page's polling); the counters are redrawn.
+function operatorTab(job, name, body) {
+  const n = job.nodes.find(x => x.name === name);
+  if (!n) { body.innerHTML = `<div class="message error">Job ${esc(job.id)} has no operator ${esc(name)}.</div>`; return; }
+  if (body.dataset.operator !== name) {
+    body.dataset.operator = name;
+    const states = n.queryable || [];
+    const keys = (n["key-columns"] || []).join(", ");
+    const form = states.length ? `<h2>State lookup</h2><div class="panel"><form id="lookup" class="lookup">
+        <label>state <select name="state">${states.map(q => `<option value="${esc(q.state)}">${esc(q.state)} (${esc(q.path)}${q["max-staleness-ms"] != null ? ", ≤ " + dur(q["max-staleness-ms"]) + " stale" : ""})</option>`).join("")}</select></label>
+        <label><select name="mode"><option value="key">key</option><option value="prefix">key prefix</option></select>
+          <input name="key" placeholder="${esc(keys.includes(",") ? `JSON array: ${keys}` : keys)}" size="24"></label>
+        <label>limit <input name="limit" type="number" min="1" max="1000" value="20" style="width:5em"></label>
+        <label>path <select name="path"><option value="">declared</option><option value="direct">direct</option><option value="ordered">ordered</option></select></label>
+        <button type="submit">Look up</button></form><div id="lookup-result"></div></div>`
+      : `<div class="message">This operator declares no queryable state (add <code>queryable:</code> to its job file entry).</div>`;
+    body.innerHTML = `<div id="op-stats"></div>${form}`;
+    const f = document.getElementById("lookup");
+    if (f) f.addEventListener("submit", ev => { ev.preventDefault(); lookup(job.id, name, f); });
+  }
+  const stats = document.getElementById("op-stats");
+  if (stats) stats.innerHTML = `<h2>${esc(n.name)} <span class="muted">${esc(n.kind)} ×${n.parallelism}</span> ${badge(n.status)}</h2>
+    <div class="panel stats">
+      <div class="stat"><div class="v">${num(n["records-in"])}</div><div class="k">records in</div></div>
+      <div class="stat"><div class="v">${num(n["records-out"])}</div><div class="k">records out</div></div>
+      <div class="stat"><div class="v">${rate(n["rate-out"])}</div><div class="k">records out per second</div></div>
+      <div class="stat"><div class="v">${(100 * n.backpressure).toFixed(0)}%</div><div class="k">backpressure</div></div>
+      <div class="stat"><div class="v">${num(n["control-messages"])}</div><div class="k">ordered lookups answered</div></div>
+    </div>`;
+}
+
+async function lookup(id, name, form) {
+  const out = document.getElementById("lookup-result");
+  const d = new FormData(form);
+  const q = new URLSearchParams();
+  q.set(d.get("mode"), d.get("key"));
+  if (d.get("limit")) q.set("limit", d.get("limit"));
+  if (d.get("path")) q.set("path", d.get("path"));
+  const r = await api("GET", `/jobs/${id}/state/${encodeURIComponent(name)}/${encodeURIComponent(d.get("state"))}?${q}`);
+  if (!out) return;
+  if (!r.ok) { out.innerHTML = `<div class="message error">${esc(r.data.error || r.data)} (HTTP ${r.status})</div>`; return; }
+  const a = r.data, f = a.freshness;
+  const fresh = `${a.entries.length} entr${a.entries.length === 1 ? "y" : "ies"} · ${esc(a.path)} path · as of ${time(f["as-of"])} (${dur(f["age-ms"])} ago)${f["read-your-writes"] ? " · read-your-writes" : ""}${a.truncated ? " · more left out" : ""}`;
+  const cell = v => `<span class="mono">${esc(JSON.stringify(v))}</span>`;
+  out.innerHTML = `<div class="muted">${fresh}</div><table><thead><tr><th>key</th><th>window</th><th>value</th><th class="num">subtask</th></tr></thead><tbody>
+    ${a.entries.map(e => `<tr><td>${cell(e.key)}</td><td>${e.window ? `${time(e.window.start)} – ${time(e.window.end)}` : "–"}</td><td>${cell(e.value)}</td><td class="num">${e.subtask}</td></tr>`).join("")}
+    </tbody></table>`;
 }
 
 // Connection pools of sinks that write through one: connections in use and idle against the
@@ -592,7 +644,7 @@ function render() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean);
   document.querySelectorAll("header nav a").forEach(a => a.classList.toggle("active",
     a.dataset.nav === (parts[0] === "submit" ? "submit" : parts[0] === "scheduler" ? "scheduler" : "jobs")));
-  if (parts[0] === "jobs" && parts[1]) return jobPage(parts[1], parts[2] || "overview");
+  if (parts[0] === "jobs" && parts[1]) return jobPage(parts[1], parts[2] || "overview", parts[3] && decodeURIComponent(parts[3]));
   if (parts[0] === "submit") return submitPage();
   if (parts[0] === "scheduler") return schedulerPage();
   return jobsPage();

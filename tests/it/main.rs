@@ -15,6 +15,8 @@
 //!   resumed on the other backend, restarts after a task failure, at-least-once mode.
 //! - `postgres`: the PostgreSQL sink against throwaway clusters: exactly once through SIGKILLs,
 //!   a server that goes away and comes back, upserts, and the errors that name what is wrong.
+//! - `query`: queryable state through the API (direct and ordered paths, 404s, 429) and
+//!   `weir state` against a real server.
 //! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
 //!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
@@ -28,6 +30,7 @@ mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;
 mod postgres;
+mod query;
 mod recovery;
 mod serve;
 mod spec_errors;

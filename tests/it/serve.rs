@@ -15,37 +15,42 @@ use tower::ServiceExt;
 use weir_http_ui::{Access, Host, HostConfig};
 
 /// A host on the test's runtime, with fast sampling, and its router.
-fn app(access: Access) -> (Arc<Host>, Router) {
-    let scheduler =
-        Arc::new(weir_scheduler::Scheduler::new(tokio::runtime::Handle::current()).unwrap());
-    let host = Host::new(
-        scheduler,
+pub(crate) fn app(access: Access) -> (Arc<Host>, Router) {
+    app_with(
+        access,
         HostConfig {
             sample_every: Duration::from_millis(50),
             ..HostConfig::default()
         },
-    );
+    )
+}
+
+/// Like [`app`], with a host configured by `config`.
+pub(crate) fn app_with(access: Access, config: HostConfig) -> (Arc<Host>, Router) {
+    let scheduler =
+        Arc::new(weir_scheduler::Scheduler::new(tokio::runtime::Handle::current()).unwrap());
+    let host = Host::new(scheduler, config);
     let router = weir_http_ui::router(host.clone(), access);
     (host, router)
 }
 
-struct Answer {
-    status: StatusCode,
-    content_type: String,
-    text: String,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) content_type: String,
+    pub(crate) text: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
     }
 }
 
-async fn call(app: &Router, method: &str, uri: &str, body: impl Into<Body>) -> Answer {
+pub(crate) async fn call(app: &Router, method: &str, uri: &str, body: impl Into<Body>) -> Answer {
     call_with(app, method, uri, body, None).await
 }
 
-async fn call_with(
+pub(crate) async fn call_with(
     app: &Router,
     method: &str,
     uri: &str,
@@ -96,7 +101,7 @@ fn q1(name: &str, extra: &str) -> String {
 
 /// Polls `uri` until `done` holds for its JSON (a liveness wait, bounded at 30 s: no speed is
 /// asserted).
-async fn wait_for(app: &Router, uri: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn wait_for(app: &Router, uri: &str, done: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..600 {
         let a = call(app, "GET", uri, Body::empty()).await;
         assert_eq!(a.status, StatusCode::OK, "{uri}: {}", a.text);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -51,6 +51,10 @@ pub fn router(host: Arc<Host>, access: Access) -> Router {
             get(checkpoint),
         )
         .route("/api/v1/jobs/{id}/exceptions", get(exceptions))
+        .route(
+            "/api/v1/jobs/{id}/state/{operator}/{state}",
+            get(state_lookup),
+        )
         .route("/api/v1/scheduler", get(scheduler))
         .route("/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(access, auth::require));
@@ -268,6 +272,90 @@ async fn exceptions(
     let job = host.job(&id)?;
     let list: Vec<_> = job.lock().exceptions.iter().rev().cloned().collect();
     Ok(Json(serde_json::json!({ "exceptions": list })))
+}
+
+/// The query string of a state lookup.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LookupParams {
+    key: Option<String>,
+    prefix: Option<String>,
+    limit: Option<usize>,
+    /// `direct` or `ordered`, instead of the state's declared path.
+    path: Option<String>,
+}
+
+/// Who a rate limit counts a request against: its bearer token if it has one (clients sharing
+/// a token share a budget), else its address.
+fn client_of(request: &Request) -> String {
+    if let Some(auth) = request.headers().get(header::AUTHORIZATION) {
+        return format!("token:{}", String::from_utf8_lossy(auth.as_bytes()));
+    }
+    match request
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+    {
+        Some(ConnectInfo(addr)) => format!("addr:{}", addr.ip()),
+        // In-process callers (tests) have no address.
+        None => "local".to_string(),
+    }
+}
+
+async fn state_lookup(
+    State(host): State<Arc<Host>>,
+    Path((id, operator, state)): Path<(String, String, String)>,
+    Query(params): Query<LookupParams>,
+    request: Request,
+) -> Result<Json<weir_runtime::query::LookupAnswer>, ApiError> {
+    if let Err(wait) = host
+        .lookups()
+        .take(&client_of(&request), std::time::Instant::now())
+    {
+        let retry_after = wait.as_secs_f64().ceil().max(1.0) as u64;
+        return Err(ApiError::RateLimited {
+            message: format!(
+                "too many state lookups from this client (at most {}/s, bursts of {}); retry after {retry_after} s",
+                host.config().lookup_rate,
+                host.config().lookup_burst
+            ),
+            retry_after,
+        });
+    }
+    let job = host.job(&id)?;
+    let queries = job.queries().ok_or_else(|| {
+        ApiError::Conflict(format!(
+            "job {id} is {}: only a running job's state can be looked up",
+            job.state().name()
+        ))
+    })?;
+    let path = match params.path.as_deref() {
+        None => None,
+        Some("direct") => Some(weir_runtime::spec::QueryPath::Direct),
+        Some("ordered") => Some(weir_runtime::spec::QueryPath::Ordered),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`path` is `direct` or `ordered`, not `{other}`"
+            )));
+        }
+    };
+    let lookup = weir_runtime::query::LookupRequest {
+        key: params.key,
+        prefix: params.prefix,
+        limit: params.limit,
+        path,
+    };
+    use weir_runtime::query::QueryError;
+    queries
+        .lookup(&operator, &state, &lookup)
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            QueryError::NotFound(m) => ApiError::NotFound(format!("job {id}: {m}")),
+            QueryError::BadRequest(m) => ApiError::BadRequest(m),
+            QueryError::Busy(m) | QueryError::Unavailable(m) => ApiError::Unavailable(m),
+            QueryError::Timeout(m) => ApiError::Timeout(m),
+            QueryError::Internal(m) => ApiError::Internal(m),
+        })
 }
 
 async fn scheduler(State(host): State<Arc<Host>>) -> Json<weir_scheduler::SchedulerMetrics> {

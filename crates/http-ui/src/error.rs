@@ -35,6 +35,17 @@ pub enum ApiError {
     /// The job could not start (its snapshot is unusable, its files cannot be created).
     #[error("{0}")]
     Start(String),
+    /// One client sent too many requests of a rate-limited kind (state lookups): retry after
+    /// `retry_after` seconds.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after: u64 },
+    /// The job cannot answer now (an operator's lookup queue is full, a subtask restarts):
+    /// retry shortly.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The job did not answer in time.
+    #[error("{0}")]
+    Timeout(String),
     /// A bug or an unexpected failure of the host itself.
     #[error("internal error: {0}")]
     Internal(String),
@@ -48,6 +59,9 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Start(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -85,7 +99,20 @@ impl IntoResponse for ApiError {
             }),
             other => serde_json::json!({ "error": other.to_string() }),
         };
-        (status, Json(body)).into_response()
+        let retry_after = match &self {
+            ApiError::RateLimited { retry_after, .. } => Some(*retry_after),
+            ApiError::Unavailable(_) => Some(1),
+            _ => None,
+        };
+        match retry_after {
+            Some(secs) => (
+                status,
+                [(axum::http::header::RETRY_AFTER, secs.to_string())],
+                Json(body),
+            )
+                .into_response(),
+            None => (status, Json(body)).into_response(),
+        }
     }
 }
 

@@ -40,6 +40,10 @@ pub struct HostConfig {
     pub max_kept: usize,
     /// How often every running job's counters are sampled (rates, sparklines).
     pub sample_every: Duration,
+    /// State lookups per second per client (bearer token, else address); beyond it, 429.
+    pub lookup_rate: f64,
+    /// State lookups a client may send at once before the rate applies.
+    pub lookup_burst: u32,
 }
 
 impl Default for HostConfig {
@@ -48,6 +52,8 @@ impl Default for HostConfig {
             max_running: 256,
             max_kept: 1024,
             sample_every: Duration::from_secs(1),
+            lookup_rate: 100.0,
+            lookup_burst: 200,
         }
     }
 }
@@ -65,12 +71,16 @@ pub struct Host {
     /// Every task the host spawned: one waiter per run, one per savepoint request, the sampler.
     tasks: Mutex<JoinSet<()>>,
     shutdown: CancellationToken,
+    /// Per-client budget of state lookups.
+    lookups: crate::ratelimit::RateLimiter,
 }
 
 impl Host {
     /// A host on the current tokio runtime, triggering checkpoints with `scheduler`.
     pub fn new(scheduler: Arc<Scheduler>, config: HostConfig) -> Arc<Self> {
+        let lookups = crate::ratelimit::RateLimiter::new(config.lookup_rate, config.lookup_burst);
         let host = Arc::new(Host {
+            lookups,
             config,
             scheduler,
             jobs: RwLock::new(BTreeMap::new()),
@@ -89,6 +99,11 @@ impl Host {
 
     pub fn config(&self) -> &HostConfig {
         &self.config
+    }
+
+    /// The per-client budget of state lookups.
+    pub fn lookups(&self) -> &crate::ratelimit::RateLimiter {
+        &self.lookups
     }
 
     pub fn scheduler(&self) -> &Scheduler {

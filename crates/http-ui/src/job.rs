@@ -274,6 +274,15 @@ impl HostedJob {
         self.lock().state
     }
 
+    /// The running job's queryable state (`None` once the run ended).
+    pub fn queries(&self) -> Option<Arc<weir_runtime::query::Queries>> {
+        let s = self.lock();
+        if !s.state.is_live() {
+            return None;
+        }
+        s.live.as_ref().map(|l| l.control.queries())
+    }
+
     /// A new run of the job started (a restart request).
     pub fn restarted(&self, running: &RunningJob, from: Option<String>) {
         let mut s = self.lock();

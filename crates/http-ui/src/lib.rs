@@ -8,7 +8,8 @@
 //! - the REST API under `/api/v1` (JSON in and out; a job is submitted as its YAML file):
 //!   submit, validate, list, detail (DAG, per-operator counts, rates, backpressure,
 //!   watermarks), cancel, savepoints (an id to poll), stop with a savepoint, restart from a
-//!   snapshot, checkpoint history and details, recent exceptions, the scheduler's metrics;
+//!   snapshot, checkpoint history and details, recent exceptions, the scheduler's metrics,
+//!   lookups of queryable state by key (rate-limited per client);
 //!   described by the OpenAPI document at `/api/v1/openapi.json`;
 //! - `/metrics` in the Prometheus text format;
 //! - the dashboard (`web/`, embedded) at `/`.
@@ -25,6 +26,7 @@
 //! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
 //! - [`paths`]: what a submitted job may name on the filesystem.
 //! - [`prometheus`]: the `/metrics` text.
+//! - [`ratelimit`]: token buckets per client (state lookups).
 //! - [`assets`]: the embedded dashboard files.
 //! - [`error`]: [`ApiError`] (one HTTP status each) and [`ServeError`].
 //!
@@ -51,6 +53,7 @@ pub mod host;
 pub mod job;
 pub mod paths;
 pub mod prometheus;
+pub mod ratelimit;
 pub mod view;
 
 use std::future::Future;
@@ -140,6 +143,8 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let app = router(self.host.clone(), self.access);
+        // Peer addresses let the state-lookup rate limit tell clients without a token apart.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await;

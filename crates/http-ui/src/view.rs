@@ -79,8 +79,24 @@ pub struct NodeView {
     pub alignment_ms: u64,
     pub skipped: u64,
     pub late_dropped: u64,
+    /// States that can be looked up by key (`GET /api/v1/jobs/{id}/state/{node}/{state}`).
+    pub queryable: Vec<QueryableView>,
+    /// The key columns a lookup gives values for (queryable nodes).
+    pub key_columns: Vec<String>,
+    /// Control messages (ordered state lookups) the node's tasks answered.
+    pub control_messages: u64,
     /// Oldest first, one point per sampling interval.
     pub history: NodeHistory,
+}
+
+/// One queryable state of a node.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct QueryableView {
+    pub state: String,
+    /// `direct` or `ordered`: the path lookups take unless they ask for the other.
+    pub path: weir_runtime::spec::QueryPath,
+    pub max_staleness_ms: Option<i64>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -336,6 +352,7 @@ impl HostedJob {
                 }
                 let last = |v: &[f64]| if live { v.last().copied() } else { None };
                 let watermark = known(n.watermark());
+                let queryable = self.plan.nodes.get(i).and_then(|p| p.queryable.as_ref());
                 NodeView {
                     id: i,
                     name: n.name.clone(),
@@ -358,6 +375,18 @@ impl HostedJob {
                     alignment_ms: n.sum(|t| &t.alignment_ns) / 1_000_000,
                     skipped: n.sum(|t| &t.skipped),
                     late_dropped: n.sum(|t| &t.late_dropped),
+                    queryable: queryable.map_or_else(Vec::new, |q| {
+                        q.states
+                            .iter()
+                            .map(|st| QueryableView {
+                                state: st.name.clone(),
+                                path: st.path,
+                                max_staleness_ms: st.max_staleness_ms,
+                            })
+                            .collect()
+                    }),
+                    key_columns: queryable.map_or_else(Vec::new, |q| q.key_names().to_vec()),
+                    control_messages: n.sum(|t| &t.control_messages),
                     history,
                 }
             })

@@ -15,6 +15,7 @@
 //! - [`connectors`]: sources (Nexmark generator, JSON lines) and sinks (blackhole, stdout, files).
 //! - [`format`]: JSON lines to and from Arrow; splitting files for parallel readers.
 //! - [`exec`]: messages, input gates, exchanges, tasks, jobs, metrics.
+//! - [`query`]: queryable state: lookups of a running job's keyed state by key.
 //! - [`error`]: failure categories of running jobs.
 //!
 //! # Example
@@ -39,6 +40,7 @@ pub mod expr;
 pub mod format;
 pub mod operators;
 pub mod plan;
+pub mod query;
 pub mod spec;
 
 /// weir's keyed state crate, for tools built on the runtime (benchmarks, tests).

@@ -44,6 +44,11 @@ pub(crate) trait AnyTable: Send {
     fn pending_writes(&mut self) -> Vec<KeyWrite>;
     fn name(&self) -> &str;
     fn ttl(&self) -> Option<i64>;
+    /// Encodes the live value of `slot` at `now` into `out` (emptied first): `Some(true)` if
+    /// there is one, `Some(false)` if the table knows there is none, `None` if it does not
+    /// know (a RocksDB table that has not cached the slot). Reads the table only, not the
+    /// store (queries, [`crate::query`]).
+    fn encode_live(&self, slot: SlotRef<'_>, now: i64, out: &mut Vec<u8>) -> Option<bool>;
     /// Calls `f` with every live entry at `now`: its slot, write time and value.
     fn visit_live<'a>(&'a self, now: i64, f: &mut dyn FnMut(&'a Slot, i64, &'a dyn EncodeValue));
 }
@@ -66,6 +71,14 @@ impl<T: StateValue> AnyTable for Table<T> {
     }
     fn ttl(&self) -> Option<i64> {
         Table::ttl(self)
+    }
+    fn encode_live(&self, slot: SlotRef<'_>, now: i64, out: &mut Vec<u8>) -> Option<bool> {
+        out.clear();
+        let value = self.live_value(slot, now)?;
+        if let Some(v) = value {
+            v.encode(out);
+        }
+        Some(value.is_some())
     }
     fn visit_live<'a>(&'a self, now: i64, f: &mut dyn FnMut(&'a Slot, i64, &'a dyn EncodeValue)) {
         for (slot, written, value) in self.live_at(now) {
@@ -141,7 +154,7 @@ pub struct StateOptions {
 /// Keyed state and timers of one operator subtask.
 pub struct KeyedStateBackend {
     pub(crate) tables: Vec<Registered>,
-    names: HashMap<String, usize>,
+    pub(crate) names: HashMap<String, usize>,
     pub(crate) timers: Timers,
     /// The RocksDB store, for the RocksDB backend.
     pub(crate) store: Option<Store>,

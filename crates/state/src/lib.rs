@@ -20,6 +20,7 @@
 //! - [`table`]: a state's table: all in memory (heap), or a write-back cache over RocksDB.
 //! - [`store`]: the RocksDB database of a subtask: column families, key layout, batches.
 //! - [`timers`]: the timer service and watermark holds, in memory or in RocksDB.
+//! - [`query`]: queryable state: direct RocksDB-snapshot reads and ordered reads.
 //! - [`snapshot`]: checkpoint snapshots (logical, or RocksDB-native and incremental) and
 //!   restore at any parallelism, by key group.
 //! - [`error`]: what can go wrong ([`StateError`]).
@@ -46,6 +47,7 @@ pub mod error;
 pub mod heap;
 pub mod key_groups;
 pub mod keys;
+pub mod query;
 pub mod snapshot;
 pub mod store;
 pub mod table;
@@ -66,6 +68,7 @@ pub use backend::{
 pub use codec::{MapKey, StateValue};
 pub use error::StateError;
 pub use keys::{KeyRef, NO_NAMESPACE, Window};
+pub use query::{Filter, Found, QueryEntry, Select, StateReader};
 pub use rocksdb::Cache as BlockCache;
 pub use snapshot::{KeyedSnapshot, RestoreSource, SnapshotFile, SnapshotFormat, StateMeta};
 pub use store::{Compression, RocksConfig, StoreCounters};

@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
@@ -39,6 +39,7 @@ use crate::codec::{get_varint, put_varint};
 use crate::error::StateError;
 use crate::key_groups::KeyGroupRange;
 use crate::keys::KeyRef;
+use crate::query::{SharedDb, now_ms};
 use crate::snapshot::StateMeta;
 
 /// A RocksDB key and its value.
@@ -166,7 +167,16 @@ impl StoreCounters {
 
 /// A subtask's RocksDB database.
 pub struct Store {
-    db: Option<DB>,
+    /// Shared with queryable-state readers ([`crate::query::StateReader`]), which hold it
+    /// only for the length of one lookup: see [`SharedDb`] for what that ownership means for
+    /// closing.
+    db: Option<Arc<SharedDb>>,
+    /// When each state's table last wrote all its cached changes through to RocksDB (epoch
+    /// ms): what a direct read of the state is as fresh as.
+    written_through: HashMap<String, Arc<AtomicI64>>,
+    /// States whose cache is written through at least this often (ms), by name: a
+    /// queryable state's `max-staleness` (see [`crate::query`]).
+    max_staleness: Vec<(String, i64)>,
     /// Options of the column families created after opening. rust-rocksdb's `create_cf` does
     /// not keep what its options own alive, so the store keeps them until the database is
     /// closed.
@@ -232,8 +242,15 @@ impl Store {
             .map_err(|e| storage(&format!("opening RocksDB at {}", path.display()), e))?;
         let mut write_options = WriteOptions::new();
         write_options.disable_wal(true);
+        let opened = now_ms();
+        let written_through = ttl_slots
+            .keys()
+            .map(|name| (name.clone(), Arc::new(AtomicI64::new(opened))))
+            .collect();
         Ok(Store {
-            db: Some(db),
+            db: Some(Arc::new(SharedDb::new(db))),
+            written_through,
+            max_staleness: Vec::new(),
             created: Vec::new(),
             ttl_slots,
             path,
@@ -266,8 +283,37 @@ impl Store {
 
     pub(crate) fn db(&self) -> Result<&DB, StateError> {
         self.db
-            .as_ref()
+            .as_deref()
+            .map(SharedDb::db)
             .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))
+    }
+
+    /// The database, to share with a queryable-state reader.
+    pub(crate) fn shared_db(&self) -> Option<&Arc<SharedDb>> {
+        self.db.as_ref()
+    }
+
+    /// When state `name` was last written through (see the field).
+    pub(crate) fn written_through(&self, name: &str) -> Option<Arc<AtomicI64>> {
+        self.written_through.get(name).cloned()
+    }
+
+    pub(crate) fn set_max_staleness(&mut self, name: &str, max_ms: i64) {
+        self.max_staleness.retain(|(n, _)| n != name);
+        self.max_staleness.push((name.to_string(), max_ms));
+    }
+
+    pub(crate) fn max_staleness(&self) -> &[(String, i64)] {
+        &self.max_staleness
+    }
+
+    /// State `name`'s table has just written every cached change to RocksDB.
+    pub(crate) fn mark_written_through(&self, name: &str) {
+        if let Some(at) = self.written_through.get(name) {
+            // Release: a reader that loads this time and then takes a RocksDB snapshot sees
+            // every write made before it (the write returned before this store).
+            at.store(now_ms(), Ordering::Release);
+        }
     }
 
     /// The column family of state `name`, created (with an empty TTL slot) if missing.
@@ -282,14 +328,23 @@ impl Store {
         }
         let slot = Arc::new(TtlSlot::default());
         let opts = Self::cf_options(&self.config, Some(slot.clone()));
-        let db = self
+        let shared = self
             .db
             .as_mut()
             .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))?;
+        // Creating a column family needs the database exclusively: states are registered when
+        // the operator is made, before any query reader shares it.
+        let db = Arc::get_mut(shared).map(SharedDb::db_mut).ok_or_else(|| {
+            StateError::Invalid(format!(
+                "state `{name}` registered while queries share the store; register states first"
+            ))
+        })?;
         db.create_cf(name, &opts)
             .map_err(|e| storage(&format!("creating state `{name}`"), e))?;
         self.created.push(opts);
         self.ttl_slots.insert(name.to_string(), slot.clone());
+        self.written_through
+            .insert(name.to_string(), Arc::new(AtomicI64::new(now_ms())));
         Ok(slot)
     }
 
@@ -505,9 +560,13 @@ impl Store {
     /// keep their own copies).
     pub fn close(&mut self) -> Result<(), StateError> {
         if let Some(db) = self.db.take() {
-            drop(db);
-            std::fs::remove_dir_all(&self.path)
-                .map_err(|e| storage(&format!("removing {}", self.path.display()), e))?;
+            // A query reading right now keeps the database open; the last one to let go
+            // closes it and removes the directory (see `SharedDb`).
+            if let Some(db) = SharedDb::close_or_defer(db, &self.path) {
+                drop(db);
+                std::fs::remove_dir_all(&self.path)
+                    .map_err(|e| storage(&format!("removing {}", self.path.display()), e))?;
+            }
         }
         Ok(())
     }
@@ -517,6 +576,8 @@ impl Store {
     /// Flushes memtables and closes the database, keeping its files.
     pub fn close_keeping_files(&mut self) -> Result<(), StateError> {
         if let Some(db) = self.db.take() {
+            // The files are reopened next: no query may keep the database open past here.
+            let db = SharedDb::exclusive(db)?;
             db.flush().map_err(|e| storage("flushing RocksDB", e))?;
             for cf in DB::list_cf(&Options::default(), &self.path).unwrap_or_default() {
                 if let Some(handle) = db.cf_handle(&cf) {

@@ -356,7 +356,9 @@ impl<T: StateValue> Table<T> {
             return Ok(());
         };
         let writes = self.dirty_writes(true);
-        store.write(&self.name, writes)
+        store.write(&self.name, writes)?;
+        store.mark_written_through(&self.name);
+        Ok(())
     }
 
     /// The dirty entries as the writes that would bring the store up to date (a `None` value
@@ -480,6 +482,16 @@ impl<T: StateValue> Table<T> {
 
     pub(crate) fn ttl(&self) -> Option<i64> {
         self.ttl
+    }
+
+    /// What the cache knows of `slot` at `now`: `Some(Some(v))` a live value, `Some(None)` no
+    /// value, `None` not cached (on the heap: absent; with RocksDB the store may hold it).
+    pub(crate) fn live_value(&self, slot: SlotRef<'_>, now: i64) -> Option<Option<&T>> {
+        let e = self.cache.get(slot)?;
+        let live = self
+            .ttl
+            .is_none_or(|ttl| e.written.saturating_add(ttl) > now);
+        Some(e.value.as_ref().filter(|_| live))
     }
 
     /// Live entries (values present and not expired), for metrics.

@@ -64,6 +64,7 @@ struct TaskId {
 pub struct JobControl {
     coordinator: watch::Receiver<Option<CoordinatorHandle>>,
     failures: Arc<Mutex<Vec<Failure>>>,
+    queries: Arc<crate::query::Queries>,
 }
 
 /// Failures remembered per run (the oldest are dropped beyond it).
@@ -97,6 +98,11 @@ impl JobControl {
             .borrow()
             .as_ref()
             .map(|h| h.stats().snapshot())
+    }
+
+    /// The job's queryable states: lookups by key (see [`crate::query`]).
+    pub fn queries(&self) -> Arc<crate::query::Queries> {
+        self.queries.clone()
     }
 
     /// Whether the job takes checkpoints (and so savepoints).
@@ -148,6 +154,8 @@ struct Run {
     restored_from: Option<String>,
     /// Failures restarted after, shared with [`JobControl::failures`].
     failures: Arc<Mutex<Vec<Failure>>>,
+    /// Queryable state, shared with [`JobControl::queries`]; each attempt registers with it.
+    queries: Arc<crate::query::Queries>,
 }
 
 /// One attempt: its tasks, coordinator and lease.
@@ -187,6 +195,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
     let stop = CancellationToken::new();
     let (control_tx, control_rx) = watch::channel(None);
     let failures = Arc::new(Mutex::new(Vec::new()));
+    let queries = crate::query::Queries::new(plan);
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -203,6 +212,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         history: Vec::new(),
         restored_from: None,
         failures: failures.clone(),
+        queries: queries.clone(),
     };
     let prepared = run.prepare_restore(0).await?;
     if let Some(p) = &prepared {
@@ -224,6 +234,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         control: JobControl {
             coordinator: control_rx,
             failures,
+            queries,
         },
     })
 }
@@ -299,6 +310,7 @@ impl Run {
         let mut ctx = RunContext {
             attempt,
             metrics: self.metrics.clone(),
+            queries: Some(self.queries.clone()),
             ..RunContext::default()
         };
         let mut reuse = HashMap::new();

@@ -33,6 +33,8 @@ pub struct SubtaskMetrics {
     pub barriers: AtomicU64,
     /// Nanoseconds inputs were held back aligning barriers, in total.
     pub alignment_ns: AtomicU64,
+    /// Control messages (ordered state lookups) this subtask's task answered.
+    pub control_messages: AtomicU64,
     pub finished: AtomicBool,
 }
 
@@ -50,6 +52,7 @@ impl Default for SubtaskMetrics {
             progress: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
             alignment_ns: AtomicU64::new(0),
+            control_messages: AtomicU64::new(0),
             finished: AtomicBool::new(false),
         }
     }

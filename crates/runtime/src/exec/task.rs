@@ -34,6 +34,7 @@ use crate::connectors::sink::Sink;
 use crate::connectors::source::{Source, SourceEvent};
 use crate::error::OperatorError;
 use crate::operators::Operator;
+use crate::query::Control;
 
 /// Where an operator's output goes, by index into the chain's parts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,6 +305,44 @@ impl Chain {
     /// Replays each operator's restored watermark into it before any input, so lateness is
     /// judged as it was when the snapshot was taken. Timers at or before it fired before the
     /// snapshot, so nothing fires.
+    /// Handles a control message: an ordered state lookup, on the operator it names.
+    fn control(&mut self, message: Control) {
+        match message {
+            Control::Query(query) => match self.ops.get_mut(query.op) {
+                Some(node) => {
+                    SubtaskMetrics::add(&node.metrics.control_messages, 1);
+                    crate::query::answer(node.op.as_mut(), query);
+                }
+                None => {
+                    let _ = query
+                        .reply
+                        .send(Err(weir_state::StateError::Invalid(format!(
+                            "no operator {} in this task",
+                            query.op
+                        ))));
+                }
+            },
+        }
+    }
+
+    /// Writes queryable states whose `max-staleness` has passed through to RocksDB.
+    fn write_through(&mut self) -> Result<(), TaskFailure> {
+        for node in &mut self.ops {
+            if let Some(backend) = node.op.keyed_state() {
+                backend.write_through_stale().map_err(|e| {
+                    fail(
+                        &node.member.name,
+                        OperatorError::External {
+                            message: format!("writing queryable state through: {e}"),
+                            source: None,
+                        },
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     fn restore_watermarks(&mut self, watermarks: &[Option<i64>]) -> Result<(), TaskFailure> {
         for (node, w) in self.ops.iter_mut().zip(watermarks) {
             let Some(w) = *w else { continue };
@@ -445,6 +484,12 @@ pub struct Task {
     pub reporting: Option<Reporting>,
     /// Per chained operator: the watermark to resume from (restored runs).
     pub restored_watermarks: Vec<Option<i64>>,
+    /// Control messages to the task's operators (ordered state lookups), if any is
+    /// queryable. Bounded ([`crate::query::MAILBOX`]): senders are refused, not queued.
+    pub control: Option<mpsc::Receiver<Control>>,
+    /// How often the task writes queryable states with a `max-staleness` through to
+    /// RocksDB (the smallest such bound of its operators).
+    pub write_through: Option<Duration>,
 }
 
 /// What an ended task leaves for the job.
@@ -461,11 +506,33 @@ impl Task {
             stop,
             reporting,
             restored_watermarks,
+            mut control,
+            write_through,
         } = self;
         chain.restore_watermarks(&restored_watermarks)?;
+        let mut write_through = write_through.map(|every| {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
         let result = match input {
             TaskInput::Gate { mut gate, head } => loop {
-                let event = gate.next().await.map_err(|e| TaskFailure {
+                // Control messages and write-through ticks are handled between two events of
+                // the gate, never in the middle of one (`InputGate::next` is cancel-safe: it
+                // keeps whatever it received). `select!` picks fairly among ready branches,
+                // so neither lookups nor data can starve the other.
+                let event = tokio::select! {
+                    event = gate.next() => event,
+                    Some(message) = recv_control(control.as_mut()) => {
+                        chain.control(message);
+                        continue;
+                    }
+                    _ = tick(write_through.as_mut()) => {
+                        chain.write_through()?;
+                        continue;
+                    }
+                };
+                let event = event.map_err(|e| TaskFailure {
                     node: node_name(&chain, head),
                     error: OperatorError::Cancelled(e.to_string()),
                 })?;
@@ -734,6 +801,22 @@ impl SourceRun<'_> {
         self.chain.each(all, Work::End).await?;
         self.metrics.finished.store(true, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+async fn recv_control(control: Option<&mut mpsc::Receiver<Control>>) -> Option<Control> {
+    match control {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn tick(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -29,6 +29,7 @@ use crate::operators::top_n::{TopN, TopNDef};
 use crate::operators::window::Windowing;
 use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
 use crate::operators::window_join::{WindowJoin, WindowJoinDef};
+use crate::query::{QueryableNode, StateShape};
 use crate::spec::load::{Dropped, LoadedJob, closest};
 use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
 use crate::spec::{JobSpec, SinkSpec, SourceSpec, TransformSpec};
@@ -105,10 +106,12 @@ enum Compiled {
         schema: SchemaRef,
         keys: Arc<KeySelector>,
         calls: Vec<AggCall>,
+        queryable: Option<Arc<QueryableNode>>,
     },
     WindowAggregate {
         keys: Arc<KeySelector>,
         def: Arc<WindowAggregateDef>,
+        queryable: Option<Arc<QueryableNode>>,
     },
     TopN {
         keys: Arc<KeySelector>,
@@ -707,6 +710,7 @@ fn compile(
                 schema: Aggregate::output_schema(&keys, &names, &calls),
                 keys,
                 calls,
+                queryable: None,
             }
         }
         TransformSpec::WindowAggregate(_)
@@ -727,9 +731,87 @@ fn compile(
         }
     };
     if problems.len() > before {
-        Compiled::Failed
-    } else {
-        result
+        return Compiled::Failed;
+    }
+    match transform.queryable() {
+        Some(declared) => with_queryable(spec, def.name, result, declared, &at, src, problems),
+        None => result,
+    }
+}
+
+/// Checks a keyed operator's `queryable:` declaration and attaches it to the compiled node.
+fn with_queryable(
+    spec: &JobSpec,
+    node: &str,
+    compiled: Compiled,
+    declared: &crate::spec::QueryableSpec,
+    at: &str,
+    src: &SpecSource,
+    problems: &mut Vec<Problem>,
+) -> Compiled {
+    use crate::operators::window::Windowing;
+    let backend = spec.state.backend;
+    // The output columns after the keys (and the window bounds) are the aggregates, in
+    // accumulator order.
+    let names = |schema: &SchemaRef, skip: usize| -> Vec<String> {
+        schema
+            .fields()
+            .iter()
+            .skip(skip)
+            .map(|f| f.name().clone())
+            .collect()
+    };
+    let built = match &compiled {
+        Compiled::Aggregate { schema, keys, .. } => QueryableNode::build(
+            node,
+            "aggregate",
+            declared,
+            backend,
+            keys,
+            names(schema, keys.names().len()),
+            &[("accumulators", StateShape::Accumulators)],
+        ),
+        Compiled::WindowAggregate { keys, def, .. } => QueryableNode::build(
+            node,
+            "window-aggregate",
+            declared,
+            backend,
+            keys,
+            names(&def.schema, keys.names().len() + 2),
+            match def.windowing {
+                Windowing::Session { .. } => &[("sessions", StateShape::Sessions)],
+                _ => &[("windows", StateShape::Windows)],
+            },
+        ),
+        _ => return compiled,
+    };
+    match (built, compiled) {
+        (
+            Ok(q),
+            Compiled::Aggregate {
+                schema,
+                keys,
+                calls,
+                ..
+            },
+        ) => Compiled::Aggregate {
+            schema,
+            keys,
+            calls,
+            queryable: Some(Arc::new(q)),
+        },
+        (Ok(q), Compiled::WindowAggregate { keys, def, .. }) => Compiled::WindowAggregate {
+            keys,
+            def,
+            queryable: Some(Arc::new(q)),
+        },
+        (Ok(_), other) => other,
+        (Err(found), _) => {
+            for p in found {
+                problems.push(src.at_value(&format!("{at}/{}", p.pointer), p.message));
+            }
+            Compiled::Failed
+        }
     }
 }
 
@@ -932,6 +1014,7 @@ fn assemble(
             }
         }
         let taken = std::mem::replace(&mut compiled[i], Compiled::Failed);
+        let mut queryable_of = None;
         let (role, parallelism, ports, factory) = match taken {
             Compiled::Source {
                 ports,
@@ -969,12 +1052,14 @@ fn assemble(
                 schema,
                 keys,
                 calls,
+                queryable,
             } => {
                 let out = schema.clone();
                 let settings = settings.clone();
                 let node = def.name.to_string();
                 let ttl = state_ttl(def.transform);
                 let aggs = Arc::new(Accumulators { calls });
+                queryable_of = queryable;
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
@@ -989,7 +1074,12 @@ fn assemble(
                     })),
                 )
             }
-            Compiled::WindowAggregate { keys, def: d } => {
+            Compiled::WindowAggregate {
+                keys,
+                def: d,
+                queryable,
+            } => {
+                queryable_of = queryable;
                 let settings = settings.clone();
                 let node = def.name.to_string();
                 let ttl = state_ttl(def.transform);
@@ -1104,6 +1194,7 @@ fn assemble(
             inputs,
             ports,
             factory,
+            queryable: queryable_of,
         });
     }
     Plan {
@@ -1339,6 +1430,7 @@ impl Keyed<'_, '_> {
                 schema: out,
             }),
             keys,
+            queryable: None,
         })
     }
 

@@ -83,6 +83,8 @@ pub struct PlanNode {
     /// Output ports with their schemas (one unnamed port except for multi-port sources).
     pub ports: Vec<(String, SchemaRef)>,
     pub factory: Factory,
+    /// Keyed operators: the states declared `queryable`, and how to read them.
+    pub queryable: Option<Arc<crate::query::QueryableNode>>,
 }
 
 /// A planned job: nodes in topological order (every edge goes from a lower to a higher index).

@@ -121,6 +121,8 @@ pub struct RunContext {
     pub checkpointing: Option<TaskWiring>,
     /// Snapshots of this attempt get ids above this one.
     pub checkpoint_base: u64,
+    /// The job's queryable states: each attempt registers its subtasks' readers and mailboxes.
+    pub queries: Option<Arc<crate::query::Queries>>,
 }
 
 /// Prepares every sink of the run: creates its output and commits the restored snapshot's
@@ -218,6 +220,7 @@ pub fn instantiate(
     }
 
     let mut tasks = Vec::new();
+    let mut registrations = Vec::new();
     for members in &chains.members {
         let root = members[0];
         let parallelism = nodes[root].parallelism;
@@ -293,12 +296,34 @@ pub fn instantiate(
             };
             let mut source_input = None;
             let mut restored_watermarks = Vec::new();
+            let (mut mailbox, mut control) = (None, None);
+            let mut write_through: Option<std::time::Duration> = None;
             for &m in members {
                 let node = &nodes[m];
                 match &node.factory {
                     Factory::Operator(factory) => {
                         let outputs = outputs_of(m, &mut chain).into_iter().flatten().collect();
-                        let op = factory(&ctx(m, vec![])).map_err(|e| job_error(plan, m, s, e))?;
+                        let mut op =
+                            factory(&ctx(m, vec![])).map_err(|e| job_error(plan, m, s, e))?;
+                        if let (Some(queryable), Some(_)) = (&node.queryable, &run.queries) {
+                            let sender = mailbox.get_or_insert_with(|| {
+                                let (tx, rx) = mpsc::channel(crate::query::MAILBOX);
+                                control = Some(rx);
+                                tx
+                            });
+                            let (registration, every) = register_queryable(
+                                queryable,
+                                op.as_mut(),
+                                s,
+                                chain.ops.len(),
+                                sender.clone(),
+                            )
+                            .map_err(|e| job_error(plan, m, s, e))?;
+                            if let Some(every) = every {
+                                write_through = Some(write_through.map_or(every, |w| w.min(every)));
+                            }
+                            registrations.push(registration);
+                        }
                         restored_watermarks.push(restore_of(m, s).and_then(|r| r.watermark()));
                         chain.ops.push(ChainOp {
                             member: member(m),
@@ -388,15 +413,69 @@ pub fn instantiate(
                         reports: w.reports.clone(),
                     }),
                     restored_watermarks,
+                    control,
+                    write_through,
                 },
             });
         }
+    }
+    if let Some(queries) = &run.queries {
+        queries.install(registrations);
     }
     Ok(Instantiated {
         tasks,
         metrics,
         barriers: barrier_senders,
     })
+}
+
+/// Registers a queryable operator's subtask: a direct reader of each state (RocksDB), its
+/// `max-staleness` bounds, and the task's mailbox. Returns how often the task must write
+/// through, if any state has a bound.
+fn register_queryable(
+    queryable: &crate::query::QueryableNode,
+    op: &mut dyn crate::operators::Operator,
+    subtask: usize,
+    op_index: usize,
+    mailbox: mpsc::Sender<crate::query::Control>,
+) -> Result<
+    (
+        crate::query::SubtaskRegistration,
+        Option<std::time::Duration>,
+    ),
+    OperatorError,
+> {
+    let backend = op.keyed_state().ok_or_else(|| {
+        OperatorError::Internal(format!(
+            "queryable `{}` keeps no keyed state",
+            queryable.node
+        ))
+    })?;
+    let failed = |e: weir_state::StateError| {
+        OperatorError::Internal(format!("making `{}` queryable: {e}", queryable.node))
+    };
+    let mut readers = HashMap::new();
+    let mut every: Option<i64> = None;
+    for state in &queryable.states {
+        if let Some(reader) = backend.state_reader(&state.name).map_err(failed)? {
+            readers.insert(state.name.clone(), reader);
+        }
+        if let Some(ms) = state.max_staleness_ms {
+            backend.set_max_staleness(&state.name, ms).map_err(failed)?;
+            every = Some(every.map_or(ms, |e| e.min(ms)));
+        }
+    }
+    let registration = crate::query::SubtaskRegistration {
+        node: queryable.node.clone(),
+        subtask,
+        range: backend.key_group_range(),
+        readers,
+        mailbox,
+        op: op_index,
+    };
+    // Ticks finer than 10 ms would cost more than they bound.
+    let every = every.map(|ms| std::time::Duration::from_millis(ms.max(10) as u64));
+    Ok((registration, every))
 }
 
 /// The job's metrics: one entry per node, one counter set per subtask.
