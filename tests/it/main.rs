@@ -17,6 +17,9 @@
 //!   a server that goes away and comes back, upserts, and the errors that name what is wrong.
 //! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
 //!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
+//! - `s3`: checkpoints on an S3-compatible server (moto_server, started per test by
+//!   `scripts/s3-server.sh`): kills and rescaling, seek-free restore counted at the server,
+//!   retried faults, incomplete and corrupt checkpoints, retention, bad locations.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -29,6 +32,7 @@ mod nexmark_stateful;
 mod nexmark_stateless;
 mod postgres;
 mod recovery;
+mod s3;
 mod serve;
 mod spec_errors;
 mod support;
