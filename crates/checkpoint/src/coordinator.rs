@@ -987,13 +987,16 @@ pub const OPERATOR_STATE: &str = "operator-state";
 /// every subtask's; the cap only bounds how much one file (and one write) holds when it is not.
 pub const MERGED_FILE_TARGET: usize = 64 << 20;
 
+/// (node index, subtask): whose state.
+pub type SubtaskKey = (usize, u32);
+
 /// Lays `states` (in key order) out in merged files of about `target` bytes each: the files'
 /// contents and each state's range. A state larger than `target` gets a file of its own;
 /// one state is never split across files.
 pub fn merge_operator_states(
     states: &[((usize, u32), &[u8])],
     target: usize,
-) -> (Vec<Vec<u8>>, Vec<((usize, u32), StateRange)>) {
+) -> (Vec<Vec<u8>>, Vec<(SubtaskKey, StateRange)>) {
     let mut files: Vec<Vec<u8>> = Vec::new();
     let mut ranges = Vec::with_capacity(states.len());
     for (key, bytes) in states {
