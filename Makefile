@@ -16,9 +16,11 @@ SERVE_SET  ?= --set sources.nexmark.events=null --set sources.nexmark.rate=20000
 # libclang (bindgen generates RocksDB's bindings with it).
 BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
 # What the tests need besides: PostgreSQL's server binaries and psql (the PostgreSQL sink's
-# tests start throwaway clusters of their own with scripts/pg-cluster.sh), and Chromium with
-# its WebDriver (the dashboard's end-to-end test drives a headless browser).
-TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver
+# tests start throwaway clusters of their own with scripts/pg-cluster.sh), Chromium with
+# its WebDriver (the dashboard's end-to-end test drives a headless browser), and Python with
+# venv (the checkpoint-storage tests start S3-compatible moto_server instances with
+# scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
+TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv
 
 .PHONY: run test bench build deps toolchain lint nexmark-data clean
 
@@ -38,6 +40,7 @@ run: build
 ## Formatting, lints (warnings are errors), and every test.
 test: deps
 	@scripts/ensure-packages.sh $(TEST_PACKAGES)
+	@scripts/s3-server.sh install
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace
@@ -50,6 +53,10 @@ bench: build
 	$(WEIR) bench backends
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
+	@s3=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+	if scripts/s3-server.sh start $$s3 $$port weir-bench; then \
+	  $(WEIR) bench restore --s3 http://127.0.0.1:$$port; status=$$?; scripts/s3-server.sh stop $$s3; rm -rf $$s3; exit $$status; \
+	else echo "bench restore: no S3 server (scripts/s3-server.sh failed); in-memory store only"; $(WEIR) bench restore; fi
 	$(WEIR) bench pool
 	$(WEIR) bench serve
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then $(WEIR) bench postgres; \

@@ -323,6 +323,18 @@ pub fn render_summary(s: &JobSummary) -> String {
     if let Some(from) = &s.restored_from {
         out.push_str(&format!("  restored from {from}\n"));
     }
+    if let Some(r) = &s.restore {
+        let st = &r.stats;
+        out.push_str(&format!(
+            "  read {} operator states from {} files: {} requests, {} seeks ({} skipped), {}\n",
+            st.ranges,
+            st.files,
+            st.requests,
+            st.seeks_performed,
+            st.seeks_skipped,
+            humantime::format_duration(Duration::from_micros(st.elapsed_us)),
+        ));
+    }
     if s.restarts > 0 {
         out.push_str(&format!(
             "  restarted {} times after failures\n",

@@ -3,11 +3,10 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use weir_checkpoint::JobCheckpoints;
 use weir_checkpoint::metadata::SnapshotKind;
-use weir_checkpoint::{JobCheckpoints, LocalStorage};
 use weir_runtime::spec::load::Override;
 
 use crate::run::PidFile;
@@ -46,12 +45,12 @@ fn request(
             PidFile::path_of(plan.name()).display()
         );
     };
-    let root = plan
+    let storage = plan
         .spec
         .checkpoint
-        .storage_root()
+        .open_storage()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let catalog = JobCheckpoints::new(Arc::new(LocalStorage::new(root)), plan.name());
+    let catalog = JobCheckpoints::new(storage, plan.name());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -19,6 +19,9 @@
 //!   `weir state` against a real server.
 //! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
 //!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
+//! - `s3`: checkpoints on an S3-compatible server (moto_server, started per test by
+//!   `scripts/s3-server.sh`): kills and rescaling, seek-free restore counted at the server,
+//!   retried faults, incomplete and corrupt checkpoints, retention, bad locations.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,6 +35,7 @@ mod nexmark_stateless;
 mod postgres;
 mod query;
 mod recovery;
+mod s3;
 mod serve;
 mod spec_errors;
 mod support;

@@ -28,11 +28,7 @@ struct Cluster {
 impl Cluster {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::support::free_port();
         let mut c = Self {
             dir,
             port,
@@ -317,11 +313,7 @@ fn permanent_problems_fail_the_job_naming_table_and_column() {
     let conn = format!("sinks.out.connection={}", cluster.connection());
 
     // Nothing listens on the port: retried, then a clear error.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = crate::support::free_port();
     let e = failure(&[format!(
         "sinks.out.connection=host=127.0.0.1 port={closed} user=postgres connect_timeout=2"
     )]);

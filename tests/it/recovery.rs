@@ -18,10 +18,10 @@ pub(crate) fn weir(data: &Path) -> Command {
     c
 }
 
-/// A seeded xorshift for kill times.
-struct Rng(u64);
+/// A seeded xorshift (kill times, test data).
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn between(&mut self, lo: u64, hi: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

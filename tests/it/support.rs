@@ -173,6 +173,15 @@ pub fn nexmark_jsonl() -> &'static Path {
     })
 }
 
+/// A loopback port nothing listens on (for a server a test starts, or to be refused).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A fresh, empty directory for a sink, removed when the value is dropped.
 pub fn out_dir() -> tempfile::TempDir {
     tempfile::Builder::new()

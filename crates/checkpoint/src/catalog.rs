@@ -3,7 +3,7 @@
 //! # Layout under the storage root
 //! ```text
 //! <job>/chk-0000000007/_metadata          complete once this exists (written last)
-//! <job>/chk-0000000007/operator-state     merged non-keyed state of every subtask
+//! <job>/chk-0000000007/operator-state-0   merged non-keyed state of many subtasks (-1, -2...)
 //! <job>/chk-0000000007/<node>-<i>/...     files of one subtask's keyed snapshot
 //! <job>/shared/<lineage>/<node>-<i>/*.sst RocksDB files shared by incremental checkpoints
 //! <job>/sp-0000000009/...                 a savepoint: self-contained, never shares files
@@ -270,44 +270,7 @@ pub fn parse_dir(name: &str) -> Option<(SnapshotKind, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::{FileRef, KeyedFormat, KeyedHandle, NodeState, SubtaskState, VERSION};
-    use crate::storage::{LocalStorage, Placed};
-
-    fn metadata(id: u64, kind: SnapshotKind, shared: &[&str]) -> CheckpointMetadata {
-        CheckpointMetadata {
-            version: VERSION,
-            job: "j".into(),
-            id,
-            kind,
-            triggered_at: 0,
-            completed_at: 0,
-            key_groups: 128,
-            operator_state: None,
-            nodes: vec![NodeState {
-                name: "n".into(),
-                kind: "aggregate".into(),
-                parallelism: 1,
-                subtasks: vec![SubtaskState {
-                    subtask: 0,
-                    operator: None,
-                    keyed: Some(KeyedHandle {
-                        format: KeyedFormat::RocksNative,
-                        key_groups: [0, 128],
-                        files: shared
-                            .iter()
-                            .map(|f| {
-                                FileRef::new(
-                                    format!("../shared/L/n-0/{f}"),
-                                    Placed { size: 1, xxh3: 0 },
-                                )
-                            })
-                            .collect(),
-                        states: vec![],
-                    }),
-                }],
-            }],
-        }
-    }
+    use crate::storage::LocalStorage;
 
     #[test]
     fn relative_paths_climb_out_of_the_snapshot() {
@@ -323,53 +286,8 @@ mod tests {
     #[tokio::test]
     async fn retention_keeps_the_newest_and_what_they_share() {
         let dir = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalStorage::new(dir.path()));
-        let jobs = JobCheckpoints::new(storage.clone(), "j");
-        for f in ["1.sst", "2.sst", "3.sst"] {
-            storage
-                .put(&format!("j/shared/L/n-0/{f}"), vec![1])
-                .await
-                .unwrap();
-        }
-        jobs.publish(&metadata(1, SnapshotKind::Checkpoint, &["1.sst"]))
+        crate::fixtures::retention(Arc::new(LocalStorage::new(dir.path())))
             .await
             .unwrap();
-        jobs.publish(&metadata(2, SnapshotKind::Checkpoint, &["2.sst"]))
-            .await
-            .unwrap();
-        jobs.publish(&metadata(3, SnapshotKind::Savepoint, &[]))
-            .await
-            .unwrap();
-        // An abandoned checkpoint: files but no metadata.
-        storage
-            .put("j/chk-0000000004/n-0/x", vec![1])
-            .await
-            .unwrap();
-        jobs.publish(&metadata(5, SnapshotKind::Checkpoint, &["2.sst", "3.sst"]))
-            .await
-            .unwrap();
-        let r = jobs.retain(2, 5).await.unwrap();
-        assert_eq!(r.removed, [1]);
-        assert_eq!(r.removed_incomplete, [4]);
-        assert_eq!(
-            r.shared_deleted, 1,
-            "1.sst is referred to by no kept checkpoint"
-        );
-        let ids: Vec<(SnapshotKind, u64)> = jobs
-            .complete_newest_first()
-            .await
-            .unwrap()
-            .iter()
-            .map(|s| parse_dir(s.dir.rsplit('/').next().unwrap()).unwrap())
-            .collect();
-        assert_eq!(
-            ids,
-            [
-                (SnapshotKind::Checkpoint, 5),
-                (SnapshotKind::Savepoint, 3),
-                (SnapshotKind::Checkpoint, 2)
-            ]
-        );
-        assert_eq!(jobs.highest_id().await.unwrap(), 5);
     }
 }

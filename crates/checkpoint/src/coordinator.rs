@@ -13,7 +13,7 @@
 //! 3. **Acknowledge**: each task reports its snapshots ([`TaskReport::Ack`]). The coordinator
 //!    stores their files (off the task threads) as they come in.
 //! 4. **Complete**: with every task acknowledged and every file durable, the merged
-//!    operator-state file and then the metadata are written, and only then is the checkpoint
+//!    operator-state files and then the metadata are written, and only then is the checkpoint
 //!    visible. The runtime commits the sinks' transactions ([`JobHooks::committed`]), and old
 //!    checkpoints are removed beyond the retained count.
 //!
@@ -37,7 +37,7 @@ use crate::catalog::{JobCheckpoints, join};
 use crate::error::{CheckpointError, StorageError};
 use crate::metadata::{
     CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateInfo,
-    StateRange, SubtaskState, VERSION, hex,
+    StateRange, SubtaskState, VERSION, checksum,
 };
 
 /// What a barrier asks for.
@@ -964,7 +964,7 @@ impl Upload {
     }
 }
 
-/// Writes a snapshot's merged operator-state file and its metadata, then lets the runtime
+/// Writes a snapshot's merged operator-state files and its metadata, then lets the runtime
 /// commit.
 struct Publish {
     catalog: JobCheckpoints,
@@ -979,27 +979,64 @@ struct Publish {
     hooks: Arc<dyn JobHooks>,
 }
 
-/// The merged operator-state file's name.
+/// The merged operator-state files' names: `operator-state-0`, `operator-state-1`, ...
 pub const OPERATOR_STATE: &str = "operator-state";
+
+/// Size at which a merged operator-state file is closed and the next one begun. Operator
+/// state is small (positions, assignments, pending transactions), so usually one file holds
+/// every subtask's; the cap only bounds how much one file (and one write) holds when it is not.
+pub const MERGED_FILE_TARGET: usize = 64 << 20;
+
+/// (node index, subtask): whose state.
+pub type SubtaskKey = (usize, u32);
+
+/// Lays `states` (in key order) out in merged files of about `target` bytes each: the files'
+/// contents and each state's range. A state larger than `target` gets a file of its own;
+/// one state is never split across files.
+pub fn merge_operator_states(
+    states: &[((usize, u32), &[u8])],
+    target: usize,
+) -> (Vec<Vec<u8>>, Vec<(SubtaskKey, StateRange)>) {
+    let mut files: Vec<Vec<u8>> = Vec::new();
+    let mut ranges = Vec::with_capacity(states.len());
+    for (key, bytes) in states {
+        let full = files
+            .last()
+            .is_none_or(|f| !f.is_empty() && f.len() + bytes.len() > target);
+        if full {
+            files.push(Vec::new());
+        }
+        let file = files.len() - 1;
+        let merged = &mut files[file];
+        ranges.push((
+            *key,
+            StateRange {
+                file: file as u32,
+                offset: merged.len() as u64,
+                length: bytes.len() as u64,
+                xxh3: checksum(bytes),
+            },
+        ));
+        merged.extend_from_slice(bytes);
+    }
+    (files, ranges)
+}
 
 impl Publish {
     async fn run(mut self) -> Result<Arc<Completed>, String> {
         let dir = self.catalog.dir_key(self.kind, self.id);
-        // One file for every subtask's operator state, in (node, subtask) order, so a restore
-        // reads it front to back.
+        // Few files for every subtask's operator state, in (node, subtask) order, so a
+        // restore reads each front to back in one request.
         let mut keys: Vec<(usize, u32)> = self.operator_states.keys().copied().collect();
         keys.sort_unstable();
-        let mut merged = Vec::new();
-        for key in &keys {
-            let bytes = &self.operator_states[key];
-            let range = StateRange {
-                offset: merged.len() as u64,
-                length: bytes.len() as u64,
-                xxh3: hex(xxhash_rust::xxh3::xxh3_64(bytes)),
-            };
-            merged.extend_from_slice(bytes);
+        let states: Vec<((usize, u32), &[u8])> = keys
+            .iter()
+            .map(|k| (*k, self.operator_states[k].as_slice()))
+            .collect();
+        let (files, ranges) = merge_operator_states(&states, MERGED_FILE_TARGET);
+        for (key, range) in ranges {
             self.subtasks
-                .entry(*key)
+                .entry(key)
                 .or_insert(SubtaskState {
                     subtask: key.1,
                     operator: None,
@@ -1007,17 +1044,18 @@ impl Publish {
                 })
                 .operator = Some(range);
         }
-        let operator_state = if keys.is_empty() {
-            None
-        } else {
+        // Written one after the other: each is one request, and the metadata comes after all.
+        let mut operator_state = Vec::with_capacity(files.len());
+        for (i, merged) in files.into_iter().enumerate() {
+            let name = format!("{OPERATOR_STATE}-{i}");
             let placed = self
                 .catalog
                 .storage()
-                .put(&join(&dir, OPERATOR_STATE), merged)
+                .put(&join(&dir, &name), merged)
                 .await
                 .map_err(|e| e.to_string())?;
-            Some(FileRef::new(OPERATOR_STATE.into(), placed))
-        };
+            operator_state.push(FileRef::new(name, placed));
+        }
         let mut nodes: Vec<NodeState> = self
             .nodes
             .iter()

@@ -410,3 +410,41 @@ async fn the_final_snapshot_holds_the_last_transactions() {
     assert!(newest[0].dir.ends_with("final-0000000001"));
     h.task.abort();
 }
+
+#[test]
+fn operator_states_are_merged_into_few_files_of_about_the_target_size() {
+    let states: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 30 + i as usize]).collect();
+    let keyed: Vec<((usize, u32), &[u8])> = states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((i / 4, (i % 4) as u32), s.as_slice()))
+        .collect();
+    // Everything fits one file: the states lie one after the other, in key order.
+    let (files, ranges) = merge_operator_states(&keyed, 1 << 20);
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0], states.concat());
+    let mut at = 0;
+    for (((key, range), (expected_key, _)), state) in ranges.iter().zip(&keyed).zip(&states) {
+        assert_eq!(key, expected_key);
+        assert_eq!(
+            (range.file, range.offset, range.length),
+            (0, at, state.len() as u64)
+        );
+        assert_eq!(range.xxh3, crate::metadata::checksum(state));
+        at += state.len() as u64;
+    }
+    // A cap of 100 bytes: a new file when the next state would cross it, never a state split.
+    let (files, ranges) = merge_operator_states(&keyed, 100);
+    let sizes: Vec<usize> = files.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [93, 67, 71, 75, 39]);
+    for ((_, range), state) in ranges.iter().zip(&states) {
+        let file = &files[range.file as usize];
+        let bytes = &file[range.offset as usize..(range.offset + range.length) as usize];
+        assert_eq!(bytes, &state[..]);
+    }
+    // A state larger than the cap gets a file of its own.
+    let big = vec![7u8; 500];
+    let (files, _) = merge_operator_states(&[((0, 0), &[1u8; 10][..]), ((0, 1), &big[..])], 100);
+    assert_eq!(files.iter().map(Vec::len).collect::<Vec<_>>(), [10, 500]);
+    assert!(merge_operator_states(&[], 100).0.is_empty());
+}

@@ -11,7 +11,11 @@
 //! - [`catalog`]: a job's snapshots in storage: naming, listing, retention.
 //! - [`coordinator`]: triggering, acknowledgements, timeouts, savepoints, publishing.
 //! - [`restore`]: opening a snapshot and fetching keyed state for new subtasks.
+//! - [`reader`]: seek-free reads of many ranges of merged files, and their counters.
+//! - [`object`]: storage on S3-compatible object stores through `object_store`.
 //! - [`error`]: what can go wrong, grouped by what to do about it.
+//! - `fixtures`: the behaviour every storage must show, as checks its tests run, and
+//!   hand-made snapshots for tests and benchmarks.
 //!
 //! # Example
 //! ```
@@ -19,7 +23,7 @@
 //!
 //! let m = CheckpointMetadata {
 //!     version: VERSION, job: "q5".into(), id: 3, kind: SnapshotKind::Checkpoint,
-//!     triggered_at: 0, completed_at: 5, key_groups: 128, operator_state: None, nodes: vec![],
+//!     triggered_at: 0, completed_at: 5, key_groups: 128, operator_state: vec![], nodes: vec![],
 //! };
 //! let bytes = m.encode().unwrap();
 //! assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
@@ -33,7 +37,11 @@ pub mod coordinator;
 #[cfg(test)]
 mod coordinator_tests;
 pub mod error;
+#[doc(hidden)]
+pub mod fixtures;
 pub mod metadata;
+pub mod object;
+pub mod reader;
 pub mod restore;
 pub mod storage;
 
@@ -43,4 +51,8 @@ pub use coordinator::{
     JobHooks, NodeInfo, SubtaskSnapshot, TaskReport,
 };
 pub use error::{CheckpointError, RestoreError, StorageError};
+pub use object::{ObjectStorage, StorageConfig};
+/// The `object_store` crate, for building an [`ObjectStorage`] over a store of one's own.
+pub use object_store;
+pub use reader::RestoreStats;
 pub use storage::{CheckpointStorage, LocalStorage};

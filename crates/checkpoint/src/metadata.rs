@@ -73,9 +73,13 @@ impl FileRef {
     }
 }
 
-/// A byte range of the merged operator-state file.
+/// A byte range of one of the merged operator-state files.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateRange {
+    /// Which merged file ([`CheckpointMetadata::operator_state`]) holds the range; metadata
+    /// written before there could be several has none (the only file, 0).
+    #[serde(default)]
+    pub file: u32,
     pub offset: u64,
     pub length: u64,
     /// xxh3-64 of the range, as 16 hex digits.
@@ -124,7 +128,8 @@ impl KeyedHandle {
 pub struct SubtaskState {
     pub subtask: u32,
     /// Non-keyed state (source positions, pending sink transactions, operator fields, the
-    /// watermark), in the job's merged operator-state file; its encoding is the runtime's.
+    /// watermark), in one of the snapshot's merged operator-state files; its encoding is the
+    /// runtime's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<StateRange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,9 +160,15 @@ pub struct CheckpointMetadata {
     pub completed_at: i64,
     /// Key groups of the job: fixed for the job's lifetime (state is partitioned by them).
     pub key_groups: u32,
-    /// The merged operator-state file of all subtasks, if any subtask has operator state.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operator_state: Option<FileRef>,
+    /// The merged operator-state files of all subtasks (few: each holds the state of many
+    /// subtasks, in (node, subtask) order), empty if no subtask has operator state. Metadata
+    /// written when there was at most one file has a single object here, read as a list of one.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "one_or_many"
+    )]
+    pub operator_state: Vec<FileRef>,
     pub nodes: Vec<NodeState>,
 }
 
@@ -235,9 +246,28 @@ impl CheckpointMetadata {
     }
 }
 
+/// A list of files, or (older metadata) one file.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<FileRef>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Many(Vec<FileRef>),
+        One(FileRef),
+    }
+    Ok(match Raw::deserialize(d)? {
+        Raw::Many(files) => files,
+        Raw::One(file) => vec![file],
+    })
+}
+
 /// An xxh3 checksum as 16 hex digits.
 pub fn hex(xxh3: u64) -> String {
     format!("{xxh3:016x}")
+}
+
+/// The checksum of `bytes` as the metadata records it (xxh3-64, 16 hex digits).
+pub fn checksum(bytes: &[u8]) -> String {
+    hex(xxhash_rust::xxh3::xxh3_64(bytes))
 }
 
 #[cfg(test)]
@@ -253,10 +283,10 @@ mod tests {
             triggered_at: 1,
             completed_at: 2,
             key_groups: 128,
-            operator_state: Some(FileRef::new(
-                "operator-state".into(),
+            operator_state: vec![FileRef::new(
+                "operator-state-0".into(),
                 Placed { size: 10, xxh3: 5 },
-            )),
+            )],
             nodes: vec![NodeState {
                 name: "counts".into(),
                 kind: "window-aggregate".into(),
@@ -308,5 +338,24 @@ mod tests {
                 .contains("not weir")
         );
         assert!(CheckpointMetadata::decode(b"").is_err());
+    }
+
+    #[test]
+    fn metadata_with_one_operator_state_file_still_reads() {
+        // As weir wrote it before operator state could span several merged files.
+        let json = r#"{"version":1,"job":"q5","id":7,"kind":"checkpoint","triggered-at":1,
+            "completed-at":2,"key-groups":128,
+            "operator-state":{"path":"operator-state","size":10,"xxh3":"0000000000000005"},
+            "nodes":[{"name":"src","kind":"nexmark","parallelism":1,"subtasks":[
+              {"subtask":0,"operator":{"offset":0,"length":10,"xxh3":"00000000000000aa"}}]}]}"#;
+        let header = format!(
+            "weir-checkpoint 1 xxh3={:016x}\n",
+            xxhash_rust::xxh3::xxh3_64(json.as_bytes())
+        );
+        let m = CheckpointMetadata::decode(&[header.as_bytes(), json.as_bytes()].concat()).unwrap();
+        assert_eq!(m.operator_state.len(), 1);
+        assert_eq!(m.operator_state[0].path, "operator-state");
+        let range = m.nodes[0].subtasks[0].operator.as_ref().unwrap();
+        assert_eq!((range.file, range.offset, range.length), (0, 0, 10));
     }
 }

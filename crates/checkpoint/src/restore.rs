@@ -2,7 +2,8 @@
 //! local directories.
 //!
 //! Everything is verified before the job starts: the metadata's checksum, every operator
-//! state's range checksum, and every keyed file's size and checksum as it is fetched. A
+//! state's range checksum (the ranges are read with the seek-free [`reader`](crate::reader)),
+//! and every keyed file's size and checksum as it is fetched. A
 //! snapshot that fails any check is reported with its location, so the caller can fall back to
 //! an older one.
 
@@ -14,37 +15,100 @@ use weir_state::snapshot::{RestoreSource, SnapshotFormat};
 
 use crate::catalog::SnapshotRef;
 use crate::error::RestoreError;
-use crate::metadata::{CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState};
+use crate::metadata::{CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle};
+use crate::reader::{self, ReaderConfig, RestoreStats, Wanted};
 
 /// An opened, verified snapshot.
 #[derive(Debug)]
 pub struct Restored {
     pub snapshot: SnapshotRef,
     pub metadata: CheckpointMetadata,
-    /// The merged operator-state file.
-    operator_file: Vec<u8>,
+    /// Each subtask's operator state, verified: (node index in the metadata, subtask) → bytes.
+    operator: HashMap<(usize, u32), Vec<u8>>,
+    /// How the operator state was read.
+    pub stats: RestoreStats,
 }
 
 impl Restored {
-    /// Reads and verifies the metadata and the operator state of `snapshot`.
+    /// Reads and verifies the metadata and the operator state of `snapshot`, the latter with
+    /// the seek-free [`reader`](crate::reader) (one request per merged file when the ranges
+    /// are contiguous).
     pub async fn open(snapshot: SnapshotRef) -> Result<Self, RestoreError> {
+        Self::open_with(snapshot, &ReaderConfig::default()).await
+    }
+
+    /// [`Restored::open`] with the reader's settings given.
+    pub async fn open_with(
+        snapshot: SnapshotRef,
+        config: &ReaderConfig,
+    ) -> Result<Self, RestoreError> {
         let metadata = snapshot.metadata().await?;
-        let operator_file = match &metadata.operator_state {
-            Some(file) => read_verified(&snapshot, file).await?,
-            None => Vec::new(),
+        let corrupt = |reason: String| RestoreError::Corrupt {
+            location: snapshot.location(),
+            reason,
         };
-        let restored = Self {
-            snapshot,
-            metadata,
-            operator_file,
-        };
-        // Every range must lie in the file and match its checksum.
-        for node in &restored.metadata.nodes {
+        // What to read: every subtask's range, each checked against its file's size.
+        let mut keys = Vec::new();
+        let mut wanted = Vec::new();
+        let mut expected = Vec::new();
+        for (n, node) in metadata.nodes.iter().enumerate() {
             for s in &node.subtasks {
-                restored.operator_state_of(node, s.subtask)?;
+                let Some(range) = &s.operator else {
+                    continue;
+                };
+                let what = format!("operator state of `{}` subtask {}", node.name, s.subtask);
+                let file = metadata
+                    .operator_state
+                    .get(range.file as usize)
+                    .ok_or_else(|| {
+                        corrupt(format!(
+                            "{what} is in merged file {}, which the metadata does not list",
+                            range.file
+                        ))
+                    })?;
+                if range
+                    .offset
+                    .checked_add(range.length)
+                    .is_none_or(|end| end > file.size)
+                {
+                    return Err(corrupt(format!("{what} lies outside `{}`", file.path)));
+                }
+                keys.push((n, s.subtask));
+                wanted.push(Wanted {
+                    key: snapshot.key(&file.path),
+                    offset: range.offset,
+                    length: range.length,
+                });
+                expected.push((what, range.xxh3.clone()));
             }
         }
-        Ok(restored)
+        let (states, stats) = reader::read(snapshot.storage.as_ref(), &wanted, config).await?;
+        // Every range must match its checksum.
+        for ((bytes, (what, xxh3)), w) in states.iter().zip(&expected).zip(&wanted) {
+            if crate::metadata::checksum(bytes) != *xxh3 {
+                return Err(RestoreError::Corrupt {
+                    location: snapshot.storage.location(&w.key),
+                    reason: format!("{what}: checksum mismatch"),
+                });
+            }
+        }
+        tracing::info!(
+            location = %snapshot.location(),
+            ranges = stats.ranges,
+            files = stats.files,
+            seeks_performed = stats.seeks_performed,
+            seeks_skipped = stats.seeks_skipped,
+            requests = stats.requests,
+            bytes_read = stats.bytes_read,
+            elapsed_us = stats.elapsed_us,
+            "operator state read"
+        );
+        Ok(Self {
+            operator: keys.into_iter().zip(states).collect(),
+            snapshot,
+            metadata,
+            stats,
+        })
     }
 
     pub fn location(&self) -> String {
@@ -58,51 +122,18 @@ impl Restored {
         }
     }
 
-    fn operator_state_of(
-        &self,
-        node: &NodeState,
-        subtask: u32,
-    ) -> Result<Option<&[u8]>, RestoreError> {
-        let Some(range) = node
-            .subtasks
-            .iter()
-            .find(|s| s.subtask == subtask)
-            .and_then(|s| s.operator.as_ref())
-        else {
-            return Ok(None);
-        };
-        let bytes = usize::try_from(range.offset)
-            .ok()
-            .zip(usize::try_from(range.offset + range.length).ok())
-            .and_then(|(a, b)| self.operator_file.get(a..b))
-            .ok_or_else(|| {
-                self.corrupt(format!(
-                    "operator state of `{}` subtask {subtask} lies outside the operator-state file",
-                    node.name
-                ))
-            })?;
-        let actual = crate::metadata::hex(xxhash_rust::xxh3::xxh3_64(bytes));
-        if actual != range.xxh3 {
-            return Err(self.corrupt(format!(
-                "operator state of `{}` subtask {subtask}: checksum mismatch",
-                node.name
-            )));
-        }
-        Ok(Some(bytes))
-    }
-
     /// The operator state of every old subtask of `node`, by old subtask index.
     pub fn operator_states(&self, node: &str) -> Vec<(u32, &[u8])> {
-        let Some(n) = self.metadata.node(node) else {
+        let Some(n) = self.metadata.nodes.iter().position(|n| n.name == node) else {
             return Vec::new();
         };
-        n.subtasks
+        self.metadata.nodes[n]
+            .subtasks
             .iter()
             .filter_map(|s| {
-                self.operator_state_of(n, s.subtask)
-                    .ok()
-                    .flatten()
-                    .map(|b| (s.subtask, b))
+                self.operator
+                    .get(&(n, s.subtask))
+                    .map(|b| (s.subtask, b.as_slice()))
             })
             .collect()
     }
@@ -210,27 +241,4 @@ impl Restored {
         }
         Ok(())
     }
-}
-
-async fn read_verified(snapshot: &SnapshotRef, file: &FileRef) -> Result<Vec<u8>, RestoreError> {
-    let key = snapshot.key(&file.path);
-    let bytes = match snapshot.storage.get(&key).await {
-        Ok(b) => b,
-        Err(e) if e.is_not_found() => {
-            return Err(RestoreError::Corrupt {
-                location: snapshot.storage.location(&key),
-                reason: "the file is missing".into(),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let expected = file.placed().ok_or_else(|| RestoreError::Corrupt {
-        location: snapshot.storage.location(&key),
-        reason: "bad checksum in the metadata".into(),
-    })?;
-    crate::storage::verify(&bytes, expected).map_err(|reason| RestoreError::Corrupt {
-        location: snapshot.storage.location(&key),
-        reason,
-    })?;
-    Ok(bytes)
 }

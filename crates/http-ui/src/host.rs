@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use weir_checkpoint::JobCheckpoints;
 use weir_checkpoint::metadata::SnapshotKind;
-use weir_checkpoint::{JobCheckpoints, LocalStorage};
 use weir_runtime::exec::job::{self, JobOptions};
 use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::plan::Plan;
@@ -349,13 +349,10 @@ pub fn parse_snapshot_name(name: &str) -> Result<(SnapshotKind, u64), ApiError> 
 
 /// The job's checkpoint catalog (its storage was checked when the job was submitted).
 pub fn catalog(plan: &Plan) -> Result<JobCheckpoints, ApiError> {
-    let root = plan
+    let storage = plan
         .spec
         .checkpoint
-        .storage_root()
+        .open_storage()
         .map_err(ApiError::BadRequest)?;
-    Ok(JobCheckpoints::new(
-        Arc::new(LocalStorage::new(root)),
-        plan.name(),
-    ))
+    Ok(JobCheckpoints::new(storage, plan.name()))
 }

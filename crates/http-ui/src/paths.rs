@@ -15,8 +15,9 @@ use std::path::{Component, Path};
 use weir_runtime::spec::problems::SpecSource;
 use weir_runtime::spec::{JobSpec, Problem};
 
-/// Keys whose string values are filesystem locations.
-const PATH_KEYS: &[&str] = &["path", "storage"];
+/// Keys whose string values are filesystem locations (`url`: `checkpoint.storage` in its map
+/// form).
+const PATH_KEYS: &[&str] = &["path", "storage", "url"];
 
 /// Every problem with the names and paths of `spec` (located through `source`); empty if it
 /// may run.

@@ -29,7 +29,7 @@ use weir_checkpoint::coordinator::{Record, StatsInner, coordinator};
 use weir_checkpoint::metadata::SnapshotKind;
 use weir_checkpoint::{
     CheckpointError, Completed, CoordinatorConfig, CoordinatorHandle, JobCheckpoints, JobHooks,
-    LocalStorage, NodeInfo, SubtaskSnapshot,
+    NodeInfo, RestoreStats, SubtaskSnapshot,
 };
 
 use super::message::Barrier;
@@ -65,6 +65,18 @@ pub struct JobControl {
     coordinator: watch::Receiver<Option<CoordinatorHandle>>,
     failures: Arc<Mutex<Vec<Failure>>>,
     queries: Arc<crate::query::Queries>,
+    /// How the latest restore read its snapshot, shared with the supervisor.
+    restore: Arc<Mutex<Option<Restore>>>,
+}
+
+/// The latest restore of a job: which snapshot, and how its operator state was read.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Restore {
+    pub location: String,
+    /// The attempt it started (0 for the first).
+    pub attempt: u32,
+    #[serde(flatten)]
+    pub stats: RestoreStats,
 }
 
 /// Failures remembered per run (the oldest are dropped beyond it).
@@ -115,6 +127,12 @@ impl JobControl {
     pub fn failures(&self) -> Vec<Failure> {
         self.failures.lock().map(|f| f.clone()).unwrap_or_default()
     }
+
+    /// The latest restore's counters (seeks performed and skipped, requests, bytes), if the
+    /// job restored a snapshot.
+    pub fn restore_stats(&self) -> Option<Restore> {
+        self.restore.lock().ok().and_then(|r| r.clone())
+    }
 }
 
 pub struct RunningJob {
@@ -156,6 +174,8 @@ struct Run {
     failures: Arc<Mutex<Vec<Failure>>>,
     /// Queryable state, shared with [`JobControl::queries`]; each attempt registers with it.
     queries: Arc<crate::query::Queries>,
+    /// The latest restore, shared with [`JobControl::restore_stats`].
+    restore: Arc<Mutex<Option<Restore>>>,
 }
 
 /// One attempt: its tasks, coordinator and lease.
@@ -172,15 +192,12 @@ struct Attempt {
 pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunError> {
     let checkpointing = plan.spec.checkpoint.enabled();
     let catalog = if checkpointing || options.from.is_some() {
-        let root = plan
+        let storage = plan
             .spec
             .checkpoint
-            .storage_root()
+            .open_storage()
             .map_err(RunError::Checkpoint)?;
-        Some(JobCheckpoints::new(
-            Arc::new(LocalStorage::new(root)),
-            &plan.spec.name,
-        ))
+        Some(JobCheckpoints::new(storage, &plan.spec.name))
     } else {
         None
     };
@@ -196,6 +213,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
     let (control_tx, control_rx) = watch::channel(None);
     let failures = Arc::new(Mutex::new(Vec::new()));
     let queries = crate::query::Queries::new(plan);
+    let restore = Arc::new(Mutex::new(None));
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -213,6 +231,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         restored_from: None,
         failures: failures.clone(),
         queries: queries.clone(),
+        restore: restore.clone(),
     };
     let prepared = run.prepare_restore(0).await?;
     if let Some(p) = &prepared {
@@ -235,6 +254,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
             coordinator: control_rx,
             failures,
             queries,
+            restore,
         },
     })
 }
@@ -291,7 +311,15 @@ impl Run {
             return Ok(None);
         };
         let work = self.work_dir().join(format!("restore-{attempt}"));
-        Ok(super::restore::prepare(&self.plan, catalog, &from, &work).await?)
+        let prepared = super::restore::prepare(&self.plan, catalog, &from, &work).await?;
+        if let (Some(p), Ok(mut latest)) = (&prepared, self.restore.lock()) {
+            *latest = Some(Restore {
+                location: p.location.clone(),
+                attempt,
+                stats: p.stats.clone(),
+            });
+        }
+        Ok(prepared)
     }
 
     /// Instantiates and spawns one attempt.
@@ -507,6 +535,7 @@ impl Run {
         let mut summary = result?;
         summary.restarts = restarts;
         summary.restored_from = self.restored_from.clone();
+        summary.restore = self.restore.lock().ok().and_then(|r| r.clone());
         summary.checkpoints = self.completed;
         summary.checkpoint_history = std::mem::take(&mut self.history);
         tracing::info!(
@@ -853,6 +882,9 @@ pub struct JobSummary {
     pub checkpoint_history: Vec<Record>,
     /// The snapshot the run started from, if it restored one.
     pub restored_from: Option<String>,
+    /// How the latest restore read its snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<Restore>,
     /// The savepoint a stop took, or the final snapshot of a completed bounded run.
     pub snapshot: Option<String>,
 }
@@ -882,6 +914,7 @@ impl JobSummary {
             checkpoints: 0,
             checkpoint_history: Vec::new(),
             restored_from: None,
+            restore: None,
             snapshot: None,
         }
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use weir_checkpoint::catalog::SnapshotRef;
 use weir_checkpoint::metadata::{FileRef, KeyedFormat, SnapshotKind};
 use weir_checkpoint::restore::Restored;
-use weir_checkpoint::{JobCheckpoints, LocalStorage, RestoreError};
+use weir_checkpoint::{JobCheckpoints, LocalStorage, RestoreError, RestoreStats};
 use weir_state::key_groups::KeyGroupRange;
 
 use super::snapshot::{NodeState, SubtaskRestore};
@@ -40,6 +40,8 @@ pub struct Prepared {
     /// Shared files the coordinator may refer to instead of storing again, per (node index,
     /// subtask), for subtasks restored one to one from a native RocksDB checkpoint.
     pub reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
+    /// How the operator state was read (seeks, requests, bytes).
+    pub stats: RestoreStats,
 }
 
 /// The snapshot directory `path` names (it may name the metadata file in it).
@@ -51,8 +53,29 @@ fn snapshot_dir(path: &Path) -> &Path {
     }
 }
 
-/// The snapshot `path` names: a snapshot directory or its metadata file.
+/// An object-storage URL (`s3://...`), as opposed to a local path or `file://` URL.
+fn remote(location: &str) -> bool {
+    location.contains("://") && !location.starts_with("file://")
+}
+
+/// The snapshot `path` names: a snapshot directory or its metadata file, as a local path or
+/// a URL (`s3://bucket/prefix/job/chk-0000000007`, reached with the `AWS_*` environment).
 pub fn snapshot_at(path: &Path) -> Result<SnapshotRef, RestoreError> {
+    let text = path.to_string_lossy();
+    if remote(&text) {
+        let url = text.trim_end_matches('/');
+        let url = url.strip_suffix("/_metadata").unwrap_or(url);
+        let not_a_snapshot = || RestoreError::Corrupt {
+            location: text.to_string(),
+            reason: "not a snapshot directory".into(),
+        };
+        let (root, name) = url.rsplit_once('/').ok_or_else(not_a_snapshot)?;
+        let storage = weir_checkpoint::object::open(&weir_checkpoint::StorageConfig::url(root))?;
+        return Ok(SnapshotRef {
+            storage,
+            dir: name.to_string(),
+        });
+    }
     let dir = snapshot_dir(path);
     let (root, name) =
         weir_checkpoint::storage::split_local(dir).ok_or_else(|| RestoreError::Corrupt {
@@ -65,6 +88,33 @@ pub fn snapshot_at(path: &Path) -> Result<SnapshotRef, RestoreError> {
     })
 }
 
+/// The snapshot `path` names, reached through the job's own storage when it lies there (so
+/// the job's endpoint and credentials apply); and whether it is in the job's directory (only
+/// then can it lend shared files to the next checkpoints).
+fn resolve(catalog: &JobCheckpoints, path: &Path) -> Result<(SnapshotRef, bool), RestoreError> {
+    let text = path.to_string_lossy();
+    if remote(&text) {
+        let root = catalog.storage().location("");
+        let Some(key) = text.strip_prefix(root.as_str()) else {
+            return Ok((snapshot_at(path)?, false));
+        };
+        let key = key.trim_matches('/');
+        let dir = key.strip_suffix("/_metadata").unwrap_or(key).to_string();
+        let in_job = dir.rsplit_once('/').map(|(parent, _)| parent) == Some(catalog.job_dir());
+        let snapshot = SnapshotRef {
+            storage: catalog.storage().clone(),
+            dir,
+        };
+        return Ok((snapshot, in_job));
+    }
+    let job_dir = std::fs::canonicalize(catalog.storage().location(catalog.job_dir()));
+    let parent = std::fs::canonicalize(snapshot_dir(path))
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let in_job = matches!((job_dir, parent), (Ok(a), Some(b)) if a == b);
+    Ok((snapshot_at(path)?, in_job))
+}
+
 /// Picks and prepares the snapshot to start from: `None` for a fresh start.
 pub async fn prepare(
     plan: &Plan,
@@ -74,14 +124,11 @@ pub async fn prepare(
 ) -> Result<Option<Prepared>, RestoreError> {
     match from {
         RestoreFrom::Path(path) => {
-            let mut prepared = prepare_one(plan, snapshot_at(path)?, work).await?;
+            let (snapshot, in_job) = resolve(catalog, path)?;
+            let mut prepared = prepare_one(plan, snapshot, work).await?;
             // Shared files are referred to relative to the job's directory: only a snapshot
             // in this job's directory can lend them to the next checkpoints.
-            let job_dir = std::fs::canonicalize(catalog.storage().location(catalog.job_dir()));
-            let parent = std::fs::canonicalize(snapshot_dir(path))
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf));
-            if !matches!((job_dir, parent), (Ok(a), Some(b)) if a == b) {
+            if !in_job {
                 prepared.reuse.clear();
             }
             Ok(Some(prepared))
@@ -229,5 +276,6 @@ async fn prepare_one(
         subtasks,
         sinks,
         reuse,
+        stats: restored.stats.clone(),
     })
 }

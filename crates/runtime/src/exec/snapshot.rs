@@ -3,7 +3,7 @@
 //!
 //! Every node's subtask contributes one [`NodeState`]: its watermark and its own state (a
 //! source's position, a sink's pending transactions, an operator's counters) as JSON, small by
-//! construction. The coordinator stores them in one merged operator-state file per checkpoint.
+//! construction. The coordinator stores them in a few merged operator-state files per checkpoint.
 //! On restore every new subtask of a node sees the states of *all* old subtasks (union
 //! redistribution, as Flink's union list state) and takes its share: a source its splits, a
 //! join the largest arrival counter. Keyed state is redistributed by key group instead.

@@ -161,7 +161,7 @@ pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
     let src = &loaded.source;
     let mut problems = loaded.problems.clone();
 
-    if let Err(message) = spec.checkpoint.storage_root() {
+    if let Err(message) = spec.checkpoint.storage_config() {
         problems.push(src.at_value("/checkpoint/storage", message));
     }
     let mut defs = collect_defs(spec, src, &mut problems);

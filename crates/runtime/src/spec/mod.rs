@@ -912,10 +912,11 @@ pub struct CheckpointSpec {
     #[serde(default = "default_retained")]
     #[schemars(range(min = 1, max = 1000))]
     pub retained: u32,
-    /// Where checkpoints are stored: a `file://` URL or a path (default: `checkpoints/` under
-    /// the data directory).
+    /// Where checkpoints and savepoints are stored: `s3://bucket/prefix` (credentials and
+    /// endpoint from the `AWS_*` environment), a `file://` URL or a path (default:
+    /// `checkpoints/` under the data directory); or a map with the `url` and how to reach it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage: Option<String>,
+    pub storage: Option<StorageSpec>,
     /// Exactly-once (aligned barriers) or at-least-once.
     #[serde(default)]
     pub mode: CheckpointMode,
@@ -927,27 +928,106 @@ impl CheckpointSpec {
         self.interval.is_some()
     }
 
-    /// The local directory checkpoints are stored under: `storage` as a `file://` URL or a
-    /// path, else `checkpoints/` under the data directory.
-    pub fn storage_root(&self) -> Result<std::path::PathBuf, String> {
-        let Some(url) = &self.storage else {
-            return Ok(crate::plan::state::data_dir().join("checkpoints"));
+    /// Where checkpoints are stored and how to reach it: `storage`, else `checkpoints/` under
+    /// the data directory. Nothing is contacted.
+    pub fn storage_config(&self) -> Result<weir_checkpoint::StorageConfig, String> {
+        let config = match &self.storage {
+            None => weir_checkpoint::StorageConfig::url(
+                crate::plan::state::data_dir()
+                    .join("checkpoints")
+                    .display()
+                    .to_string(),
+            ),
+            Some(StorageSpec::Url(url)) => weir_checkpoint::StorageConfig::url(url.clone()),
+            Some(StorageSpec::Settings(s)) => weir_checkpoint::StorageConfig {
+                url: s.url.clone(),
+                endpoint: s.endpoint.clone(),
+                region: s.region.clone(),
+                access_key_id: s.access_key_id.clone(),
+                secret_access_key: s.secret_access_key.clone(),
+                allow_http: s.allow_http,
+                request_timeout: s.request_timeout.map(|d| d.0),
+                max_retries: s.max_retries.map(|n| n as usize),
+            },
         };
-        if let Some(path) = url.strip_prefix("file://") {
-            if path.is_empty() {
-                return Err(
-                    "`file://` needs a path, e.g. `file:///var/lib/weir/checkpoints`".into(),
-                );
+        let kind = config.kind()?;
+        if let (Some(StorageSpec::Settings(s)), weir_checkpoint::object::StorageKind::Local(_)) =
+            (&self.storage, &kind)
+        {
+            let set: Vec<&str> = [
+                ("endpoint", s.endpoint.is_some()),
+                ("region", s.region.is_some()),
+                ("access-key-id", s.access_key_id.is_some()),
+                ("secret-access-key", s.secret_access_key.is_some()),
+                ("allow-http", s.allow_http.is_some()),
+                ("request-timeout", s.request_timeout.is_some()),
+                ("max-retries", s.max_retries.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(k, set)| set.then_some(k))
+            .collect();
+            if !set.is_empty() {
+                return Err(format!(
+                    "{} only apply to s3:// storage, and `{}` is a local path",
+                    set.iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    config.url
+                ));
             }
-            return Ok(std::path::PathBuf::from(path));
         }
-        match url.split_once("://") {
-            Some((scheme, _)) => Err(format!(
-                "checkpoint storage `{scheme}://` is not supported; use a `file://` URL or a path"
-            )),
-            None => Ok(std::path::PathBuf::from(url)),
-        }
+        Ok(config)
     }
+
+    /// Opens the checkpoint storage (nothing is contacted yet).
+    pub fn open_storage(
+        &self,
+    ) -> Result<std::sync::Arc<dyn weir_checkpoint::CheckpointStorage>, String> {
+        let config = self.storage_config()?;
+        weir_checkpoint::object::open(&config).map_err(|e| e.to_string())
+    }
+}
+
+/// Where checkpoints go: a URL or path, or a map that also says how to reach it.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum StorageSpec {
+    // The map comes first: a map with a mistake is then reported against the map's keys.
+    Settings(StorageSettings),
+    /// `s3://bucket/prefix`, a `file://` URL or a path.
+    Url(String),
+}
+
+/// Checkpoint storage with how to reach it. Unset keys come from the usual AWS environment
+/// variables (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_ALLOW_HTTP`, ...), so MinIO, Ceph and AWS all work.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StorageSettings {
+    /// `s3://bucket/prefix`, a `file://` URL or a path.
+    pub url: String,
+    /// The S3 endpoint, e.g. `http://127.0.0.1:9000` for MinIO (default: AWS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The bucket's region (default: `us-east-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// Prefer the `AWS_SECRET_ACCESS_KEY` variable to writing the secret in a job file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_access_key: Option<String>,
+    /// Allow an `http://` endpoint (a local MinIO); off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_http: Option<bool>,
+    /// A request taking longer is abandoned and retried (default: 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<HumanDuration>,
+    /// Retries of a failed request, with exponential backoff from 100 ms up to 5 s (default: 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub max_retries: Option<u32>,
 }
 
 impl Default for CheckpointSpec {
