@@ -50,6 +50,7 @@ bench: build
 	$(WEIR) bench backends
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
+	$(WEIR) bench query
 	$(WEIR) bench pool
 	$(WEIR) bench serve
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then $(WEIR) bench postgres; \
