@@ -57,6 +57,7 @@ bench: build
 	if scripts/s3-server.sh start $$s3 $$port weir-bench; then \
 	  $(WEIR) bench restore --s3 http://127.0.0.1:$$port; status=$$?; scripts/s3-server.sh stop $$s3; rm -rf $$s3; exit $$status; \
 	else echo "bench restore: no S3 server (scripts/s3-server.sh failed); in-memory store only"; $(WEIR) bench restore; fi
+	$(WEIR) bench query
 	$(WEIR) bench pool
 	$(WEIR) bench serve
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then $(WEIR) bench postgres; \
