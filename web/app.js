@@ -404,7 +404,24 @@ function overview(job) {
       <td>${sparkline(n.role === "sink" ? n.history["rate-in"] : n.history["rate-out"], 110, 24)} ${rate(n.role === "sink" ? n["rate-in"] : n["rate-out"])}</td>
       <td>${sparkline(n.history.backpressure, 70, 24, "#dc2626")} <span class="bar"><span style="width:${(100 * n.backpressure).toFixed(0)}%;background:${pressureColour(n.backpressure)}"></span></span> ${(100 * n.backpressure).toFixed(0)}%</td>
       <td class="num">${dur(n["watermark-delay-ms"])}</td><td class="num">${dur(n["alignment-ms"])}</td></tr>`).join("")}
-    </tbody></table></div>${pools(job.pools || [])}`;
+    </tbody></table></div>${restorePanel(job.restore)}${pools(job.pools || [])}`;
+}
+
+// How the job's latest restore read its operator state: ranges reached without repositioning
+// (skipped seeks) against seeks performed, as one bar, with requests and bytes.
+function restorePanel(r) {
+  if (!r) return "";
+  const w = 240, h = 18, total = Math.max(r["seeks-performed"] + r["seeks-skipped"], 1);
+  const skipped = (r["seeks-skipped"] / total) * w;
+  const bar = `<svg width="${w}" height="${h}" class="restore-bar"><rect width="${w}" height="${h}" fill="#f59e0b"><title>${r["seeks-performed"]} seeks performed</title></rect>
+    <rect width="${skipped}" height="${h}" fill="#16a34a"><title>${r["seeks-skipped"]} seeks skipped</title></rect></svg>`;
+  return `<h2>Restore</h2><div class="panel"><div class="muted">restored from <span class="mono">${esc(r.location)}</span>${r.attempt ? ` (attempt ${r.attempt})` : ""}</div>
+    <div class="stats">
+      <div class="stat"><div class="v">${bar}</div><div class="k">${num(r["seeks-skipped"])} seeks skipped · ${num(r["seeks-performed"])} performed</div></div>
+      <div class="stat"><div class="v">${num(r.requests)}</div><div class="k">requests for ${num(r.ranges)} ranges in ${num(r.files)} files</div></div>
+      <div class="stat"><div class="v">${bytes(r["bytes-read"])}</div><div class="k">read (${bytes(r["gap-bytes"])} of gaps read through)</div></div>
+      <div class="stat"><div class="v">${us(r["elapsed-us"])}</div><div class="k">reading operator state</div></div>
+    </div></div>`;
 }
 
 // One operator: its counters, and for a keyed operator with queryable state a lookup box.

@@ -295,6 +295,32 @@ async fn a_savepoint_is_polled_to_completion_and_a_stopped_job_restarts_from_it(
     assert_eq!(running["run"], 2);
     let detail = wait_for(&app, &uri, |v| v["events"].as_u64().unwrap_or(0) > 0).await;
     assert_eq!(detail["restored-from"], format!("sp-{sp}"));
+    // The restore's reads: one savepoint's operator state lies contiguous in its merged
+    // file(s), so no seek is needed and one request per file does it.
+    let restore = &detail["restore"];
+    assert!(
+        restore["location"]
+            .as_str()
+            .and_then(|l| l.rsplit_once("/sp-"))
+            .and_then(|(_, n)| n.parse::<u64>().ok())
+            == Some(sp),
+        "{restore}"
+    );
+    let ranges = restore["ranges"].as_u64().unwrap();
+    assert!(ranges >= 1, "the source's position was read: {restore}");
+    assert_eq!(restore["seeks-performed"], 0, "{restore}");
+    assert_eq!(restore["seeks-skipped"].as_u64(), Some(ranges), "{restore}");
+    assert_eq!(restore["requests"], restore["files"], "{restore}");
+    let metrics = call(&app, "GET", "/metrics", Body::empty()).await;
+    let id = uri.rsplit('/').next().unwrap();
+    assert!(
+        metrics.text.contains(&format!(
+            "weir_restore_requests{{id=\"{id}\",job=\"serve-savepoint\"}} {}",
+            restore["requests"]
+        )),
+        "{}",
+        metrics.text
+    );
 
     host.shutdown(Duration::from_secs(10)).await;
     drop(dir);

@@ -201,6 +201,15 @@ impl JobInner {
         }
     }
 
+    /// How the job's latest restore read its snapshot (seeks performed and skipped, requests,
+    /// bytes), from the run in progress or the one that ended.
+    pub fn restore_stats(&self) -> Option<weir_runtime::exec::job::Restore> {
+        match &self.live {
+            Some(live) => live.control.restore_stats(),
+            None => self.summary.as_ref().and_then(|s| s.restore.clone()),
+        }
+    }
+
     /// The current run's checkpoint counters and history, if it checkpoints.
     pub fn checkpoint_stats(&self) -> Option<weir_checkpoint::coordinator::StatsInner> {
         self.live

@@ -31,6 +31,7 @@ pub fn render(host: &Host) -> String {
     let mut checkpoints = Vec::new();
     let mut nodes = Vec::new();
     let mut pools = Vec::new();
+    let mut restores = Vec::new();
     for job in &jobs {
         for pool in crate::view::PoolView::of(&job.plan) {
             pools.push((job.id.to_string(), job.name.clone(), pool));
@@ -45,6 +46,9 @@ pub fn render(host: &Host) -> String {
         ));
         if let Some(stats) = s.checkpoint_stats() {
             checkpoints.push((id.clone(), job.name.clone(), stats));
+        }
+        if let Some(restore) = s.restore_stats() {
+            restores.push((id.clone(), job.name.clone(), restore.stats));
         }
         for n in &s.metrics.nodes {
             nodes.push((
@@ -156,6 +160,42 @@ pub fn render(host: &Host) -> String {
     for (name, help, pick) in families {
         out.family(name, "counter", help);
         for (id, job, stats) in &checkpoints {
+            out.sample(name, &[("id", id), ("job", job)], pick(stats) as f64);
+        }
+    }
+
+    // Gauges, not counters: each restore replaces the previous one's figures.
+    type RestorePick = fn(&weir_checkpoint::RestoreStats) -> u64;
+    let restore_families: [(&str, &str, RestorePick); 5] = [
+        (
+            "weir_restore_seeks_performed",
+            "Repositionings of the job's latest restore while reading operator state.",
+            |r| r.seeks_performed,
+        ),
+        (
+            "weir_restore_seeks_skipped",
+            "Ranges the latest restore read without repositioning (already there, or a small gap read through).",
+            |r| r.seeks_skipped,
+        ),
+        (
+            "weir_restore_requests",
+            "Storage requests (ranged GETs on object storage) of the latest restore.",
+            |r| r.requests,
+        ),
+        (
+            "weir_restore_bytes_read",
+            "Bytes the latest restore fetched, gaps read through included.",
+            |r| r.bytes_read,
+        ),
+        (
+            "weir_restore_ranges",
+            "Operator-state ranges the latest restore needed.",
+            |r| r.ranges,
+        ),
+    ];
+    for (name, help, pick) in restore_families {
+        out.family(name, "gauge", help);
+        for (id, job, stats) in &restores {
             out.sample(name, &[("id", id), ("job", job)], pick(stats) as f64);
         }
     }

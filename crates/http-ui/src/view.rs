@@ -136,6 +136,9 @@ pub struct JobDetail {
     pub error: Option<String>,
     /// The connection pools of sinks that write through one (`postgres`).
     pub pools: Vec<PoolView>,
+    /// How the latest restore read its snapshot, when the job was restored: which snapshot,
+    /// seeks performed and skipped, requests and bytes.
+    pub restore: Option<weir_runtime::exec::job::Restore>,
 }
 
 /// The gauges and counters of one sink's connection pool.
@@ -430,6 +433,7 @@ impl HostedJob {
             snapshot: s.summary.as_ref().and_then(|x| x.snapshot.clone()),
             error: s.error.clone(),
             pools: PoolView::of(&self.plan),
+            restore: s.restore_stats(),
         }
     }
 
