@@ -12,6 +12,9 @@ use weir_checkpoint::coordinator::StatsInner;
 use crate::host::Host;
 use crate::job::JobState;
 
+/// A family of one value per job: name, help, and how to read the value from a job's `T`.
+type JobFamily<'a, T> = (&'a str, &'a str, fn(&T) -> u64);
+
 /// The content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -139,8 +142,7 @@ pub fn render(host: &Host) -> String {
             );
         }
     }
-    type Pick = fn(&StatsInner) -> u64;
-    let families: [(&str, &str, Pick); 3] = [
+    let families: [JobFamily<'_, StatsInner>; 3] = [
         (
             "weir_checkpoints_completed_total",
             "Checkpoints and savepoints completed by the job's current run.",
@@ -157,16 +159,10 @@ pub fn render(host: &Host) -> String {
             |s| s.skipped,
         ),
     ];
-    for (name, help, pick) in families {
-        out.family(name, "counter", help);
-        for (id, job, stats) in &checkpoints {
-            out.sample(name, &[("id", id), ("job", job)], pick(stats) as f64);
-        }
-    }
+    out.job_families("counter", &families, &checkpoints);
 
     // Gauges, not counters: each restore replaces the previous one's figures.
-    type RestorePick = fn(&weir_checkpoint::RestoreStats) -> u64;
-    let restore_families: [(&str, &str, RestorePick); 5] = [
+    let restore_families: [JobFamily<'_, weir_checkpoint::RestoreStats>; 5] = [
         (
             "weir_restore_seeks_performed",
             "Repositionings of the job's latest restore while reading operator state.",
@@ -193,12 +189,7 @@ pub fn render(host: &Host) -> String {
             |r| r.ranges,
         ),
     ];
-    for (name, help, pick) in restore_families {
-        out.family(name, "gauge", help);
-        for (id, job, stats) in &restores {
-            out.sample(name, &[("id", id), ("job", job)], pick(stats) as f64);
-        }
-    }
+    out.job_families("gauge", &restore_families, &restores);
 
     type PoolPick = fn(&crate::view::PoolView) -> f64;
     let pool_families: [(&str, &str, &str, PoolPick); 6] = [
@@ -309,6 +300,21 @@ struct Exposition {
 }
 
 impl Exposition {
+    /// Families of one value per job, each `(name, help, pick)` read from every job's `T`.
+    fn job_families<T>(
+        &mut self,
+        kind: &str,
+        families: &[JobFamily<'_, T>],
+        jobs: &[(String, String, T)],
+    ) {
+        for (name, help, pick) in families {
+            self.family(name, kind, help);
+            for (id, job, value) in jobs {
+                self.sample(name, &[("id", id), ("job", job)], pick(value) as f64);
+            }
+        }
+    }
+
     fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.text, "# HELP {name} {help}");
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
