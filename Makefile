@@ -30,8 +30,11 @@ toolchain:
 deps: toolchain
 	@scripts/ensure-packages.sh $(BUILD_PACKAGES)
 
+# The same packages and targets as `make test` (the whole workspace, test targets included):
+# a narrower selection resolves other features for shared dependencies and would compile
+# RocksDB's C++ a second time (20 minutes or more on two cores).
 build: deps
-	$(CARGO) build --release --bin weir
+	$(CARGO) build --release --workspace --all-targets
 
 ## Build and start `weir serve` with the default job running; it prints the dashboard's URL.
 run: build
