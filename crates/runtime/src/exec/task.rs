@@ -302,9 +302,6 @@ impl Chain {
         Ok(())
     }
 
-    /// Replays each operator's restored watermark into it before any input, so lateness is
-    /// judged as it was when the snapshot was taken. Timers at or before it fired before the
-    /// snapshot, so nothing fires.
     /// Handles a control message: an ordered state lookup, on the operator it names.
     fn control(&mut self, message: Control) {
         match message {
@@ -343,6 +340,9 @@ impl Chain {
         Ok(())
     }
 
+    /// Replays each operator's restored watermark into it before any input, so lateness is
+    /// judged as it was when the snapshot was taken. Timers at or before it fired before the
+    /// snapshot, so nothing fires.
     fn restore_watermarks(&mut self, watermarks: &[Option<i64>]) -> Result<(), TaskFailure> {
         for (node, w) in self.ops.iter_mut().zip(watermarks) {
             let Some(w) = *w else { continue };
@@ -521,15 +521,20 @@ impl Task {
                 // the gate, never in the middle of one (`InputGate::next` is cancel-safe: it
                 // keeps whatever it received). `select!` picks fairly among ready branches,
                 // so neither lookups nor data can starve the other.
-                let event = tokio::select! {
-                    event = gate.next() => event,
-                    Some(message) = recv_control(control.as_mut()) => {
-                        chain.control(message);
-                        continue;
-                    }
-                    _ = tick(write_through.as_mut()) => {
-                        chain.write_through()?;
-                        continue;
+                let event = if control.is_none() && write_through.is_none() {
+                    // Nothing queryable: no branches to poll beside the data.
+                    gate.next().await
+                } else {
+                    tokio::select! {
+                        event = gate.next() => event,
+                        Some(message) = recv_control(control.as_mut()) => {
+                            chain.control(message);
+                            continue;
+                        }
+                        _ = tick(write_through.as_mut()) => {
+                            chain.write_through()?;
+                            continue;
+                        }
                     }
                 };
                 let event = event.map_err(|e| TaskFailure {
