@@ -50,6 +50,9 @@ enum Bench {
         /// Only these pipeline counts (default: all of the sweep).
         #[arg(long, value_delimiter = ',')]
         pipelines: Vec<usize>,
+        /// The shared scheduler's busy-wait bound (default: the engine's).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        max_spin: Option<Duration>,
     },
     /// The connection pool's state changes through a plain mutex, the combiner without yield
     /// and the combiner with yield, at 1 to 4 threads and 0 to 20 units of work per action.
@@ -211,7 +214,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
             measure,
             runs,
             pipelines,
-        } => scheduler(measure, runs.max(1), &pipelines),
+            max_spin,
+        } => scheduler(measure, runs.max(1), &pipelines, max_spin),
         Bench::Serve(args) => return crate::serve_bench::main(args),
         Bench::Pool {
             measure,
@@ -916,19 +920,29 @@ fn us_text(ns: f64) -> String {
     }
 }
 
-fn scheduler(measure: Duration, runs: usize, pipelines: &[usize]) -> anyhow::Result<()> {
+fn scheduler(
+    measure: Duration,
+    runs: usize,
+    pipelines: &[usize],
+    max_spin: Option<Duration>,
+) -> anyhow::Result<()> {
     use weir_scheduler::bench;
+    let mut config = weir_scheduler::SchedulerConfig::default();
+    if let Some(max_spin) = max_spin {
+        config.max_spin = max_spin;
+    }
     let mut cells = bench::default_cells(measure);
     if !pipelines.is_empty() {
         cells.retain(|c| pipelines.contains(&c.pipelines));
     }
     println!(
         "Checkpoint triggers: per-pipeline 2-thread pools (SeaTunnel's dev branch) beside weir's \
-         shared scheduler; {} per cell, median of {runs} runs.",
+         shared scheduler (busy-wait bound {}); {} per cell, median of {runs} runs.",
+        humantime::format_duration(config.max_spin),
         humantime::format_duration(measure)
     );
     println!();
-    let results = bench::sweep(&cells, runs, |done| {
+    let results = bench::sweep(&config, &cells, runs, |done| {
         eprintln!(
             "{}",
             bench::table(std::slice::from_ref(done))
@@ -938,6 +952,7 @@ fn scheduler(measure: Duration, runs: usize, pipelines: &[usize]) -> anyhow::Res
         );
     })?;
     println!("{}", bench::table(&results));
+    println!("{}", bench::flatness(&results));
     Ok(())
 }
 

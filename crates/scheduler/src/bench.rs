@@ -129,15 +129,20 @@ pub struct ArmResult {
 /// Runs both arms of one cell `runs` times, interleaved (the arm that goes first alternates),
 /// and reports for each arm the median over its runs of every figure. `runtime` must not be
 /// driving the calling thread: this blocks.
-pub fn run(runtime: &Handle, cell: &Cell, runs: usize) -> Result<[ArmResult; 2], SchedulerError> {
+pub fn run(
+    runtime: &Handle,
+    config: &SchedulerConfig,
+    cell: &Cell,
+    runs: usize,
+) -> Result<[ArmResult; 2], SchedulerError> {
     let mut per_pipeline = Vec::with_capacity(runs);
     let mut shared = Vec::with_capacity(runs);
     for run in 0..runs.max(1) {
         if run % 2 == 0 {
             per_pipeline.push(per_pipeline_arm(cell)?);
-            shared.push(shared_arm(runtime, cell)?);
+            shared.push(shared_arm(runtime, config, cell)?);
         } else {
-            shared.push(shared_arm(runtime, cell)?);
+            shared.push(shared_arm(runtime, config, cell)?);
             per_pipeline.push(per_pipeline_arm(cell)?);
         }
     }
@@ -147,6 +152,7 @@ pub fn run(runtime: &Handle, cell: &Cell, runs: usize) -> Result<[ArmResult; 2],
 /// Runs `cells` (each `runs` times, see [`run`]) on a tokio runtime of its own with one worker
 /// per core, calling `each` after each cell.
 pub fn sweep(
+    config: &SchedulerConfig,
     cells: &[Cell],
     runs: usize,
     mut each: impl FnMut(&[ArmResult; 2]),
@@ -160,7 +166,7 @@ pub fn sweep(
         .map_err(SchedulerError::Spawn)?;
     let mut results = Vec::with_capacity(cells.len());
     for cell in cells {
-        let result = run(runtime.handle(), cell, runs)?;
+        let result = run(runtime.handle(), config, cell, runs)?;
         each(&result);
         results.push(result);
     }
@@ -214,7 +220,7 @@ pub fn table(results: &[[ArmResult; 2]]) -> String {
                 " | ".to_owned()
             };
             out.push_str(&format!(
-                "| {} | {:?} | {} | {} | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {} | {} | {} |\n",
+                "| {} | {:?} | {} | {} | {:.2} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {} | {} | {} |\n",
                 r.cell.pipelines,
                 r.cell.interval,
                 body,
@@ -234,6 +240,45 @@ pub fn table(results: &[[ArmResult; 2]]) -> String {
             ));
         }
     }
+    out
+}
+
+/// How flat the shared arm's median delay is across pipeline counts: for each trigger body (the
+/// overload cells aside), the lowest and highest p50 over P and their ratio. The target is a
+/// ratio within 2×.
+pub fn flatness(results: &[[ArmResult; 2]]) -> String {
+    let mut bodies: Vec<Duration> = Vec::new();
+    for [_, shared] in results {
+        if !shared.cell.is_overload() && !bodies.contains(&shared.cell.body) {
+            bodies.push(shared.cell.body);
+        }
+    }
+    let mut out = String::from("shared p50 across P (lowest–highest, ratio):");
+    for body in bodies {
+        let p50s = results
+            .iter()
+            .map(|[_, shared]| shared)
+            .filter(|r| !r.cell.is_overload() && r.cell.body == body)
+            .map(|r| (r.cell.pipelines, r.p50_us));
+        let (mut lo, mut hi) = ((0, f64::INFINITY), (0, 0.0));
+        for (pipelines, p50) in p50s {
+            if p50 < lo.1 {
+                lo = (pipelines, p50);
+            }
+            if p50 > hi.1 {
+                hi = (pipelines, p50);
+            }
+        }
+        out.push_str(&format!(
+            " body {body:?}: {:.2} µs (P = {}) – {:.2} µs (P = {}), {:.2}×;",
+            lo.1,
+            lo.0,
+            hi.1,
+            hi.0,
+            hi.1 / lo.1.max(1e-3)
+        ));
+    }
+    out.pop();
     out
 }
 
@@ -335,13 +380,17 @@ fn result(
 // ---------------------------------------------------------------------------------------------
 // The shared arm.
 
-fn shared_arm(runtime: &Handle, cell: &Cell) -> Result<ArmResult, SchedulerError> {
+fn shared_arm(
+    runtime: &Handle,
+    config: &SchedulerConfig,
+    cell: &Cell,
+) -> Result<ArmResult, SchedulerError> {
     let threads_before = process_threads();
     let scheduler = Scheduler::with_config(
         runtime.clone(),
         SchedulerConfig {
             thread_name: "weir-bench-sched".to_owned(),
-            ..SchedulerConfig::default()
+            ..config.clone()
         },
     )?;
     let window = Window::new(cell);

@@ -49,6 +49,11 @@ pub struct SchedulerConfig {
     /// Longest the timer thread busy-waits before a due time. The margin it actually uses
     /// adapts to how late the OS wakes it (most wake-ups within it), up to this bound. Zero
     /// disables busy-waiting: ticks then start as late as the OS wakes the thread.
+    ///
+    /// The default, 500 µs, covers the wake-up latency of a thread that slept for a whole
+    /// interval on the virtual machines weir was measured on (110–250 µs; a bound of 100 µs
+    /// left ticks 6–30 µs late at the median when few pipelines kept the thread idle, see
+    /// BENCHMARKS.md). Only what the OS actually needs is spun, and `spin_budget` caps it.
     pub max_spin: Duration,
     /// Share of one core that busy-waiting may use on average (0.0–1.0). Past it, the timer
     /// thread sleeps up to the due time itself until the budget refills, so a dense schedule
@@ -60,7 +65,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
             thread_name: "weir-scheduler".to_owned(),
-            max_spin: Duration::from_micros(100),
+            max_spin: Duration::from_micros(500),
             spin_budget: 0.25,
         }
     }
@@ -479,10 +484,21 @@ impl Shared {
         self.wake.notify_one();
     }
 
-    /// Touches what firing `ready` will touch, to have it in cache when it is due.
+    /// Touches what firing `ready` will touch, to have it in cache when it is due: the lease's
+    /// state and delay histogram, the trigger's reference count (firing clones it), the flags
+    /// firing reads, and the clock.
     pub(crate) fn prewarm(&self, ready: &Ready) {
-        let state = lock(&ready.item.entry.state);
-        std::hint::black_box((state.trigger.is_some(), state.stats.delay.count()));
+        let entry = &ready.item.entry;
+        let state = lock(&entry.state);
+        let trigger = state.trigger.clone();
+        std::hint::black_box((trigger.is_some(), state.stats.delay.count()));
+        drop(state);
+        drop(trigger);
+        std::hint::black_box((
+            entry.running.load(Ordering::Relaxed),
+            entry.rerun.load(Ordering::Relaxed),
+            Instant::now(),
+        ));
     }
 
     /// Queues a `fire_now` tick due at `due`, unless one is already pending (requests collapse:
