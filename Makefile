@@ -22,7 +22,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
 # scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
 TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv
 
-.PHONY: run test bench build deps toolchain lint nexmark-data clean
+.PHONY: run test bench build deps toolchain lint loom nexmark-data clean
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -47,6 +47,14 @@ test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace
+	@$(MAKE) --no-print-directory loom
+
+## The connection pool's combiner and queue under the loom model checker: every interleaving of
+## small scenarios, against the shipped code compiled with loom's primitives. Its own target
+## directory: the cfg changes every build flag, so sharing the main one would rebuild it.
+loom: deps
+	RUSTFLAGS="--cfg weir_loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom \
+	  $(CARGO) test --release -p weir-connection-pool --lib loom_models
 
 ## Benchmarks (see BENCHMARKS.md for recorded figures).
 bench: build
