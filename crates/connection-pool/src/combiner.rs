@@ -3,17 +3,21 @@
 //!
 //! # Protocol
 //!
-//! [`Combiner::submit`] puts the action on the `ActionQueue` (one fetch-and-add), then tries the
-//! flag: a read, then a compare-exchange. (Uncontended, with the flag free and no ticket
-//! outstanding, it takes the flag first and applies its action without the queue round trip.)
-//! The winner locks the state (never contended: only flag holders lock it), pops and applies
-//! actions until the queue reads empty or the run reaches its limit, unlocks, releases the flag,
+//! [`Combiner::submit`] puts the action on the `ActionQueue` (one fetch-and-add), then announces
+//! it on the flag: one read-modify-write that sets its `PENDING` bit and tells whether somebody
+//! holds the flag; if nobody does, the submitter takes it (a compare-exchange). (With the flag
+//! free and no ticket outstanding, a submitter takes the flag first and applies its action
+//! without the queue round trip; one that finds the flag held and nobody queued watches the flag
+//! for a few spins first, see [`CombinerConfig::flag_spins`].) The flag and the state are one
+//! value (`flag::FlagCell`): the winner has the state, pops and applies actions until the queue
+//! reads empty or the run reaches its limit, releases the flag (a swap that reads `PENDING`),
 //! and
 //!
-//! - when the queue read empty, issues a `SeqCst` fence and re-checks it: a submitter whose own
-//!   flag attempt failed because we still held it has, by the fences on both sides (Dekker), either
-//!   seen our release (and tries again itself) or is seen by our re-check (and we go round again,
-//!   or yield if our limit is reached); so no action is stranded;
+//! - when the queue read empty and an action was announced while it held the flag, re-checks the
+//!   queue: the flag's writes are all read-modify-writes, so an announcement either came before
+//!   the release (which then sees it, and the holder goes round again, or yields if its limit is
+//!   reached) or after it (and the announcer found the flag free and takes it itself); so no
+//!   action is stranded, with no fence on either side (`flag.rs` has the argument);
 //! - when the run hit its limit, calls the resume hook (the pool posts a tokio task that calls
 //!   [`Combiner::resume`]) and returns to its caller, while concurrent submitters keep draining. If
 //!   the hook cannot post (the pool is shutting down), the caller carries on, as a new run.
@@ -29,19 +33,18 @@
 //! combining section.
 //!
 //! Actions should not panic (the pool's are plain bookkeeping). If one does, the panic unwinds into
-//! the combining caller, the flag is released on the way out and the state lock's poisoning is
-//! ignored: the combiner keeps working on whatever state the action left, the actions queued behind
-//! it run at the next submission, and the follow-ups collected so far are dropped.
+//! the combining caller and the flag is released on the way out: the combiner keeps working on
+//! whatever state the action left, the actions queued behind it run at the next submission, and
+//! the follow-ups collected so far are dropped.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
-
+use crate::flag::{FlagCell, FlagGuard};
 use crate::histogram::Histogram;
-use crate::queue::ActionQueue;
-use crate::sync::{AtomicBool, Backoff, Mutex, Ordering, fence, lock};
+use crate::queue::{ActionQueue, Consumer};
+use crate::sync::{Backoff, spin_loop};
 
 /// State driven through a [`Combiner`]: actions are applied one at a time, in queue order, by
 /// whichever thread holds the combiner flag.
@@ -63,15 +66,18 @@ pub struct CombinerConfig {
     max_actions_per_run: usize,
     time_budget: Option<Duration>,
     queue_capacity: usize,
+    flag_spins: u32,
 }
 
 impl Default for CombinerConfig {
-    /// Yield after 64 actions or 50 µs, whichever comes first; a queue of 1,024 actions.
+    /// Yield after 64 actions or 50 µs, whichever comes first; a queue of 1,024 actions; a
+    /// submitter that finds the flag held and nobody queued watches it for 32 spins.
     fn default() -> Self {
         Self {
             max_actions_per_run: 64,
             time_budget: Some(Duration::from_micros(50)),
             queue_capacity: 1024,
+            flag_spins: 32,
         }
     }
 }
@@ -131,6 +137,17 @@ impl CombinerConfig {
             "the combiner queue capacity must be a power of two of at least 2, got {capacity}"
         );
         self.queue_capacity = capacity;
+        self
+    }
+
+    /// How many times a submitter that finds the flag held, with no action queued, looks again
+    /// before it queues its action (a `spin_loop` hint between looks). If the flag comes free
+    /// meanwhile, the submitter applies its own action, as an uncontended one does: a holder's
+    /// pass lasts a few hundred nanoseconds, and handing an action to it costs a queue slot, the
+    /// flag's re-check and a cross-thread answer, more than the wait. Once anybody has queued, a
+    /// submitter queues behind them at once, so nobody is overtaken. Zero queues at once.
+    pub fn flag_spins(mut self, spins: u32) -> Self {
+        self.flag_spins = spins;
         self
     }
 
@@ -273,25 +290,10 @@ impl Run {
     }
 }
 
-/// Takes the combiner flag if it is free: a read first, so losers only share the line while a run
-/// is on, then a compare-exchange. Not a swap: a losing swap still writes `true`, and although the
-/// memory model orders that write before the holder's release (the swap read the holder's `true`),
-/// loom 0.7 may order it after (tokio-rs/loom#254) and report a stuck flag; a failing
-/// compare-exchange writes nothing, in both models.
-fn try_take(flag: &AtomicBool) -> bool {
-    !flag.load(Ordering::Relaxed)
-        && flag
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-}
-
-/// The combiner flag, held: released when dropped, also when an action panics.
-struct Held<'a>(&'a AtomicBool);
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
+/// What the combiner flag guards: the state, and the right to pop the action queue.
+struct Guarded<S> {
+    state: S,
+    consumer: Consumer,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -308,12 +310,9 @@ type ResumeHook = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// A combiner executor over state `S` (see the module docs).
 pub struct Combiner<S: CombinedState> {
-    /// Set while a thread is combining. Padded: every submitter reads it.
-    flag: CachePadded<AtomicBool>,
+    /// The combiner flag and what it guards: whoever holds it is combining.
+    guarded: FlagCell<Guarded<S>>,
     queue: ActionQueue<S::Action>,
-    /// Locked only by the flag holder, so never contended; a mutex rather than an `UnsafeCell`
-    /// keeps the crate free of `unsafe` at the cost of one uncontended lock per run.
-    state: Mutex<S>,
     config: CombinerConfig,
     resume: ResumeHook,
     stats: RunStats,
@@ -340,10 +339,10 @@ impl<S: CombinedState> Combiner<S> {
         config: CombinerConfig,
         resume: impl Fn() -> bool + Send + Sync + 'static,
     ) -> Self {
+        let (queue, consumer) = ActionQueue::new(config.queue_capacity);
         Self {
-            flag: CachePadded::new(AtomicBool::new(false)),
-            queue: ActionQueue::new(config.queue_capacity),
-            state: Mutex::new(state),
+            guarded: FlagCell::new(Guarded { state, consumer }),
+            queue,
             config,
             resume: Box::new(resume),
             stats: RunStats::new(),
@@ -361,9 +360,19 @@ impl<S: CombinedState> Combiner<S> {
         // but not yet written reads as not ready while actions (maybe this caller's own) wait
         // behind it, and those must not be overtaken. An action whose ticket we cannot see yet
         // is concurrent with ours, with no order to keep.
-        if !self.flag.load(Ordering::Relaxed) && self.queue.is_empty() && try_take(&self.flag) {
-            self.combine_holding(Some(action), &mut follow_ups);
-            return follow_ups;
+        // Briefly contended (a holder, nobody queued): the same, once the flag comes free within
+        // `flag_spins` looks (see `CombinerConfig::flag_spins`).
+        let mut spins = 0;
+        while self.queue.is_empty() {
+            if let Some(held) = self.guarded.try_take() {
+                self.combine_holding(held, Some(action), &mut follow_ups);
+                return follow_ups;
+            }
+            if spins == self.config.flag_spins {
+                break;
+            }
+            spins += 1;
+            spin_loop();
         }
         let ticket = self.queue.claim();
         let mut action = action;
@@ -406,34 +415,40 @@ impl<S: CombinedState> Combiner<S> {
         self.config
     }
 
-    /// Takes the flag if it is free and runs the queue.
+    /// After queueing: tells the holder, if any, that work is waiting (it looks again before it
+    /// leaves), else takes the flag and runs the queue. If somebody else takes the flag first,
+    /// they took it after the announcement and drain what it announced.
     fn combine(&self, follow_ups: &mut Vec<S::FollowUp>) {
-        // Pairs with the fence after a holder's release: either its re-check sees the action we
-        // published, or we see the flag released.
-        fence(Ordering::SeqCst);
-        if try_take(&self.flag) {
-            self.combine_holding(None, follow_ups);
+        if self.guarded.announce() {
+            return;
+        }
+        if let Some(held) = self.guarded.try_take() {
+            self.combine_holding(held, None, follow_ups);
         }
     }
 
     /// With the flag taken by the caller: applies `first` and queued actions, releases the flag,
     /// then re-checks (taking the flag again while work is left, nobody else has taken it and the
     /// run is within its limits) or yields.
-    fn combine_holding(&self, mut first: Option<S::Action>, follow_ups: &mut Vec<S::FollowUp>) {
+    fn combine_holding<'a>(
+        &'a self,
+        mut held: FlagGuard<'a, Guarded<S>>,
+        mut first: Option<S::Action>,
+        follow_ups: &mut Vec<S::FollowUp>,
+    ) {
         let mut run = Run::new();
         loop {
-            let held = Held(&self.flag);
-            let end = {
-                let mut state = lock(&self.state);
-                self.apply_queued(&mut state, first.take(), &mut run, follow_ups)
-            };
+            let end = held
+                .with_mut(|guarded| self.apply_queued(guarded, first.take(), &mut run, follow_ups));
             self.stats.record_pass(&mut run);
-            drop(held);
+            let announced = held.release();
             let yielding = match end {
                 RunEnd::Limit => true,
                 RunEnd::Drained => {
-                    fence(Ordering::SeqCst);
-                    if !self.queue.has_ready() {
+                    // Nothing announced while we held the flag: whatever was queued before our
+                    // take we have drained (or its producer has yet to announce it, and will find
+                    // the flag free). Else look: the announced action may be behind our last pop.
+                    if !announced || !self.queue.has_ready() {
                         break;
                     }
                     // Work arrived after our last look. Ours to run, unless our run is spent:
@@ -452,23 +467,25 @@ impl<S: CombinedState> Combiner<S> {
                 run = Run::new();
             }
             // Whoever holds the flag now re-checks when done, so the work left is theirs.
-            if !try_take(&self.flag) {
-                break;
+            match self.guarded.try_take() {
+                Some(again) => held = again,
+                None => break,
             }
         }
         self.stats.record_time(&run, self.config.time_budget);
     }
 
-    /// One pass under the flag, with the state locked: `first` (if any), then queued actions
-    /// until the queue reads empty or `run` reaches its limit. The time budget is checked every
-    /// [`Self::CLOCK_EVERY`] actions.
+    /// One pass under the flag: `first` (if any), then queued actions until the queue reads
+    /// empty or `run` reaches its limit. The time budget is checked every [`Self::CLOCK_EVERY`]
+    /// actions.
     fn apply_queued(
         &self,
-        state: &mut S,
+        guarded: &mut Guarded<S>,
         first: Option<S::Action>,
         run: &mut Run,
         follow_ups: &mut Vec<S::FollowUp>,
     ) -> RunEnd {
+        let Guarded { state, consumer } = guarded;
         if let Some(action) = first {
             run.begin_action();
             state.apply(action, follow_ups);
@@ -477,7 +494,7 @@ impl<S: CombinedState> Combiner<S> {
             if run.spent(&self.config, run.applied % Self::CLOCK_EVERY == 0) {
                 return self.limit_or_drained();
             }
-            let Some(action) = self.queue.pop() else {
+            let Some(action) = self.queue.pop(consumer) else {
                 return RunEnd::Drained;
             };
             run.begin_action();

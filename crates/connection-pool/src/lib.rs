@@ -16,7 +16,12 @@
 //! # Layout
 //! - [`combiner`]: the combiner executor ([`Combiner`], [`CombinedState`], [`CombinerConfig`]).
 //! - `queue`: its fetch-and-add action ring (why this queue, and its protocol).
-//! - `sync`: `std` or loom primitives for those two, chosen by `--cfg weir_loom`.
+//! - `flag`: the combiner flag and the state it guards, as one try-lock.
+//! - `sync`: `std` or loom primitives for those three, chosen by `--cfg weir_loom`.
+//!
+//! `queue` and `flag` are the crate's only modules with `unsafe` (a cell handed between threads
+//! by a sequence number, and one guarded by the flag; every block says why it is sound), and the
+//! loom models check both: loom's cells fail a model in which two accesses race.
 //! - [`manager`]: the [`Manager`] trait a kind of connection implements.
 //! - `state`: the pool's state machine (the actions and their follow-ups).
 //! - [`pool`]: [`Pool`], [`PoolBuilder`], [`PooledConnection`] and the pool's tasks.
@@ -68,10 +73,11 @@
 //!     cargo test --release -p weir-connection-pool --lib loom_models
 //! ```
 //!
-//! It takes about a minute and a half of model checking on the project's 2-core machine (plus
-//! the first build). Stress tests with real threads, the queue's unit tests (including its
-//! wraparound) and the pool's behaviour tests (mostly on paused time) run with the normal
-//! `cargo test --release -p weir-connection-pool`. The benchmark:
+//! (`make loom` runs exactly this, and `make test` runs `make loom`.) It takes about a minute of
+//! model checking on the project's 2-core machine, plus the first build. Stress tests with real
+//! threads, the queue's unit tests (including its wraparound) and the pool's behaviour tests
+//! (mostly on paused time) run with the normal `cargo test --release -p weir-connection-pool`.
+//! The benchmark:
 //!
 //! ```text
 //! cargo run --release -p weir-connection-pool --example pool-bench -- [MEASURE_MS] [RUNS] [THREADS,..] [WORK,..]
@@ -80,10 +86,13 @@
 pub mod bench;
 pub mod combiner;
 pub mod error;
+#[allow(unsafe_code)]
+mod flag;
 mod histogram;
 pub mod manager;
 pub mod metrics;
 pub mod pool;
+#[allow(unsafe_code)]
 mod queue;
 mod state;
 mod sync;

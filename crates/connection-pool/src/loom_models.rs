@@ -10,6 +10,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use loom::thread;
 
 use crate::combiner::{CombinedState, Combiner, CombinerConfig};
+use crate::flag::FlagCell;
 use crate::queue::ActionQueue;
 
 /// Applies numbers; each one's follow-up is the number, so callers learn what was applied.
@@ -75,7 +76,10 @@ fn concurrent_submitters_strand_nothing() {
     model(|| {
         let combiner = Arc::new(Combiner::new(
             Tally,
-            CombinerConfig::default().without_yield().queue_capacity(4),
+            CombinerConfig::default()
+                .flag_spins(1)
+                .without_yield()
+                .queue_capacity(4),
             || false,
         ));
         // Once every submit has returned, every action has been applied exactly once and its
@@ -91,7 +95,10 @@ fn one_submitters_actions_apply_in_submission_order() {
     model(|| {
         let combiner = Arc::new(Combiner::new(
             InOrder { next: [0; 3] },
-            CombinerConfig::default().without_yield().queue_capacity(4),
+            CombinerConfig::default()
+                .flag_spins(1)
+                .without_yield()
+                .queue_capacity(4),
             || false,
         ));
         // Thread 0 submits twice while two others race it: its second action must not overtake
@@ -124,6 +131,7 @@ fn yielded_runs_are_finished_by_the_resumes_they_post() {
         let combiner = Arc::new(Combiner::new(
             Tally,
             CombinerConfig::default()
+                .flag_spins(1)
                 .max_actions_per_run(1)
                 .queue_capacity(4),
             {
@@ -158,6 +166,7 @@ fn no_caller_combines_past_its_action_limit() {
         let combiner = Arc::new(Combiner::new(
             Tally,
             CombinerConfig::default()
+                .flag_spins(1)
                 .max_actions_per_run(1)
                 .queue_capacity(4),
             {
@@ -199,6 +208,7 @@ fn a_resume_racing_submitters_strands_nothing() {
         let combiner = Arc::new(Combiner::new(
             Tally,
             CombinerConfig::default()
+                .flag_spins(1)
                 .max_actions_per_run(1)
                 .queue_capacity(2),
             {
@@ -239,6 +249,7 @@ fn a_yield_that_cannot_post_a_resume_keeps_draining() {
         let combiner = Arc::new(Combiner::new(
             Tally,
             CombinerConfig::default()
+                .flag_spins(1)
                 .max_actions_per_run(1)
                 .queue_capacity(4),
             || false,
@@ -257,7 +268,10 @@ fn a_full_ring_is_drained_by_its_submitters() {
         // Two slots for three submitters: whoever finds its slot taken helps drain.
         let combiner = Arc::new(Combiner::new(
             Tally,
-            CombinerConfig::default().without_yield().queue_capacity(2),
+            CombinerConfig::default()
+                .flag_spins(1)
+                .without_yield()
+                .queue_capacity(2),
             || false,
         ));
         let mut seen = three_submitters(&combiner);
@@ -269,7 +283,8 @@ fn a_full_ring_is_drained_by_its_submitters() {
 #[test]
 fn the_ring_hands_values_over_in_order_across_laps() {
     model(|| {
-        let queue = Arc::new(ActionQueue::new(2));
+        let (queue, mut consumer) = ActionQueue::new(2);
+        let queue = Arc::new(queue);
         let producer = thread::spawn({
             let queue = Arc::clone(&queue);
             move || {
@@ -285,7 +300,7 @@ fn the_ring_hands_values_over_in_order_across_laps() {
         });
         let mut got = Vec::new();
         while got.len() < 3 {
-            match queue.pop() {
+            match queue.pop(&mut consumer) {
                 Some(value) => got.push(value),
                 None => thread::yield_now(),
             }
@@ -299,7 +314,8 @@ fn the_ring_hands_values_over_in_order_across_laps() {
 #[test]
 fn the_ring_takes_racing_producers_without_loss() {
     model(|| {
-        let queue = Arc::new(ActionQueue::new(2));
+        let (queue, mut consumer) = ActionQueue::new(2);
+        let queue = Arc::new(queue);
         let producers: Vec<_> = (0..2u32)
             .map(|value| {
                 let queue = Arc::clone(&queue);
@@ -314,7 +330,7 @@ fn the_ring_takes_racing_producers_without_loss() {
             .collect();
         let mut got = Vec::new();
         while got.len() < 2 {
-            match queue.pop() {
+            match queue.pop(&mut consumer) {
                 Some(value) => got.push(value),
                 None => thread::yield_now(),
             }
@@ -324,5 +340,35 @@ fn the_ring_takes_racing_producers_without_loss() {
         }
         got.sort_unstable();
         assert_eq!(got, vec![0, 1]);
+    });
+}
+
+#[test]
+fn the_flag_hands_its_value_from_holder_to_holder() {
+    // Each holder adds one to the guarded value and counts its turn outside the cell; the cell
+    // (loom's) fails the model if two holders' accesses race, and the value must equal the turns.
+    // The main thread takes the flag twice, so a holder also follows its own release.
+    model(|| {
+        let cell = Arc::new(FlagCell::new(0usize));
+        let turns = Arc::new(AtomicUsize::new(0));
+        let take_once = |cell: &FlagCell<usize>, turns: &AtomicUsize| {
+            if let Some(mut held) = cell.try_take() {
+                held.with_mut(|value| *value += 1);
+                turns.fetch_add(1, SeqCst);
+            }
+        };
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let (cell, turns) = (Arc::clone(&cell), Arc::clone(&turns));
+                thread::spawn(move || take_once(&cell, &turns))
+            })
+            .collect();
+        take_once(&cell, &turns);
+        take_once(&cell, &turns);
+        for other in others {
+            other.join().expect("holder");
+        }
+        let mut held = cell.try_take().expect("free once every holder is done");
+        assert_eq!(held.with_mut(|value| *value), turns.load(SeqCst));
     });
 }

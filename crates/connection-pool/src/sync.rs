@@ -1,27 +1,34 @@
-//! The synchronisation primitives of the lock-free parts ([`crate::queue`] and
+//! The synchronisation primitives of the lock-free parts ([`crate::queue`], [`crate::flag`] and
 //! [`crate::combiner`]): `std`'s in normal builds, loom's when built with `--cfg weir_loom`, so
 //! the loom models in `loom_models.rs` explore every interleaving of exactly the code that ships.
 
 #[cfg(not(weir_loom))]
-pub(crate) use std::sync::{
-    Mutex, MutexGuard, PoisonError,
-    atomic::{AtomicBool, AtomicUsize, Ordering, fence},
-};
+pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(weir_loom)]
-pub(crate) use loom::sync::{
-    Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicUsize, Ordering, fence},
-};
-#[cfg(weir_loom)]
-pub(crate) use std::sync::PoisonError;
+pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
 
-/// Locks `mutex`, ignoring poisoning: the combiner's mutexes are only ever taken by the one thread
-/// that holds the combiner flag (or the one that owns a queue slot), so a panic in an action
-/// leaves nothing half-locked, only possibly half-applied state, which the next action sees as is.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+/// A cell whose exclusive access a protocol guarantees rather than a lock: `std`'s, behind the
+/// closure-based API of loom's, which under `--cfg weir_loom` also checks that no two accesses
+/// race (a model where they could fails).
+#[cfg(not(weir_loom))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(weir_loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Calls `f` with a pointer to the value; dereferencing it is the caller's `unsafe`.
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
 }
+
+#[cfg(weir_loom)]
+pub(crate) use loom::cell::UnsafeCell;
 
 /// Gives up the processor (or, under loom, lets the model schedule another thread).
 pub(crate) fn yield_now() {
