@@ -527,7 +527,7 @@ impl Task {
                 } else {
                     tokio::select! {
                         event = gate.next() => event,
-                        Some(message) = recv_control(control.as_mut()) => {
+                        Some(message) = recv_or_never(control.as_mut()) => {
                             chain.control(message);
                             continue;
                         }
@@ -687,7 +687,7 @@ impl SourceRun<'_> {
                     tokio::select! {
                         biased;
                         _ = self.stop.cancelled() => break Step::Stop,
-                        Some(b) = recv_barrier(barriers) => break Step::Barrier(b),
+                        Some(b) = recv_or_never(barriers) => break Step::Barrier(b),
                         r = &mut next => break Step::Next(r),
                         _ = sleep_or_never(idle_after) => {
                             idle = true;
@@ -795,7 +795,7 @@ impl SourceRun<'_> {
                 biased;
                 _ = self.stop.cancelled() => return Ok(()),
                 _ = everyone.cancelled() => return Ok(()),
-                Some(b) = recv_barrier(barriers) => {
+                Some(b) = recv_or_never(barriers) => {
                     self.barrier(all, b, END_OF_TIME, END_OF_TIME).await?;
                 }
             }
@@ -809,13 +809,6 @@ impl SourceRun<'_> {
     }
 }
 
-async fn recv_control(control: Option<&mut mpsc::Receiver<Control>>) -> Option<Control> {
-    match control {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn tick(interval: Option<&mut tokio::time::Interval>) {
     match interval {
         Some(i) => {
@@ -825,8 +818,10 @@ async fn tick(interval: Option<&mut tokio::time::Interval>) {
     }
 }
 
-async fn recv_barrier(barriers: Option<&mut mpsc::Receiver<Barrier>>) -> Option<Barrier> {
-    match barriers {
+/// The next message of an optional channel (barriers, control messages); never ready without
+/// one, so a `select!` branch on it stays idle.
+async fn recv_or_never<T>(rx: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
