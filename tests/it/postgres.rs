@@ -16,7 +16,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::recovery::{run_through_kills, weir};
-use crate::support::{job_file, plan, read_parts, run_job, try_run_plan};
+use crate::support::{job_file, plan, read_parts, run_job, script, script_quietly, try_run_plan};
+
+/// Starts and stops the throwaway clusters.
+const PG_CLUSTER: &str = "scripts/pg-cluster.sh";
 
 /// A PostgreSQL cluster of the test's own.
 struct Cluster {
@@ -39,15 +42,7 @@ impl Cluster {
     }
 
     fn script(&self, args: &[&str]) {
-        let out = Command::new(job_file("scripts/pg-cluster.sh"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pg-cluster.sh {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        script(PG_CLUSTER, args);
     }
 
     fn resume(&mut self) {
@@ -116,9 +111,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         if self.running {
             let dir = self.dir.path().display().to_string();
-            let _ = Command::new(job_file("scripts/pg-cluster.sh"))
-                .args(["stop", &dir])
-                .status();
+            script_quietly(PG_CLUSTER, &["stop", &dir]);
         }
     }
 }

@@ -16,7 +16,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -31,7 +31,8 @@ use weir_checkpoint::{CheckpointStorage, ObjectStorage, RestoreError, StorageCon
 
 use crate::recovery::{Rng, committed_rows, run_through_kills, weir};
 use crate::support::{
-    assert_same_rows, free_port, job_file, multiset, plan, run_job, try_run_plan,
+    assert_same_rows, free_port, job_file, multiset, plan, run_job, script, script_quietly,
+    try_run_plan,
 };
 
 /// A moto_server of the test's own, stopped on drop.
@@ -42,25 +43,21 @@ pub(crate) struct S3Server {
 
 /// The bucket every test uses.
 const BUCKET: &str = "weir";
+/// Starts and stops the servers.
+const S3_SERVER: &str = "scripts/s3-server.sh";
 
 impl S3Server {
     pub(crate) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let out = Command::new(job_file("scripts/s3-server.sh"))
-            .args([
+        script(
+            S3_SERVER,
+            &[
                 "start",
                 &dir.path().display().to_string(),
                 &port.to_string(),
                 BUCKET,
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "s3-server.sh start failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
         Self { dir, port }
     }
@@ -83,9 +80,7 @@ impl S3Server {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        let _ = Command::new(job_file("scripts/s3-server.sh"))
-            .args(["stop", &self.dir.path().display().to_string()])
-            .output();
+        script_quietly(S3_SERVER, &["stop", &self.dir.path().display().to_string()]);
     }
 }
 

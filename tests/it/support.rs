@@ -17,6 +17,30 @@ pub fn job_file(rel: &str) -> PathBuf {
     repo().join(rel)
 }
 
+/// Runs the repository's script `rel` (`scripts/pg-cluster.sh`, `scripts/s3-server.sh`: the
+/// throwaway servers the tests start) with `args`, and fails the test with its stderr if it
+/// fails.
+pub fn script(rel: &str, args: &[&str]) {
+    let out = std::process::Command::new(job_file(rel))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{rel} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs script `rel` with `args` and ignores how it ends: for stopping a server on drop.
+pub fn script_quietly(rel: &str, args: &[&str]) {
+    let _ = std::process::Command::new(job_file(rel))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output();
+}
+
 /// Runs a job file in this process with `--set`-style overrides.
 pub fn run_job(job: &Path, overrides: &[String]) -> JobSummary {
     let plan = plan(job, overrides).unwrap_or_else(|e| panic!("{e}"));
