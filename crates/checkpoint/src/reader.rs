@@ -200,8 +200,16 @@ pub async fn read(
         .try_collect()
         .await?;
     let mut out = vec![Vec::new(); wanted.len()];
-    for (request, bytes) in &fetched {
+    // By value: each fetched buffer is freed once split, and a range that is a whole request is
+    // moved, not copied.
+    for (request, bytes) in fetched {
         stats.bytes_read += bytes.len() as u64;
+        if let [(i, 0, length)] = request.parts[..]
+            && length as usize == bytes.len()
+        {
+            out[i] = bytes;
+            continue;
+        }
         for &(i, at, length) in &request.parts {
             // `fetch` checked the length, so every part lies in `bytes`.
             let at = at as usize;
