@@ -653,7 +653,7 @@ impl Queries {
             };
             found.push((s, f));
         }
-        let now = now_ms();
+        let now = weir_state::query::now_ms();
         let as_of = found.iter().map(|(_, f)| f.as_of_ms).min().unwrap_or(now);
         let mut truncated = found.iter().any(|(_, f)| f.truncated);
         let mut entries = Vec::new();
@@ -780,13 +780,6 @@ impl Queries {
             ))),
         }
     }
-}
-
-/// Wall-clock epoch milliseconds.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn state_error(e: StateError) -> QueryError {

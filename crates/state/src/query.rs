@@ -45,8 +45,9 @@ use crate::heap::SlotRef;
 use crate::keys::KeyRef;
 use crate::store::{decode_entry_key, entry_key, storage};
 
-/// Wall-clock epoch milliseconds.
-pub(crate) fn now_ms() -> i64 {
+/// Wall-clock epoch milliseconds: the clock of the write-through stamps, and of the freshness a
+/// lookup reports against them.
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
