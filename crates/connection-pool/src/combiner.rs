@@ -41,6 +41,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::flag::{FlagCell, FlagGuard};
 use crate::histogram::Histogram;
 use crate::queue::{ActionQueue, Consumer};
@@ -186,30 +188,23 @@ pub struct CombinerStats {
     pub runs_over_budget: u64,
 }
 
-/// The counters are written by the flag holder at the end of each pass under the flag, so plain
-/// loads and stores suffice (the flag orders holders), and an uncontended submission pays no
-/// atomic read-modify-write for them. A run's duration is known only after its last pass, once the
-/// flag is released, so the histogram, `over_budget` and `yields` (rare: timed runs only, and
-/// yields) use read-modify-writes.
-struct RunStats {
+/// What every pass under the flag counts: written by the holder alone at the end of its pass, so
+/// plain loads and stores suffice (the flag orders holders) and an uncontended submission pays no
+/// atomic read-modify-write for them. They sit beside the flag, in its cache line
+/// (`FlagCell::beside`), which the holder's compare-exchange has just brought in: on a line of
+/// their own they cost a transfer between cores on most submissions.
+struct PassCounters {
     runs: AtomicU64,
     actions: AtomicU64,
-    yields: AtomicU64,
     longest_actions: AtomicU64,
-    over_budget: AtomicU64,
-    /// Durations of timed runs (two actions or more).
-    run_time: Histogram,
 }
 
-impl RunStats {
+impl PassCounters {
     fn new() -> Self {
         Self {
             runs: AtomicU64::new(0),
             actions: AtomicU64::new(0),
-            yields: AtomicU64::new(0),
             longest_actions: AtomicU64::new(0),
-            over_budget: AtomicU64::new(0),
-            run_time: Histogram::new(),
         }
     }
 
@@ -237,6 +232,25 @@ impl RunStats {
             self.longest_actions.store(actions, Relaxed);
         }
     }
+}
+
+/// What is known only once a run is over, flag released: its duration, and whether it yielded.
+/// Rare (timed runs are those of two actions or more), so read-modify-writes.
+struct RunStats {
+    yields: AtomicU64,
+    over_budget: AtomicU64,
+    /// Durations of timed runs (two actions or more).
+    run_time: Histogram,
+}
+
+impl RunStats {
+    fn new() -> Self {
+        Self {
+            yields: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
+            run_time: Histogram::new(),
+        }
+    }
 
     /// Records how long `run` lasted, if it was timed. Once the run is over, flag released.
     fn record_time(&self, run: &Run, budget: Option<Duration>) {
@@ -252,7 +266,7 @@ impl RunStats {
 /// One run in progress: what the limits are checked against.
 struct Run {
     applied: usize,
-    /// How many of `applied` are in [`RunStats`] already.
+    /// How many of `applied` are in [`PassCounters`] already.
     recorded: usize,
     /// Set at the run's second action: an uncontended submission (a run of one action) costs no
     /// clock read, which is 40 ns on the project's machine.
@@ -310,8 +324,9 @@ type ResumeHook = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// A combiner executor over state `S` (see the module docs).
 pub struct Combiner<S: CombinedState> {
-    /// The combiner flag and what it guards: whoever holds it is combining.
-    guarded: FlagCell<Guarded<S>>,
+    /// The combiner flag and what it guards: whoever holds it is combining. Padded, so that
+    /// nothing else shares the lines holders write.
+    guarded: CachePadded<FlagCell<Guarded<S>, PassCounters>>,
     queue: ActionQueue<S::Action>,
     config: CombinerConfig,
     resume: ResumeHook,
@@ -341,7 +356,10 @@ impl<S: CombinedState> Combiner<S> {
     ) -> Self {
         let (queue, consumer) = ActionQueue::new(config.queue_capacity);
         Self {
-            guarded: FlagCell::new(Guarded { state, consumer }),
+            guarded: CachePadded::new(FlagCell::with_beside(
+                Guarded { state, consumer },
+                PassCounters::new(),
+            )),
             queue,
             config,
             resume: Box::new(resume),
@@ -398,11 +416,12 @@ impl<S: CombinedState> Combiner<S> {
     /// Counters and the longest run so far.
     pub fn stats(&self) -> CombinerStats {
         let run_time = self.stats.run_time.summary();
+        let counters = self.guarded.beside();
         CombinerStats {
-            runs: self.stats.runs.load(Relaxed),
-            actions: self.stats.actions.load(Relaxed),
+            runs: counters.runs.load(Relaxed),
+            actions: counters.actions.load(Relaxed),
             yields: self.stats.yields.load(Relaxed),
-            longest_run_actions: self.stats.longest_actions.load(Relaxed),
+            longest_run_actions: counters.longest_actions.load(Relaxed),
             longest_run: run_time.max,
             run_p99: run_time.p99,
             run_p999: run_time.p999,
@@ -432,7 +451,7 @@ impl<S: CombinedState> Combiner<S> {
     /// run is within its limits) or yields.
     fn combine_holding<'a>(
         &'a self,
-        mut held: FlagGuard<'a, Guarded<S>>,
+        mut held: FlagGuard<'a, Guarded<S>, PassCounters>,
         mut first: Option<S::Action>,
         follow_ups: &mut Vec<S::FollowUp>,
     ) {
@@ -440,7 +459,7 @@ impl<S: CombinedState> Combiner<S> {
         loop {
             let end = held
                 .with_mut(|guarded| self.apply_queued(guarded, first.take(), &mut run, follow_ups));
-            self.stats.record_pass(&mut run);
+            self.guarded.beside().record_pass(&mut run);
             let announced = held.release();
             let yielding = match end {
                 RunEnd::Limit => true,

@@ -19,8 +19,12 @@
 //! uncontended submission now costs what a mutex's lock and unlock cost, one compare-exchange and
 //! one swap. It is one of the crate's two modules with `unsafe` (the other is `queue`); under
 //! `--cfg weir_loom` the cell is loom's, which fails a model where two accesses to the state race.
-
-use crossbeam_utils::CachePadded;
+//!
+//! The flag, a value `A` kept *beside* it (the combiner's run counters, which every holder
+//! writes) and the start of the guarded value are laid out in that order (`repr(C)`), so that a
+//! holder finds them in the one cache line its compare-exchange has just brought in, as a
+//! mutex's lock word sits next to the data it guards. (Padding the flag on a line of its own
+//! cost an extra line transfer between cores per submission; so did counters on another line.)
 
 use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
 
@@ -29,31 +33,49 @@ const HELD: usize = 1;
 /// Set by [`FlagCell::announce`]: an action was queued since the flag was last taken.
 const PENDING: usize = 2;
 
-/// A value behind a flag (see the module docs).
-pub(crate) struct FlagCell<T> {
-    /// The `HELD` and `PENDING` bits. Padded: every submitter reads it.
-    flag: CachePadded<AtomicUsize>,
+/// A value behind a flag, with `A` beside the flag for anybody to read (see the module docs).
+#[repr(C)]
+pub(crate) struct FlagCell<T, A = ()> {
+    /// The `HELD` and `PENDING` bits.
+    flag: AtomicUsize,
+    /// Shared, not guarded: reachable without the flag (so `A` is `Sync`: atomics).
+    beside: A,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is reached only through a `FlagGuard`, of which at most one exists at a time
 // (see `try_take`), and the flag's Release/Acquire pair orders one holder's accesses before the
 // next holder's (an announcement in between is a read-modify-write, so it continues the release
-// sequence): a mutex's argument, so, as for `Mutex<T>`, `T: Send` suffices.
-unsafe impl<T: Send> Sync for FlagCell<T> {}
+// sequence): a mutex's argument, so, as for `Mutex<T>`, `T: Send` suffices. `beside` is not
+// guarded: every thread reaches it through `&A`, hence `A: Sync`.
+unsafe impl<T: Send, A: Sync> Sync for FlagCell<T, A> {}
 
 impl<T> FlagCell<T> {
+    /// A cell with nothing beside the flag (the tests and loom models).
+    #[cfg(any(test, weir_loom))]
     pub(crate) fn new(value: T) -> Self {
+        Self::with_beside(value, ())
+    }
+}
+
+impl<T, A> FlagCell<T, A> {
+    pub(crate) fn with_beside(value: T, beside: A) -> Self {
         Self {
-            flag: CachePadded::new(AtomicUsize::new(0)),
+            flag: AtomicUsize::new(0),
+            beside,
             value: UnsafeCell::new(value),
         }
+    }
+
+    /// What sits beside the flag: shared with every thread, holder or not.
+    pub(crate) fn beside(&self) -> &A {
+        &self.beside
     }
 
     /// Takes the flag if it is free, clearing `PENDING` (the taker drains what was announced). A
     /// read first, so losers only share the cache line while a run is on, then a
     /// compare-exchange, again only if `PENDING` changed in between.
-    pub(crate) fn try_take(&self) -> Option<FlagGuard<'_, T>> {
+    pub(crate) fn try_take(&self) -> Option<FlagGuard<'_, T, A>> {
         let mut seen = self.flag.load(Ordering::Relaxed);
         loop {
             if seen & HELD != 0 {
@@ -81,11 +103,11 @@ impl<T> FlagCell<T> {
 
 /// The flag, held: the only way to the value. [`release`](Self::release) gives it back; so does
 /// the drop, if the code using the value panics.
-pub(crate) struct FlagGuard<'a, T> {
-    cell: &'a FlagCell<T>,
+pub(crate) struct FlagGuard<'a, T, A = ()> {
+    cell: &'a FlagCell<T, A>,
 }
 
-impl<T> FlagGuard<'_, T> {
+impl<T, A> FlagGuard<'_, T, A> {
     /// Runs `f` on the value. (A closure rather than `DerefMut` because loom's cell only lends its
     /// value for the length of a call, which is how it checks accesses.)
     pub(crate) fn with_mut<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
@@ -109,7 +131,7 @@ impl<T> FlagGuard<'_, T> {
 
 /// Only on a panic under the flag ([`FlagGuard::release`] otherwise): the flag comes back, and
 /// what was announced meanwhile waits for the next submission.
-impl<T> Drop for FlagGuard<'_, T> {
+impl<T, A> Drop for FlagGuard<'_, T, A> {
     fn drop(&mut self) {
         self.cell.flag.swap(0, Ordering::AcqRel);
     }
