@@ -53,6 +53,10 @@ enum Bench {
         /// The shared scheduler's busy-wait bound (default: the engine's).
         #[arg(long, value_parser = humantime::parse_duration)]
         max_spin: Option<Duration>,
+        /// The shared scheduler's early wake-up before long sleeps end (default: the
+        /// engine's; 0s disables it).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        prewake: Option<Duration>,
     },
     /// The connection pool's state changes through a plain mutex, the combiner without yield
     /// and the combiner with yield, at 1 to 4 threads and 0 to 20 units of work per action.
@@ -215,7 +219,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
             runs,
             pipelines,
             max_spin,
-        } => scheduler(measure, runs.max(1), &pipelines, max_spin),
+            prewake,
+        } => scheduler(measure, runs.max(1), &pipelines, max_spin, prewake),
         Bench::Serve(args) => return crate::serve_bench::main(args),
         Bench::Pool {
             measure,
@@ -925,11 +930,15 @@ fn scheduler(
     runs: usize,
     pipelines: &[usize],
     max_spin: Option<Duration>,
+    prewake: Option<Duration>,
 ) -> anyhow::Result<()> {
     use weir_scheduler::bench;
     let mut config = weir_scheduler::SchedulerConfig::default();
     if let Some(max_spin) = max_spin {
         config.max_spin = max_spin;
+    }
+    if let Some(prewake) = prewake {
+        config.prewake = prewake;
     }
     let mut cells = bench::default_cells(measure);
     if !pipelines.is_empty() {
@@ -937,8 +946,9 @@ fn scheduler(
     }
     println!(
         "Checkpoint triggers: per-pipeline 2-thread pools (SeaTunnel's dev branch) beside weir's \
-         shared scheduler (busy-wait bound {}); {} per cell, median of {runs} runs.",
+         shared scheduler (busy-wait bound {}, prewake {}); {} per cell, median of {runs} runs.",
         humantime::format_duration(config.max_spin),
+        humantime::format_duration(config.prewake),
         humantime::format_duration(measure)
     );
     println!();

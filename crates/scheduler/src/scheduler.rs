@@ -59,6 +59,14 @@ pub struct SchedulerConfig {
     /// thread sleeps up to the due time itself until the budget refills, so a dense schedule
     /// (tens of thousands of due times per second) costs precision, not a whole core.
     pub spin_budget: f64,
+    /// A timer thread about to sleep longer than twice this wakes once at this much before its
+    /// margin and sleeps again, so that the sleep just before a tick is short. Zero disables it.
+    ///
+    /// The default, 1 ms, is there because of how long a sleep lasted, not how late it ended: a
+    /// thread that slept 100 ms and busy-waited its margin still started its tick 0.35–0.48 µs
+    /// late, against 0.08–0.10 µs after 1 ms sleeps (see BENCHMARKS.md). It costs one more
+    /// wake-up per tick, only where ticks are more than 2 ms apart.
+    pub prewake: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -67,6 +75,7 @@ impl Default for SchedulerConfig {
             thread_name: "weir-scheduler".to_owned(),
             max_spin: Duration::from_micros(500),
             spin_budget: 0.25,
+            prewake: Duration::from_millis(1),
         }
     }
 }

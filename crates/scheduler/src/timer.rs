@@ -10,6 +10,10 @@
 //! down to sleeping up to the due time itself, so a dense schedule costs precision, never a
 //! whole core.
 //!
+//! A sleep much longer than `prewake` ends `prewake` early and the thread sleeps again: the
+//! delay of a tick after its busy-wait grows with how long the thread slept before it (a core
+//! back from a long idle runs the firing path slower), so the last sleep is kept short.
+//!
 //! What is due at the head is popped from the queue when the busy-wait starts, so that only
 //! firing is left when the time comes. A `fire_now` or a registration due earlier that arrives
 //! during those last microseconds waits for that batch: at most one margin.
@@ -79,14 +83,16 @@ pub(crate) fn run(shared: &Arc<Shared>) {
                     spin_to = Some(head);
                     break;
                 }
-                let wake_at = head - margin;
+                let (sleep, staged) = precision.plan_sleep(gap - margin);
+                let wake_at = now + sleep;
                 let (guard, timeout) = shared
                     .wake
-                    .wait_timeout(timers, gap - margin)
+                    .wait_timeout(timers, sleep)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 timers = guard;
                 shared.precision.sleeps.fetch_add(1, Ordering::Relaxed);
-                if timeout.timed_out() {
+                // A staged wake-up's lateness says nothing of the short sleep the margin covers.
+                if timeout.timed_out() && !staged {
                     let late = Instant::now().saturating_duration_since(wake_at);
                     if precision.record_wake(late) {
                         shared
@@ -133,6 +139,8 @@ struct Precision {
     recorded: usize,
     /// How long before a due time the thread wakes up, budget permitting.
     margin: Duration,
+    /// `SchedulerConfig::prewake`.
+    prewake: Duration,
 }
 
 impl Precision {
@@ -146,6 +154,18 @@ impl Precision {
             recorded: 0,
             // Until wake-ups have been measured: the bound.
             margin: config.max_spin,
+            prewake: config.prewake,
+        }
+    }
+
+    /// How long to sleep when `until_margin` is left before the margin, and whether that is a
+    /// staged sleep, ending `prewake` early: a sleep longer than twice `prewake` is split, so
+    /// the last one before a tick is short (see `SchedulerConfig::prewake`).
+    fn plan_sleep(&self, until_margin: Duration) -> (Duration, bool) {
+        if !self.prewake.is_zero() && until_margin > self.prewake * 2 {
+            (until_margin - self.prewake, true)
+        } else {
+            (until_margin, false)
         }
     }
 
@@ -200,7 +220,34 @@ mod tests {
             thread_name: "t".into(),
             max_spin: Duration::from_micros(max_spin_us),
             spin_budget: budget,
+            prewake: Duration::from_millis(1),
         }
+    }
+
+    #[test]
+    fn long_sleeps_end_a_prewake_early_and_short_ones_do_not() {
+        let p = Precision::new(&config(200, 0.25), Instant::now());
+        let ms = Duration::from_millis;
+        assert_eq!(p.plan_sleep(ms(100)), (ms(99), true));
+        assert_eq!(p.plan_sleep(ms(3)), (ms(2), true));
+        assert_eq!(
+            p.plan_sleep(ms(2)),
+            (ms(2), false),
+            "twice the prewake is not split"
+        );
+        assert_eq!(p.plan_sleep(ms(1)), (ms(1), false));
+        let off = Precision::new(
+            &SchedulerConfig {
+                prewake: Duration::ZERO,
+                ..config(200, 0.25)
+            },
+            Instant::now(),
+        );
+        assert_eq!(
+            off.plan_sleep(ms(100)),
+            (ms(100), false),
+            "zero disables it"
+        );
     }
 
     #[test]
