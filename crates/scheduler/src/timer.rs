@@ -11,8 +11,9 @@
 //! whole core.
 //!
 //! A sleep much longer than `prewake` ends `prewake` early and the thread sleeps again: the
-//! delay of a tick after its busy-wait grows with how long the thread slept before it (a core
-//! back from a long idle runs the firing path slower), so the last sleep is kept short.
+//! delay of a tick after its busy-wait grows with how long the thread slept before it (as if a
+//! core back from a long idle ran the firing path slower; BENCHMARKS.md has the measurements),
+//! so the last sleep is kept short.
 //!
 //! What is due at the head is popped from the queue when the busy-wait starts, so that only
 //! firing is left when the time comes. A `fire_now` or a registration due earlier that arrives
@@ -162,7 +163,12 @@ impl Precision {
     /// staged sleep, ending `prewake` early: a sleep longer than twice `prewake` is split, so
     /// the last one before a tick is short (see `SchedulerConfig::prewake`).
     fn plan_sleep(&self, until_margin: Duration) -> (Duration, bool) {
-        if !self.prewake.is_zero() && until_margin > self.prewake * 2 {
+        // `checked_mul`: a prewake too long to double never splits a sleep.
+        let split = self
+            .prewake
+            .checked_mul(2)
+            .is_some_and(|twice| !self.prewake.is_zero() && until_margin > twice);
+        if split {
             (until_margin - self.prewake, true)
         } else {
             (until_margin, false)
@@ -247,6 +253,18 @@ mod tests {
             off.plan_sleep(ms(100)),
             (ms(100), false),
             "zero disables it"
+        );
+        let huge = Precision::new(
+            &SchedulerConfig {
+                prewake: Duration::MAX,
+                ..config(200, 0.25)
+            },
+            Instant::now(),
+        );
+        assert_eq!(
+            huge.plan_sleep(ms(100)),
+            (ms(100), false),
+            "too long to double: never splits"
         );
     }
 
