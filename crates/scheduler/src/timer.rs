@@ -232,40 +232,30 @@ mod tests {
 
     #[test]
     fn long_sleeps_end_a_prewake_early_and_short_ones_do_not() {
-        let p = Precision::new(&config(200, 0.25), Instant::now());
+        let with_prewake = |prewake| {
+            let config = SchedulerConfig {
+                prewake,
+                ..config(200, 0.25)
+            };
+            Precision::new(&config, Instant::now())
+        };
         let ms = Duration::from_millis;
+        let p = with_prewake(ms(1));
         assert_eq!(p.plan_sleep(ms(100)), (ms(99), true));
         assert_eq!(p.plan_sleep(ms(3)), (ms(2), true));
-        assert_eq!(
-            p.plan_sleep(ms(2)),
-            (ms(2), false),
-            "twice the prewake is not split"
-        );
-        assert_eq!(p.plan_sleep(ms(1)), (ms(1), false));
-        let off = Precision::new(
-            &SchedulerConfig {
-                prewake: Duration::ZERO,
-                ..config(200, 0.25)
-            },
-            Instant::now(),
-        );
-        assert_eq!(
-            off.plan_sleep(ms(100)),
-            (ms(100), false),
-            "zero disables it"
-        );
-        let huge = Precision::new(
-            &SchedulerConfig {
-                prewake: Duration::MAX,
-                ..config(200, 0.25)
-            },
-            Instant::now(),
-        );
-        assert_eq!(
-            huge.plan_sleep(ms(100)),
-            (ms(100), false),
-            "too long to double: never splits"
-        );
+        let unsplit = [
+            (ms(1), ms(2), "twice the prewake is not split"),
+            (ms(1), ms(1), "a short sleep is not split"),
+            (Duration::ZERO, ms(100), "zero disables it"),
+            (Duration::MAX, ms(100), "too long to double: never splits"),
+        ];
+        for (prewake, sleep, why) in unsplit {
+            assert_eq!(
+                with_prewake(prewake).plan_sleep(sleep),
+                (sleep, false),
+                "{why}"
+            );
+        }
     }
 
     #[test]
