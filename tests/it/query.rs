@@ -171,6 +171,17 @@ async fn direct_lookups_never_enter_the_operators_queue_and_ordered_ones_do() {
     }
     let n = want.len() as i64;
     assert_eq!(control_messages(&app, &uri).await - before, n);
+    // /metrics exports the same count.
+    let id = uri.rsplit('/').next().unwrap();
+    let metrics = call(&app, "GET", "/metrics", Body::empty()).await.text;
+    let line = format!(
+        "weir_node_control_messages_total{{id=\"{id}\",job=\"query-rocksdb\",node=\"per-user\"}} {}",
+        before + n
+    );
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "{line} missing from /metrics:\n{metrics}"
+    );
 
     // Direct: as of the last write-through, at most 50 ms behind the operator's writes; wait
     // (liveness only) until the last click has been written through.

@@ -62,6 +62,7 @@ pub fn render(host: &Host) -> String {
                 n.sum(|t| &t.records_out),
                 n.sum(|t| &t.backpressure_ns),
                 n.watermark(),
+                n.sum(|t| &t.control_messages),
             ));
         }
     }
@@ -119,7 +120,7 @@ pub fn render(host: &Host) -> String {
         "counter",
         "Time a node's subtasks waited for room in full output channels.",
     );
-    for (id, job, node, _, _, bp, _) in &nodes {
+    for (id, job, node, _, _, bp, ..) in &nodes {
         out.sample(
             "weir_node_backpressure_seconds_total",
             &[("id", id), ("job", job), ("node", node)],
@@ -131,7 +132,7 @@ pub fn render(host: &Host) -> String {
         "gauge",
         "A node's input watermark, epoch ms (absent before the first and after the end).",
     );
-    for (id, job, node, .., w) in &nodes {
+    for (id, job, node, _, _, _, w, _) in &nodes {
         if *w != weir_runtime::exec::message::BEGINNING_OF_TIME
             && *w != weir_runtime::exec::message::END_OF_TIME
         {
@@ -141,6 +142,18 @@ pub fn render(host: &Host) -> String {
                 *w as f64,
             );
         }
+    }
+    out.family(
+        "weir_node_control_messages_total",
+        "counter",
+        "Control messages (ordered state lookups) a node's subtasks answered.",
+    );
+    for (id, job, node, .., control) in &nodes {
+        out.sample(
+            "weir_node_control_messages_total",
+            &[("id", id), ("job", job), ("node", node)],
+            *control as f64,
+        );
     }
     let families: [JobFamily<'_, StatsInner>; 3] = [
         (
