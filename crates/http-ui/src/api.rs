@@ -127,7 +127,7 @@ async fn job_spec(
     let job = host.job(&id)?;
     Ok((
         [(header::CONTENT_TYPE, "application/yaml")],
-        job.text.clone(),
+        crate::redact::redact(&job.text).into_owned(),
     )
         .into_response())
 }

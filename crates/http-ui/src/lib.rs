@@ -54,6 +54,7 @@ pub mod job;
 pub mod paths;
 pub mod prometheus;
 pub mod ratelimit;
+pub mod redact;
 pub mod view;
 
 use std::future::Future;
