@@ -247,39 +247,31 @@ pub fn table(results: &[[ArmResult; 2]]) -> String {
 /// overload cells aside), the lowest and highest p50 over P and their ratio. The target is a
 /// ratio within 2×.
 pub fn flatness(results: &[[ArmResult; 2]]) -> String {
-    let mut bodies: Vec<Duration> = Vec::new();
-    for [_, shared] in results {
-        if !shared.cell.is_overload() && !bodies.contains(&shared.cell.body) {
-            bodies.push(shared.cell.body);
-        }
-    }
-    let mut out = String::from("shared p50 across P (lowest–highest, ratio):");
-    for body in bodies {
-        let p50s = results
-            .iter()
-            .map(|[_, shared]| shared)
-            .filter(|r| !r.cell.is_overload() && r.cell.body == body)
-            .map(|r| (r.cell.pipelines, r.p50_us));
-        let (mut lo, mut hi) = ((0, f64::INFINITY), (0, 0.0));
-        for (pipelines, p50) in p50s {
-            if p50 < lo.1 {
-                lo = (pipelines, p50);
-            }
-            if p50 > hi.1 {
-                hi = (pipelines, p50);
-            }
-        }
-        out.push_str(&format!(
-            " body {body:?}: {:.2} µs (P = {}) – {:.2} µs (P = {}), {:.2}×;",
-            lo.1,
-            lo.0,
-            hi.1,
-            hi.0,
-            hi.1 / lo.1.max(1e-3)
-        ));
-    }
-    out.pop();
-    out
+    let shared: Vec<&ArmResult> = results
+        .iter()
+        .map(|[_, shared]| shared)
+        .filter(|r| !r.cell.is_overload())
+        .collect();
+    let mut bodies: Vec<Duration> = shared.iter().map(|r| r.cell.body).collect();
+    bodies.sort();
+    bodies.dedup();
+    let spans = bodies.into_iter().filter_map(|body| {
+        let cells = || shared.iter().filter(move |r| r.cell.body == body);
+        let lo = cells().min_by(|a, b| a.p50_us.total_cmp(&b.p50_us))?;
+        let hi = cells().max_by(|a, b| a.p50_us.total_cmp(&b.p50_us))?;
+        Some(format!(
+            " body {body:?}: {:.2} µs (P = {}) – {:.2} µs (P = {}), {:.2}×",
+            lo.p50_us,
+            lo.cell.pipelines,
+            hi.p50_us,
+            hi.cell.pipelines,
+            hi.p50_us / lo.p50_us.max(1e-3)
+        ))
+    });
+    format!(
+        "shared p50 across P (lowest–highest, ratio):{}",
+        spans.collect::<Vec<_>>().join(";")
+    )
 }
 
 /// The process's threads, from `/proc/self/status` (0 where there is none).
@@ -603,5 +595,51 @@ fn pool_worker(pool: &PoolShared, interval: Duration, body: Duration, checkpoint
             state = guard;
             state.leader = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(pipelines: usize, body_ms: u64, interval_ms: u64, p50_us: f64) -> [ArmResult; 2] {
+        let cell = Cell {
+            pipelines,
+            interval: Duration::from_millis(interval_ms),
+            body: Duration::from_millis(body_ms),
+            measure: Duration::from_secs(1),
+        };
+        let arm = |arm| ArmResult {
+            arm,
+            cell,
+            fired: 0,
+            coalesced: 0,
+            panicked: 0,
+            p50_us,
+            p99_us: 0.0,
+            max_us: 0.0,
+            threads: 0,
+            arm_threads: 0,
+            cpu_share: 0.0,
+            spin_share: 0.0,
+        };
+        [arm(Arm::PerPipeline), arm(Arm::Shared)]
+    }
+
+    #[test]
+    fn flatness_spans_each_bodys_lowest_and_highest_p50_and_skips_overload() {
+        let results = [
+            shared(1, 0, 100, 0.40),
+            shared(1000, 0, 1000, 0.10),
+            shared(10, 0, 100, 0.20),
+            shared(1, 5, 100, 0.30),
+            shared(100, 1500, 1000, 9.0), // overload: not part of the sweep
+        ];
+        assert_eq!(
+            flatness(&results),
+            "shared p50 across P (lowest–highest, ratio): \
+             body 0ns: 0.10 µs (P = 1000) – 0.40 µs (P = 1), 4.00×; \
+             body 5ms: 0.30 µs (P = 1) – 0.30 µs (P = 1), 1.00×"
+        );
     }
 }
