@@ -18,10 +18,6 @@
 //! - `queue`: its fetch-and-add action ring (why this queue, and its protocol).
 //! - `flag`: the combiner flag and the state it guards, as one try-lock.
 //! - `sync`: `std` or loom primitives for those three, chosen by `--cfg weir_loom`.
-//!
-//! `queue` and `flag` are the crate's only modules with `unsafe` (a cell handed between threads
-//! by a sequence number, and one guarded by the flag; every block says why it is sound), and the
-//! loom models check both: loom's cells fail a model in which two accesses race.
 //! - [`manager`]: the [`Manager`] trait a kind of connection implements.
 //! - `state`: the pool's state machine (the actions and their follow-ups).
 //! - [`pool`]: [`Pool`], [`PoolBuilder`], [`PooledConnection`] and the pool's tasks.
@@ -29,6 +25,10 @@
 //! - [`error`]: [`PoolError`], what can go wrong.
 //! - [`bench`](mod@bench): the lesson-4 benchmark (mutex vs combiner vs combiner with yield), run by
 //!   `weir bench pool` (and, without building the rest of weir, by `examples/bench.rs`).
+//!
+//! `queue` and `flag` are the crate's only modules with `unsafe` (a cell handed between threads
+//! by a sequence number, and one guarded by the flag; every block says why it is sound), and the
+//! loom models check both: loom's cells fail a model in which two accesses race.
 //!
 //! # Example
 //! ```
