@@ -15,6 +15,18 @@ use crate::job::JobState;
 /// A family of one value per job: name, help, and how to read the value from a job's `T`.
 type JobFamily<'a, T> = (&'a str, &'a str, fn(&T) -> u64);
 
+/// A family of one value per node: name, kind, help, and the value (`None`: no sample).
+type NodeFamily<'a> = (&'a str, &'a str, &'a str, fn(&NodeCounts) -> Option<f64>);
+
+/// One node's figures, summed over its subtasks.
+struct NodeCounts {
+    records_in: u64,
+    records_out: u64,
+    backpressure_ns: u64,
+    watermark: i64,
+    control_messages: u64,
+}
+
 /// The content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -54,16 +66,14 @@ pub fn render(host: &Host) -> String {
             restores.push((id.clone(), job.name.clone(), restore.stats));
         }
         for n in &s.metrics.nodes {
-            nodes.push((
-                id.clone(),
-                job.name.clone(),
-                n.name.clone(),
-                n.sum(|t| &t.records_in),
-                n.sum(|t| &t.records_out),
-                n.sum(|t| &t.backpressure_ns),
-                n.watermark(),
-                n.sum(|t| &t.control_messages),
-            ));
+            let counts = NodeCounts {
+                records_in: n.sum(|t| &t.records_in),
+                records_out: n.sum(|t| &t.records_out),
+                backpressure_ns: n.sum(|t| &t.backpressure_ns),
+                watermark: n.watermark(),
+                control_messages: n.sum(|t| &t.control_messages),
+            };
+            nodes.push((id.clone(), job.name.clone(), n.name.clone(), counts));
         }
     }
 
@@ -91,70 +101,43 @@ pub fn render(host: &Host) -> String {
             *v as f64,
         );
     }
-    out.family(
-        "weir_node_records_in_total",
-        "counter",
-        "Records received by a node.",
-    );
-    for (id, job, node, records_in, ..) in &nodes {
-        out.sample(
+    let node_families: [NodeFamily<'_>; 5] = [
+        (
             "weir_node_records_in_total",
-            &[("id", id), ("job", job), ("node", node)],
-            *records_in as f64,
-        );
-    }
-    out.family(
-        "weir_node_records_out_total",
-        "counter",
-        "Records emitted by a node.",
-    );
-    for (id, job, node, _, records_out, ..) in &nodes {
-        out.sample(
+            "counter",
+            "Records received by a node.",
+            |n| Some(n.records_in as f64),
+        ),
+        (
             "weir_node_records_out_total",
-            &[("id", id), ("job", job), ("node", node)],
-            *records_out as f64,
-        );
-    }
-    out.family(
-        "weir_node_backpressure_seconds_total",
-        "counter",
-        "Time a node's subtasks waited for room in full output channels.",
-    );
-    for (id, job, node, _, _, bp, ..) in &nodes {
-        out.sample(
+            "counter",
+            "Records emitted by a node.",
+            |n| Some(n.records_out as f64),
+        ),
+        (
             "weir_node_backpressure_seconds_total",
-            &[("id", id), ("job", job), ("node", node)],
-            *bp as f64 / 1e9,
-        );
-    }
-    out.family(
-        "weir_node_watermark_milliseconds",
-        "gauge",
-        "A node's input watermark, epoch ms (absent before the first and after the end).",
-    );
-    for (id, job, node, _, _, _, w, _) in &nodes {
-        if *w != weir_runtime::exec::message::BEGINNING_OF_TIME
-            && *w != weir_runtime::exec::message::END_OF_TIME
-        {
-            out.sample(
-                "weir_node_watermark_milliseconds",
-                &[("id", id), ("job", job), ("node", node)],
-                *w as f64,
-            );
-        }
-    }
-    out.family(
-        "weir_node_control_messages_total",
-        "counter",
-        "Control messages (ordered state lookups) a node's subtasks answered.",
-    );
-    for (id, job, node, .., control) in &nodes {
-        out.sample(
+            "counter",
+            "Time a node's subtasks waited for room in full output channels.",
+            |n| Some(n.backpressure_ns as f64 / 1e9),
+        ),
+        (
+            "weir_node_watermark_milliseconds",
+            "gauge",
+            "A node's input watermark, epoch ms (absent before the first and after the end).",
+            |n| {
+                use weir_runtime::exec::message::{BEGINNING_OF_TIME, END_OF_TIME};
+                (n.watermark != BEGINNING_OF_TIME && n.watermark != END_OF_TIME)
+                    .then_some(n.watermark as f64)
+            },
+        ),
+        (
             "weir_node_control_messages_total",
-            &[("id", id), ("job", job), ("node", node)],
-            *control as f64,
-        );
-    }
+            "counter",
+            "Control messages (ordered state lookups) a node's subtasks answered.",
+            |n| Some(n.control_messages as f64),
+        ),
+    ];
+    out.node_families(&node_families, &nodes);
     let families: [JobFamily<'_, StatsInner>; 3] = [
         (
             "weir_checkpoints_completed_total",
@@ -324,6 +307,22 @@ impl Exposition {
             self.family(name, kind, help);
             for (id, job, value) in jobs {
                 self.sample(name, &[("id", id), ("job", job)], pick(value) as f64);
+            }
+        }
+    }
+
+    /// Families of one value per node, each read from every node's [`NodeCounts`].
+    fn node_families(
+        &mut self,
+        families: &[NodeFamily<'_>],
+        nodes: &[(String, String, String, NodeCounts)],
+    ) {
+        for (name, kind, help, pick) in families {
+            self.family(name, kind, help);
+            for (id, job, node, counts) in nodes {
+                if let Some(value) = pick(counts) {
+                    self.sample(name, &[("id", id), ("job", job), ("node", node)], value);
+                }
             }
         }
     }
