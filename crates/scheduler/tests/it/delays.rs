@@ -143,3 +143,32 @@ fn a_late_tick_records_its_whole_delay_and_counts_the_boundaries_it_missed() {
     assert!(total.delay.max_us >= hold_us);
     assert!(total.coalesced >= m.coalesced);
 }
+
+#[test]
+fn with_a_prewake_the_timer_thread_splits_long_sleeps_and_without_it_does_not() {
+    // Ticks 20 ms apart: with a 1 ms prewake each sleep up to a tick is split in two (the last,
+    // short one is what keeps the tick's delay flat across P); without one, one sleep per tick.
+    let rt = runtime("prewake-rt");
+    let sleeps_per_tick = |prewake: Duration| {
+        let s = weir_scheduler::Scheduler::with_config(
+            rt.handle().clone(),
+            weir_scheduler::SchedulerConfig {
+                thread_name: "prewake-sched".to_owned(),
+                prewake,
+                ..weir_scheduler::SchedulerConfig::default()
+            },
+        )
+        .expect("a scheduler");
+        let (calls, trigger) = crate::counting();
+        let _lease = s
+            .register("p", Duration::from_millis(20), trigger)
+            .expect("register");
+        wait_until("20 ticks", || calls.load(Ordering::SeqCst) >= 20);
+        let m = s.metrics();
+        m.precision.sleeps as f64 / m.fired as f64
+    };
+    let split = sleeps_per_tick(Duration::from_millis(1));
+    let whole = sleeps_per_tick(Duration::ZERO);
+    assert!(split >= 1.5, "with a prewake: {split:.2} sleeps per tick");
+    assert!(whole <= 1.25, "without: {whole:.2} sleeps per tick");
+}
