@@ -4,6 +4,8 @@
 //! family, which checks operand types and builds the [`Node`]. Everything string-shaped (names,
 //! patterns, units, function names) is resolved here, once.
 
+use std::cell::Cell;
+
 use sqlparser::ast::{
     self, BinaryOperator, CastKind, InTarget, Spanned, UnaryOperator, Value as SqlValue,
 };
@@ -67,9 +69,43 @@ impl Origin {
 /// Compiles AST nodes against one input schema.
 pub(crate) struct Compiler<'a> {
     pub(crate) schema: &'a arrow_schema::Schema,
+    /// How many [`Compiler::lower`] calls are under way: the walk recurses once per level of
+    /// the tree, so it stops at [`super::MAX_DEPTH`] instead of overflowing the stack.
+    depth: Cell<usize>,
 }
 
-impl Compiler<'_> {
+/// One level of [`Compiler::lower`]; leaving it (by any path) gives the level back.
+struct Level<'a>(&'a Cell<usize>);
+
+impl Drop for Level<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+impl<'a> Compiler<'a> {
+    pub(crate) fn new(schema: &'a arrow_schema::Schema) -> Self {
+        Self {
+            schema,
+            depth: Cell::new(0),
+        }
+    }
+
+    /// Enters one level of the tree at `expr`, or refuses a tree nested deeper than
+    /// [`super::MAX_DEPTH`]. The refusal renders nothing of `expr` (that would recurse too).
+    fn enter(&self, expr: &ast::Expr) -> Result<Level<'_>, ExprError> {
+        let depth = self.depth.get() + 1;
+        if depth > super::MAX_DEPTH {
+            return Err(Origin::new(String::new(), expr.span()).unsupported(format!(
+                "the expression nests more than {} levels deep; split it into several columns \
+                 or transforms",
+                super::MAX_DEPTH
+            )));
+        }
+        self.depth.set(depth);
+        Ok(Level(&self.depth))
+    }
+
     /// Lowers an expression whose result is a value a batch can hold (anything but INTERVAL).
     pub(crate) fn value(&self, expr: &ast::Expr) -> Result<Node, ExprError> {
         let node = self.lower(expr)?;
@@ -137,6 +173,7 @@ impl Compiler<'_> {
     /// Lowers any expression, INTERVAL constants included.
     pub(crate) fn lower(&self, expr: &ast::Expr) -> Result<Node, ExprError> {
         use ast::Expr as E;
+        let _level = self.enter(expr)?;
         let origin = || Origin::of(expr);
         match expr {
             E::Identifier(ident) => columns::resolve(self.schema, &ident.value, &origin()),
@@ -168,7 +205,7 @@ impl Compiler<'_> {
                     "unary operator {other} is not supported; supported: -x, +x, NOT x"
                 ))),
             },
-            E::BinaryOp { left, op, right } => self.binary(left, op, right, &origin()),
+            E::BinaryOp { left, op, right } => self.binary(left, op, right, &origin),
 
             E::IsNull(operand) => compare::is_null(self.value(operand)?, false, &origin()),
             E::IsNotNull(operand) => compare::is_null(self.value(operand)?, true, &origin()),
@@ -329,19 +366,23 @@ impl Compiler<'_> {
         }
     }
 
+    /// `origin` renders `left op right` only once both operands compiled: rendering first
+    /// would walk a whole left-deep chain before the depth limit of [`Self::enter`] is met.
     fn binary(
         &self,
         left: &ast::Expr,
         op: &BinaryOperator,
         right: &ast::Expr,
-        origin: &Origin,
+        origin: &dyn Fn() -> Origin,
     ) -> Result<Node, ExprError> {
         use BinaryOperator as B;
         let arith = |op| -> Result<Node, ExprError> {
-            arith::binary(op, self.lower(left)?, self.lower(right)?, origin)
+            let (l, r) = (self.lower(left)?, self.lower(right)?);
+            arith::binary(op, l, r, &origin())
         };
         let cmp = |op| -> Result<Node, ExprError> {
-            compare::binary(op, self.value(left)?, self.value(right)?, origin)
+            let (l, r) = (self.value(left)?, self.value(right)?);
+            compare::binary(op, l, r, &origin())
         };
         match op {
             B::Plus => arith(arith::ArithOp::Add),
@@ -355,20 +396,19 @@ impl Compiler<'_> {
             B::LtEq => cmp(compare::CmpOp::LtEq),
             B::Gt => cmp(compare::CmpOp::Gt),
             B::GtEq => cmp(compare::CmpOp::GtEq),
-            B::And => logic::and(
-                self.boolean(left, "AND")?,
-                self.boolean(right, "AND")?,
-                origin,
-            ),
-            B::Or => logic::or(
-                self.boolean(left, "OR")?,
-                self.boolean(right, "OR")?,
-                origin,
-            ),
-            B::StringConcat => {
-                strings::concat_operator(self.value(left)?, self.value(right)?, origin)
+            B::And => {
+                let (l, r) = (self.boolean(left, "AND")?, self.boolean(right, "AND")?);
+                logic::and(l, r, &origin())
             }
-            other => Err(origin.unsupported(format!(
+            B::Or => {
+                let (l, r) = (self.boolean(left, "OR")?, self.boolean(right, "OR")?);
+                logic::or(l, r, &origin())
+            }
+            B::StringConcat => {
+                let (l, r) = (self.value(left)?, self.value(right)?);
+                strings::concat_operator(l, r, &origin())
+            }
+            other => Err(origin().unsupported(format!(
                 "operator {other} is not supported; supported: + - * / % = <> != < <= > >= \
                  AND OR ||"
             ))),

@@ -140,7 +140,7 @@ impl Expr {
         schema: &Schema,
         text: Option<&str>,
     ) -> Result<Expr, ExprError> {
-        let mut root = Compiler { schema }.value(ast)?;
+        let mut root = Compiler::new(schema).value(ast)?;
         let data_type = root.ty.arrow();
         let default_name = match root.as_column() {
             Some(index) => schema.field(index).name().clone(),
@@ -206,6 +206,7 @@ impl Expr {
 /// Operators that look at the syntax themselves (an aggregate's `count(*)`, `sum(price)`) parse
 /// with this and compile the parts they evaluate with [`Expr::compile_ast`].
 pub fn parse(sql: &str) -> Result<sqlparser::ast::Expr, ExprError> {
+    check_size(sql)?;
     let dialect = GenericDialect {};
     let mut parser = Parser::new(&dialect)
         .try_with_sql(sql)
@@ -214,9 +215,17 @@ pub fn parse(sql: &str) -> Result<sqlparser::ast::Expr, ExprError> {
     let next = parser.peek_token();
     if next.token != Token::EOF {
         let (line, column) = known(next.span.start.line, next.span.start.column);
+        // The text before the token, not the parsed tree: rendering a tree recurses per level.
+        let complete = text_before(sql, next.span.start.line, next.span.start.column);
+        let complete = complete.trim();
+        let shown = if complete.chars().count() > 60 {
+            "the expression before it".to_owned()
+        } else {
+            format!("the expression `{complete}`")
+        };
         return Err(ExprError::Syntax {
             message: format!(
-                "unexpected `{}` after the expression `{expr}`; a snippet holds one expression \
+                "unexpected `{}` after {shown}; a snippet holds one expression \
                  (combine conditions with AND / OR)",
                 next.token
             ),
@@ -225,6 +234,84 @@ pub fn parse(sql: &str) -> Result<sqlparser::ast::Expr, ExprError> {
         });
     }
     Ok(expr)
+}
+
+/// The longest snippet, in bytes.
+pub const MAX_LENGTH: usize = 64 * 1024;
+
+/// The most operators, keywords and opening brackets one snippet may hold.
+///
+/// sqlparser builds a left-deep chain (`a + a + ... + a`) in a loop, but everything that walks
+/// the tree afterwards (rendering, dropping, compiling) recurses once per level. Every level of
+/// the tree needs one of these tokens, so counting them before parsing bounds the depth of any
+/// tree the parser can build, whatever its shape; the compiler's own limit ([`MAX_DEPTH`]) then
+/// bounds what is checked.
+pub const MAX_OPERATORS: usize = 500;
+
+/// How deeply the compiled tree may nest (a left-deep chain of N operators nests N deep).
+pub const MAX_DEPTH: usize = 100;
+
+/// Refuses a snippet whose tree could nest deeper than a server thread's stack allows, before
+/// it is parsed: see [`MAX_OPERATORS`]. Tokenizing is a loop, so this cannot overflow.
+pub fn check_size(sql: &str) -> Result<(), ExprError> {
+    if sql.len() > MAX_LENGTH {
+        return Err(ExprError::Unsupported {
+            message: format!(
+                "the expression is {} bytes long; at most {MAX_LENGTH} are allowed",
+                sql.len()
+            ),
+            line: Some(1),
+            column: Some(1),
+        });
+    }
+    let dialect = GenericDialect {};
+    let tokens = match sqlparser::tokenizer::Tokenizer::new(&dialect, sql).tokenize_with_location()
+    {
+        Ok(tokens) => tokens,
+        // The parser reports the same error with its position.
+        Err(_) => return Ok(()),
+    };
+    let mut operators = 0usize;
+    for t in &tokens {
+        if nests(&t.token) {
+            operators += 1;
+            if operators > MAX_OPERATORS {
+                let (line, column) = known(t.span.start.line, t.span.start.column);
+                return Err(ExprError::Unsupported {
+                    message: format!(
+                        "the expression holds more than {MAX_OPERATORS} operators, keywords and \
+                         brackets; split it into several columns or transforms"
+                    ),
+                    line,
+                    column,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a token can add a level to the parsed tree: everything but names, literals and
+/// separators.
+fn nests(token: &Token) -> bool {
+    use sqlparser::keywords::Keyword;
+    match token {
+        Token::Word(w) => w.quote_style.is_none() && w.keyword != Keyword::NoKeyword,
+        Token::Whitespace(_)
+        | Token::Comma
+        | Token::Period
+        | Token::RParen
+        | Token::RBracket
+        | Token::RBrace
+        | Token::EOF
+        | Token::Number(..)
+        | Token::SingleQuotedString(_)
+        | Token::DoubleQuotedString(_)
+        | Token::NationalStringLiteral(_)
+        | Token::EscapedStringLiteral(_)
+        | Token::HexStringLiteral(_) => false,
+        _ => true,
+    }
 }
 
 /// Turns sqlparser's "… at Line: 1, Column: 5" into a message and a position. Errors at the end
@@ -259,6 +346,22 @@ fn syntax_error(sql: &str, error: ParserError) -> ExprError {
         line: Some(line),
         column: Some(column),
     }
+}
+
+/// The text of `sql` before the 1-based `line` and `column` (sqlparser counts characters).
+fn text_before(sql: &str, line: u64, column: u64) -> String {
+    let mut out = String::new();
+    for (n, text) in (1u64..).zip(sql.split('\n')) {
+        if n < line {
+            out.push_str(text);
+            out.push('\n');
+        } else {
+            let keep = usize::try_from(column.saturating_sub(1)).unwrap_or(usize::MAX);
+            out.extend(text.chars().take(keep));
+            break;
+        }
+    }
+    out
 }
 
 /// sqlparser uses line 0 for "unknown".

@@ -12,6 +12,7 @@
 
 mod api;
 mod arith;
+mod bounds;
 mod cast;
 mod compare;
 mod conditional;
