@@ -21,7 +21,7 @@ use jsonschema::error::{ValidationError, ValidationErrorKind};
 use serde_json::Value;
 
 use super::JobSpec;
-use super::positions::escape_segment;
+use super::positions::{PositionIndex, escape_segment};
 use super::problems::{Problem, SpecError, SpecSource};
 
 /// A parsed job with the text positions its later problems are reported at.
@@ -77,6 +77,9 @@ impl FromStr for Override {
                 "`{key}` is not a key path (e.g. sources.gen.events)"
             ));
         }
+        if let Err(refusal) = PositionIndex::build_checked(value) {
+            return Err(format!("the value of `{key}`: {}", refusal.message));
+        }
         let value = serde_yaml::from_str(value)
             .unwrap_or_else(|_| serde_yaml::Value::String(value.to_string()));
         Ok(Override { path, value })
@@ -86,36 +89,100 @@ impl FromStr for Override {
 /// Reads a job file (leniently, see [`parse_str`]).
 pub fn load_file(path: &Path, overrides: &[Override]) -> Result<LoadedJob, SpecError> {
     let file = path.display().to_string();
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse_str(&file, &text, overrides),
-        Err(e) => Err(SpecError {
-            file,
-            problems: vec![Problem {
-                path: String::new(),
-                line: None,
-                column: None,
-                message: format!("cannot read the job file: {e}"),
-                origin: None,
-            }],
-        }),
+    let refuse = |line, column, message| SpecError {
+        file: file.clone(),
+        problems: vec![Problem {
+            path: String::new(),
+            line,
+            column,
+            message,
+            origin: None,
+        }],
+    };
+    let bytes = match std::fs::metadata(path) {
+        Ok(meta) if meta.len() > MAX_FILE_BYTES => {
+            return Err(refuse(
+                None,
+                None,
+                format!(
+                    "the job file is {} bytes long; at most {MAX_FILE_BYTES} are allowed",
+                    meta.len()
+                ),
+            ));
+        }
+        Ok(_) => std::fs::read(path),
+        Err(e) => Err(e),
+    };
+    match bytes.map(String::from_utf8) {
+        Ok(Ok(text)) => parse_str(&file, &text, overrides),
+        Ok(Err(e)) => {
+            let (line, column) = utf8_error_position(e.as_bytes(), e.utf8_error());
+            Err(refuse(
+                Some(line),
+                Some(column),
+                "the job file is not UTF-8 text".into(),
+            ))
+        }
+        Err(e) => Err(refuse(None, None, format!("cannot read the job file: {e}"))),
     }
+}
+
+/// The longest job file `load_file` reads: job files are a few KiB; the HTTP API's body limit
+/// is 1 MiB.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// The 1-based line and column (in characters) of the first byte that is not UTF-8.
+pub fn utf8_error_position(bytes: &[u8], error: std::str::Utf8Error) -> (usize, usize) {
+    let valid = &bytes[..error.valid_up_to()];
+    // Everything before `valid_up_to` is valid UTF-8 by definition.
+    let text = std::str::from_utf8(valid).unwrap_or_default();
+    let line = text.matches('\n').count() + 1;
+    let column = text.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 /// Reads a job given as text; `file` names it in messages. Fails only when nothing usable
 /// could be decoded; otherwise problems travel in [`LoadedJob::problems`].
 pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<LoadedJob, SpecError> {
-    let mut source = SpecSource::new(file, text);
+    // First, and in a loop: everything after this recurses per level and copies aliases.
+    let index = match PositionIndex::build_checked(text) {
+        Ok(index) => index,
+        Err(refusal) => {
+            return Err(
+                SpecSource::indexed(file, PositionIndex::default()).error(vec![Problem {
+                    path: String::new(),
+                    line: Some(refusal.position.line),
+                    column: Some(refusal.position.column),
+                    message: refusal.message,
+                    origin: None,
+                }]),
+            );
+        }
+    };
+    let mut source = SpecSource::indexed(file, index);
     let mut tree: serde_yaml::Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
         Err(e) => {
             let (line, column) = e
                 .location()
                 .map_or((None, None), |l| (Some(l.line()), Some(l.column())));
+            let message = e.to_string();
+            let (path, message) = match out_of_range_integer(&message) {
+                Some((path, number)) => (
+                    path.to_owned(),
+                    format!(
+                        "{number} is out of range: a number here lies between {} and {}",
+                        i64::MIN,
+                        u64::MAX
+                    ),
+                ),
+                None => (String::new(), format!("not valid YAML: {message}")),
+            };
             return Err(source.error(vec![Problem {
-                path: String::new(),
+                path,
                 line,
                 column,
-                message: format!("not valid YAML: {e}"),
+                message,
                 origin: None,
             }]));
         }
@@ -152,6 +219,7 @@ pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<Loade
     for error in validator().iter_errors(&json) {
         describe(&error, &json, &source, &mut problems, &mut prunes);
     }
+    whole_numbers_written_as_floats(&json, &source, &mut problems);
     if !prunes.is_empty() {
         for prune in prunes {
             prune.apply(&mut json, &mut dropped);
@@ -173,6 +241,60 @@ pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<Loade
             Err(source.error(problems))
         }
     }
+}
+
+/// Integers beyond 64 bits (`events: 18446744073709551616`) and whole numbers written with a
+/// decimal point or an exponent (`1.0`, `1e6`) reach the tree as floats: the schema takes them
+/// for integers, and serde would refuse them with "invalid type: floating point" at the node.
+/// Every key of a job that takes a number takes a whole one, so each is reported at its key.
+/// A walk with an explicit stack (the tree is bounded in depth, but it costs nothing).
+fn whole_numbers_written_as_floats(json: &Value, source: &SpecSource, problems: &mut Vec<Problem>) {
+    let mut stack = vec![(String::new(), json)];
+    while let Some((at, value)) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    stack.push((format!("{at}/{}", escape_segment(k)), v));
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    stack.push((format!("{at}/{i}"), v));
+                }
+            }
+            Value::Number(n) if n.is_f64() => {
+                let Some(f) = n.as_f64() else { continue };
+                if f.fract() != 0.0 || !f.is_finite() {
+                    continue; // not whole: the schema says "expected an integer".
+                }
+                // 2^64 and -2^63: the bounds of what serde_yaml reads as an integer.
+                let message =
+                    if !(-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0).contains(&f) {
+                        format!(
+                            "{f} is out of range: a number here lies between {} and {}",
+                            i64::MIN,
+                            u64::MAX
+                        )
+                    } else {
+                        format!("write {f} as a whole number, without a decimal point or exponent")
+                    };
+                let problem = source.at_value(&at, message);
+                // A float where a string belongs (`where: 1.0`) is the schema's problem.
+                if !problems.iter().any(|p| p.path == problem.path) {
+                    problems.push(problem);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// serde_yaml's "`path`: invalid type: integer `N` as u128, expected any YAML value" for an
+/// integer beyond 64 bits: the path and the number.
+fn out_of_range_integer(message: &str) -> Option<(&str, &str)> {
+    let (path, rest) = message.split_once(": invalid type: integer `")?;
+    let (number, rest) = rest.split_once('`')?;
+    (rest.starts_with(" as u128") || rest.starts_with(" as i128")).then_some((path, number))
 }
 
 /// What to remove from a document so that the rest can still be decoded and checked after a
@@ -721,5 +843,147 @@ sinks:
             Some("--set sources.gen.events")
         );
         assert_eq!(loaded.problems[0].line, None);
+    }
+
+    /// Loads `text` on a thread with a 512 KiB stack (a quarter of a tokio worker's), so a
+    /// pass that recursed per level of nesting would crash the test instead of passing.
+    fn problems_on_small_stack(text: String) -> Vec<Problem> {
+        std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || problems(&text))
+            .expect("spawn a test thread")
+            .join()
+            .expect("loading must not crash the thread")
+    }
+
+    #[test]
+    fn deep_block_nesting_is_refused_with_its_position() {
+        let mut text = String::from("name: deep\n");
+        for depth in 0..10_000 {
+            text.push_str(&"  ".repeat(depth));
+            text.push_str("k:\n");
+        }
+        let p = problems_on_small_stack(text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].message.contains("nests more than 64"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(p[0].line, Some(66), "the mapping that crosses the limit");
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_refused() {
+        let text = format!("name: {}x{}\n", "[".repeat(100), "]".repeat(100));
+        let p = problems_on_small_stack(text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].message.contains("nests more than 64"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!((p[0].line, p[0].column), (Some(1), Some(70)));
+        // Deeper than the YAML scanner's own bound (255 flow levels): refused by it, with the
+        // position, before anything else reads the text.
+        let text = format!("name: {}x{}\n", "[".repeat(10_000), "]".repeat(10_000));
+        let p = problems_on_small_stack(text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].message.starts_with("not valid YAML"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(p[0].line, Some(1));
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_before_it_expands() {
+        // Nine levels of ten aliases each: 10^9 values from a few hundred bytes.
+        let mut text = String::from("name: bomb\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..=9 {
+            let prev = format!("*l{}", level - 1);
+            text.push_str(&format!(
+                "l{level}: &l{level} [{}]\n",
+                vec![prev; 10].join(", ")
+            ));
+        }
+        let p = problems_on_small_stack(text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].message.contains("expands to more than 100000"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(
+            p[0].line,
+            Some(6),
+            "10^5 values are crossed on the fifth level"
+        );
+    }
+
+    #[test]
+    fn aliases_that_stay_small_are_fine() {
+        let text = format!("{GOOD}x-common: &c {{kind: blackhole}}\nx-again: *c\n");
+        let p = problems(&text);
+        assert!(p.iter().all(|p| !p.message.contains("expands")), "{p:#?}");
+    }
+
+    #[test]
+    fn a_second_document_is_refused_with_its_line() {
+        let p = problems(&format!("{GOOD}---\nname: other\n"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(
+            p[0].message.contains("one YAML document"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(p[0].line, Some(15));
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_names_the_line_and_column_of_the_bad_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.yaml");
+        std::fs::write(&path, b"name: demo\ndescription: caf\xe9\n").unwrap();
+        let e = load_file(&path, &[]).unwrap_err();
+        assert_eq!(e.problems.len(), 1);
+        assert_eq!(
+            (e.problems[0].line, e.problems[0].column),
+            (Some(2), Some(17))
+        );
+        assert!(e.problems[0].message.contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn numbers_beyond_64_bits_are_reported_at_their_key() {
+        let text = "name: big\nsources:\n  gen: {kind: nexmark, events: 18446744073709551616}\n\
+                    sinks:\n  out: {kind: blackhole, from: gen.bid}\n";
+        let p = problems(text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "sources.gen.events");
+        assert_eq!((p[0].line, p[0].column), (Some(3), Some(32)));
+        assert!(p[0].message.contains("out of range"), "{}", p[0].message);
+    }
+
+    #[test]
+    fn whole_numbers_written_as_floats_are_reported_at_their_key() {
+        let text = "name: float\nsources:\n  gen: {kind: nexmark, events: 1e6}\n\
+                    sinks:\n  out: {kind: blackhole, from: gen.bid, parallelism: 2.0}\n";
+        let mut p = problems(text);
+        p.sort_by_key(|p| p.line);
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert_eq!(p[0].path, "sources.gen.events");
+        assert_eq!(p[1].path, "sinks.out.parallelism");
+        assert!(p[1].message.contains("whole number"), "{}", p[1].message);
+    }
+
+    #[test]
+    fn an_override_value_is_held_to_the_same_limits() {
+        let value = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+        let e = format!("sources.gen.events={value}")
+            .parse::<Override>()
+            .unwrap_err();
+        assert!(e.contains("nests more than 64"), "{e}");
     }
 }

@@ -26,15 +26,49 @@ pub struct PositionIndex {
 }
 
 impl PositionIndex {
-    /// Index `text`. A document that does not parse yields an empty index (serde reports the
-    /// syntax error with its own position).
+    /// Index `text`. A document that does not parse, or that a [`Limits`] check refuses,
+    /// yields an empty index (serde reports syntax errors with their own position).
     pub fn build(text: &str) -> Self {
+        Self::build_checked(text).unwrap_or_default()
+    }
+
+    /// Index `text` in one iterative pass over its events, refusing a document that is nested
+    /// deeper than [`MAX_DEPTH`], expands (through aliases) to more than [`MAX_NODES`] values,
+    /// or holds more than one document. It runs before anything else reads the text: the tree
+    /// decoders and validators after it recurse once per level and copy every alias.
+    ///
+    /// A syntax error is refused too, with its position: the limits hold only for text read to
+    /// its end, and the parser after this one would otherwise read what this one could not.
+    pub fn build_checked(text: &str) -> Result<Self, Refusal> {
         let mut builder = Builder::default();
+        let mut limits = Limits::default();
         let mut parser = Parser::new_from_str(text);
-        if parser.load(&mut builder, false).is_err() {
-            return Self::default();
+        loop {
+            let (event, mark) = match parser.next_token() {
+                Ok(next) => next,
+                // Refused rather than left to serde_yaml: the limits below only hold for text
+                // this pass has read to the end.
+                Err(e) => {
+                    return Err(Refusal {
+                        message: format!("not valid YAML: {}", e.info()),
+                        position: position(*e.marker()),
+                    });
+                }
+            };
+            if matches!(event, Event::StreamEnd) {
+                break;
+            }
+            limits.check(&event, mark)?;
+            builder.on_event(event, mark);
+            if builder.bytes > MAX_INDEX_BYTES {
+                return Err(Refusal {
+                    message: "the document's keys are too long and too deeply nested to index"
+                        .into(),
+                    position: position(mark),
+                });
+            }
         }
-        builder.index
+        Ok(builder.index)
     }
 
     /// The position of the value at `pointer` (a JSON pointer such as `/sources/gen/events`),
@@ -55,6 +89,93 @@ impl PositionIndex {
             .get(pointer)
             .copied()
             .or_else(|| self.value(pointer))
+    }
+}
+
+/// The deepest nesting of mappings and lists a job file may have (the job format itself needs
+/// five or six levels; serde_yaml refuses more than 128).
+pub const MAX_DEPTH: usize = 64;
+
+/// The most values (keys, scalars, mappings, lists) a job file may expand to, counting each
+/// alias as a copy of what it names: an "alias bomb" of a few KiB otherwise expands to millions.
+pub const MAX_NODES: u64 = 100_000;
+
+/// The most bytes the paths of the position index may take together (a 1 MiB job file of
+/// ordinary keys takes a few MiB).
+const MAX_INDEX_BYTES: usize = 64 << 20;
+
+/// Why a job file is refused before it is read: the message and where the limit was crossed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub message: String,
+    pub position: Position,
+}
+
+/// The running counts of [`PositionIndex::build_checked`]'s limits.
+#[derive(Default)]
+struct Limits {
+    /// Open mappings and lists: for each, its anchor (0: none) and `expanded` when it opened.
+    open: Vec<(usize, u64)>,
+    /// Values so far, with every alias counted as the size of its anchored node.
+    expanded: u64,
+    /// The expanded size of each anchored node, by yaml-rust2's anchor id.
+    anchored: HashMap<usize, u64>,
+    /// Documents begun.
+    documents: usize,
+}
+
+impl Limits {
+    fn check(&mut self, event: &Event, mark: Marker) -> Result<(), Refusal> {
+        let refuse = |message: String| Refusal {
+            message,
+            position: position(mark),
+        };
+        match event {
+            Event::DocumentStart => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    return Err(refuse(
+                        "a job file holds one YAML document; a second one starts here (`---`)"
+                            .into(),
+                    ));
+                }
+            }
+            Event::Scalar(_, _, anchor, _) => {
+                self.expanded += 1;
+                if *anchor != 0 {
+                    self.anchored.insert(*anchor, 1);
+                }
+            }
+            Event::Alias(anchor) => {
+                self.expanded = self
+                    .expanded
+                    .saturating_add(self.anchored.get(anchor).copied().unwrap_or(1));
+            }
+            Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
+                self.open.push((*anchor, self.expanded));
+                self.expanded += 1;
+                if self.open.len() > MAX_DEPTH {
+                    return Err(refuse(format!(
+                        "the document nests more than {MAX_DEPTH} mappings or lists deep"
+                    )));
+                }
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                if let Some((anchor, before)) = self.open.pop() {
+                    if anchor != 0 {
+                        self.anchored.insert(anchor, self.expanded - before);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if self.expanded > MAX_NODES {
+            return Err(refuse(format!(
+                "the document expands to more than {MAX_NODES} values (an alias `*name` counts \
+                 as a copy of the node it names)"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -94,9 +215,17 @@ struct Builder {
     stack: Vec<Frame>,
     index: PositionIndex,
     done: bool,
+    /// The bytes of every path in the index: each path repeats its ancestors' keys, so long
+    /// keys nested deep would make the index quadratic in the text (see [`MAX_INDEX_BYTES`]).
+    bytes: usize,
 }
 
 impl Builder {
+    fn record_value(&mut self, path: String, mark: Marker) {
+        self.bytes += path.len();
+        self.index.values.insert(path, position(mark));
+    }
+
     /// The path of the node that the next value event describes, or `None` when the next
     /// scalar is a mapping key.
     fn next_value_path(&self) -> Option<String> {
@@ -128,12 +257,13 @@ impl MarkedEventReceiver for Builder {
         match ev {
             Event::Scalar(text, ..) => match self.next_value_path() {
                 Some(path) => {
-                    self.index.values.insert(path, position(mark));
+                    self.record_value(path, mark);
                     self.value_done();
                 }
                 None => {
                     if let Some(Frame::Map { path, key }) = self.stack.last_mut() {
                         let entry = format!("{path}/{}", escape_segment(&text));
+                        self.bytes += entry.len();
                         self.index.keys.insert(entry, position(mark));
                         *key = Some(text);
                     }
@@ -141,7 +271,7 @@ impl MarkedEventReceiver for Builder {
             },
             Event::Alias(_) => {
                 if let Some(path) = self.next_value_path() {
-                    self.index.values.insert(path, position(mark));
+                    self.record_value(path, mark);
                 }
                 self.value_done();
             }
@@ -152,7 +282,7 @@ impl MarkedEventReceiver for Builder {
                     self.done = true;
                     return;
                 };
-                self.index.values.insert(path.clone(), position(mark));
+                self.record_value(path.clone(), mark);
                 if matches!(ev, Event::MappingStart(..)) {
                     self.stack.push(Frame::Map { path, key: None });
                 } else {

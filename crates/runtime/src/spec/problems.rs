@@ -67,9 +67,14 @@ pub struct SpecSource {
 
 impl SpecSource {
     pub fn new(file: impl Into<String>, text: &str) -> Self {
+        Self::indexed(file, PositionIndex::build(text))
+    }
+
+    /// A source whose positions were already indexed (see [`PositionIndex::build_checked`]).
+    pub(crate) fn indexed(file: impl Into<String>, index: PositionIndex) -> Self {
         Self {
             file: file.into(),
-            index: PositionIndex::build(text),
+            index,
             overridden: Vec::new(),
         }
     }
