@@ -4,6 +4,10 @@ use weir_state::Window;
 
 use crate::spec::WindowSpec;
 
+/// The most windows one record may fall into (a sliding window's size over its slide): each is
+/// state and a timer per key, so `size: 1000d, slide: 1ms` would mean 86 million per record.
+pub const MAX_WINDOWS_PER_RECORD: i64 = 10_000;
+
 /// The windows of a window spec, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Windowing {
@@ -34,6 +38,15 @@ impl Windowing {
             Windowing::Sliding { size, slide } if size % slide != 0 => Err(format!(
                 "a sliding window's size must be a multiple of its slide ({size} ms is not a multiple of {slide} ms)"
             )),
+            Windowing::Sliding { size, slide } if size / slide > MAX_WINDOWS_PER_RECORD => {
+                Err(format!(
+                    "a sliding window of {size} ms sliding by {slide} ms puts every record into \
+                     {} windows; at most {MAX_WINDOWS_PER_RECORD} are allowed (slide by at least \
+                     {} ms)",
+                    size / slide,
+                    (size + MAX_WINDOWS_PER_RECORD - 1) / MAX_WINDOWS_PER_RECORD
+                ))
+            }
             Windowing::Session { gap } if gap <= 0 => {
                 Err("a session gap must be at least 1ms".into())
             }
@@ -43,19 +56,31 @@ impl Windowing {
 
     /// The windows holding time `t` (for sessions: the record's own window `[t, t + gap)`),
     /// in order of start.
+    ///
+    /// Window bounds saturate at the ends of time instead of wrapping: the last window before
+    /// `i64::MAX` ends at `i64::MAX`, the first after `i64::MIN` starts there, so a window never
+    /// ends before it starts and a sliding window's loop always ends.
     pub fn assign(&self, t: i64, out: &mut Vec<Window>) {
         out.clear();
         match *self {
             Windowing::Tumbling { size } => {
-                let start = t - t.rem_euclid(size);
-                out.push(Window::new(start, start + size));
+                let start = t.saturating_sub(t.rem_euclid(size));
+                out.push(Window::new(start, start.saturating_add(size)));
             }
             Windowing::Sliding { size, slide } => {
-                let last = t - t.rem_euclid(slide);
-                let mut start = last - size + slide;
-                while start <= last {
-                    out.push(Window::new(start, start + size));
-                    start += slide;
+                let last = t.saturating_sub(t.rem_euclid(slide));
+                let first = last.saturating_sub(size - slide);
+                let mut start = first;
+                for _ in 0..size / slide {
+                    let window = Window::new(start, start.saturating_add(size));
+                    let holds = window.end > t || window.end == i64::MAX;
+                    if holds && out.last() != Some(&window) {
+                        out.push(window);
+                    }
+                    match start.checked_add(slide) {
+                        Some(next) if next <= last => start = next,
+                        _ => break,
+                    }
                 }
             }
             Windowing::Session { gap } => out.push(Window::new(t, t.saturating_add(gap))),
@@ -94,6 +119,59 @@ mod tests {
         for win in &out {
             assert!(win.start <= 4_000 && 4_000 < win.end);
         }
+    }
+
+    #[test]
+    fn windows_at_the_ends_of_time_saturate_instead_of_wrapping() {
+        let mut out = Vec::new();
+        Windowing::Tumbling { size: 7 }.assign(i64::MAX - 1, &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(
+            out[0].start <= i64::MAX - 1 && out[0].end == i64::MAX,
+            "{out:?}"
+        );
+        Windowing::Tumbling { size: 7 }.assign(i64::MIN, &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].start == i64::MIN && out[0].end > i64::MIN, "{out:?}");
+        for t in [i64::MAX, i64::MAX - 3, i64::MIN, i64::MIN + 2] {
+            Windowing::Sliding { size: 10, slide: 2 }.assign(t, &mut out);
+            assert!(!out.is_empty() && out.len() <= 5, "t = {t}: {out:?}");
+            for w in &out {
+                assert!(
+                    w.start <= t && t < w.end || w.end == i64::MAX,
+                    "t = {t}: {w:?}"
+                );
+                assert!(w.start < w.end, "t = {t}: {w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn sliding_windows_agree_with_a_naive_scan_of_every_start() {
+        // Every start s with s % slide == 0 and s <= t < s + size, found by brute force.
+        for (size, slide) in [(10, 2), (6, 3), (5, 5), (12, 1)] {
+            let w = Windowing::Sliding { size, slide };
+            for t in -30..30 {
+                let mut out = Vec::new();
+                w.assign(t, &mut out);
+                let naive: Vec<Window> = (-100..100)
+                    .filter(|s: &i64| s.rem_euclid(slide) == 0 && *s <= t && t < s + size)
+                    .map(|s| Window::new(s, s + size))
+                    .collect();
+                assert_eq!(out, naive, "size {size}, slide {slide}, t {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn too_many_windows_per_record_are_refused() {
+        use crate::spec::HumanDuration;
+        let spec = WindowSpec::Sliding {
+            size: HumanDuration::from_millis(1000 * 86_400_000),
+            slide: HumanDuration::from_millis(1),
+        };
+        let message = Windowing::from_spec(&spec).unwrap_err();
+        assert!(message.contains("at most 10000"), "{message}");
     }
 
     #[test]
