@@ -164,6 +164,7 @@ pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
     if let Err(message) = spec.checkpoint.storage_config() {
         problems.push(src.at_value("/checkpoint/storage", message));
     }
+    crate::spec::checks::check_settings(spec, src, &mut problems);
     let mut defs = collect_defs(spec, src, &mut problems);
     resolve_inputs(&mut defs, src, &loaded.dropped, &mut problems);
     let order = topological_order(&defs, src, &mut problems);
@@ -890,6 +891,7 @@ fn compile_source(
 
 /// A key: `expr` or `expr AS name`; a plain column names itself.
 fn compile_key(sql: &str, schema: &Schema) -> Result<(String, Expr), String> {
+    crate::expr::check_size(sql).map_err(|e| e.to_string())?;
     let item = Parser::new(&GenericDialect {})
         .try_with_sql(sql)
         .and_then(|mut p| {

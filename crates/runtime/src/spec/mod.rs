@@ -10,6 +10,7 @@
 //! - [`load`]: YAML text → [`JobSpec`]: syntax, `--set` overrides, schema validation, decoding.
 //! - [`positions`]: where each key and value sits in the YAML text.
 //! - [`problems`]: the error type that lists every problem with its position.
+//! - [`checks`]: well-typed values a run would refuse or choke on (zero intervals, tiny chunks).
 //!
 //! # Example
 //! ```
@@ -20,6 +21,7 @@
 //! assert_eq!(job.spec.name, "demo");
 //! ```
 
+pub mod checks;
 pub mod load;
 pub mod positions;
 pub mod problems;
@@ -150,8 +152,9 @@ pub struct NexmarkSourceSpec {
     /// Seed of the generator: the same seed gives the same events.
     #[serde(default)]
     pub seed: u64,
-    /// Event time of the first event, in epoch milliseconds.
+    /// Event time of the first event, in epoch milliseconds (years 1 to 9999).
     #[serde(default = "default_base_time")]
+    #[schemars(range(min = -62_135_596_800_000i64, max = 253_402_300_799_999i64))]
     pub base_time: i64,
     /// Event time between consecutive events (10,000 events per second of event time by default).
     #[serde(default = "default_inter_event_delay")]

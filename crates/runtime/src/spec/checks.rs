@@ -1,0 +1,164 @@
+//! What `weir validate` refuses beyond the schema: values that are well-typed but would make a
+//! run fail at start or misbehave (a checkpoint every nanosecond, a TTL of zero, files cut into
+//! one-byte chunks), each reported at its key with its line and column.
+//!
+//! The rule: a job that validates starts. Anything `weir run` would refuse at start, and
+//! anything that would make a run spin or exhaust memory, is refused here instead.
+
+use super::problems::{Problem, SpecSource, pointer};
+use super::{HumanDuration, JobSpec, SourceSpec, TransformSpec};
+
+/// The shortest checkpoint interval and timeout (Flink's minimum, too): below it a job does
+/// nothing but checkpoint, and a zero interval or timeout cannot be scheduled at all.
+pub const MIN_CHECKPOINT_TIME: HumanDuration = HumanDuration(std::time::Duration::from_millis(10));
+
+/// The smallest `chunk-size` of a JSON-lines source: each chunk is a split with its own
+/// position in every checkpoint, so one-byte chunks of a large file are millions of splits.
+pub const MIN_CHUNK_SIZE: u64 = 64 * 1024;
+
+/// The most nodes (sources, transforms and sinks together) one job may have.
+pub const MAX_NODES: usize = 1000;
+
+/// Adds a problem for every setting of `spec` that would fail or misbehave at run time.
+pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Problem>) {
+    let nodes = spec.sources.len() + spec.transforms.len() + spec.sinks.len();
+    if nodes > MAX_NODES {
+        problems.push(src.at_value(
+            "",
+            format!("the job has {nodes} nodes; at most {MAX_NODES} are allowed"),
+        ));
+    }
+    let at_least = |problems: &mut Vec<Problem>, at: &str, value: HumanDuration, min, what| {
+        if value < min {
+            problems.push(src.at_value(at, format!("{what} must be at least {min}, not {value}")));
+        }
+    };
+    let cp = &spec.checkpoint;
+    if let Some(interval) = cp.interval {
+        at_least(
+            problems,
+            "/checkpoint/interval",
+            interval,
+            MIN_CHECKPOINT_TIME,
+            "a checkpoint interval",
+        );
+        at_least(
+            problems,
+            "/checkpoint/timeout",
+            cp.timeout,
+            MIN_CHECKPOINT_TIME,
+            "a checkpoint timeout",
+        );
+    }
+    let one_ms = HumanDuration::from_millis(1);
+    if let Some(ttl) = spec.state.ttl {
+        at_least(problems, "/state/ttl", ttl, one_ms, "a state TTL");
+    }
+    for (name, t) in &spec.transforms {
+        let ttl = match t {
+            TransformSpec::Aggregate(a) => a.state_ttl,
+            TransformSpec::Join(j) => j.state_ttl,
+            _ => None,
+        };
+        if let Some(ttl) = ttl {
+            let at = pointer(&["transforms", name, "state-ttl"]);
+            at_least(problems, &at, ttl, one_ms, "a state TTL");
+        }
+    }
+    for (name, s) in &spec.sources {
+        if let SourceSpec::Jsonl(j) = s {
+            if j.chunk_size.0 < MIN_CHUNK_SIZE {
+                problems.push(src.at_value(
+                    &pointer(&["sources", name, "chunk-size"]),
+                    format!(
+                        "a chunk must be at least {} (each chunk is a split with a position in \
+                         every checkpoint), not {}",
+                        super::ByteSize(MIN_CHUNK_SIZE),
+                        j.chunk_size
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::load::parse_str;
+
+    /// The problems of `GOOD` with `extra` lines appended (or replacing keys via `--set`).
+    fn problems_with(sets: &[&str]) -> Vec<crate::spec::Problem> {
+        let text = "\
+name: demo
+sources:
+  gen: {kind: nexmark, events: 1000}
+  file: {kind: jsonl, path: data.jsonl, schema: {a: int}}
+transforms:
+  by: {kind: key-by, from: gen.bid, keys: [auction]}
+  agg: {kind: aggregate, from: by, aggregates: {n: count(*)}}
+sinks:
+  out: {kind: blackhole, from: agg}
+  raw: {kind: blackhole, from: file}
+";
+        let overrides: Vec<crate::spec::load::Override> =
+            sets.iter().map(|s| s.parse().unwrap()).collect();
+        let loaded = parse_str("job.yaml", text, &overrides).unwrap();
+        let mut problems = loaded.problems.clone();
+        super::check_settings(&loaded.spec, &loaded.source, &mut problems);
+        problems
+    }
+
+    #[test]
+    fn a_job_with_sane_settings_has_no_problems() {
+        assert!(problems_with(&["checkpoint.interval=1s"]).is_empty());
+    }
+
+    #[test]
+    fn zero_and_tiny_checkpoint_times_are_refused_at_their_keys() {
+        for (set, key) in [
+            ("checkpoint.interval=0", "checkpoint.interval"),
+            ("checkpoint.interval=1ns", "checkpoint.interval"),
+            ("checkpoint.timeout=0", "checkpoint.timeout"),
+        ] {
+            let mut sets = vec![set];
+            if !set.starts_with("checkpoint.interval") {
+                sets.push("checkpoint.interval=1s");
+            }
+            let p = problems_with(&sets);
+            assert_eq!(p.len(), 1, "{set}: {p:#?}");
+            assert_eq!(p[0].path, key);
+            assert!(p[0].message.contains("at least 10ms"), "{}", p[0].message);
+        }
+    }
+
+    #[test]
+    fn a_zero_state_ttl_is_refused_for_the_job_and_per_transform() {
+        let p = problems_with(&["state.ttl=0"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "state.ttl");
+        let p = problems_with(&["transforms.agg.state-ttl=500us"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "transforms.agg.state-ttl");
+    }
+
+    #[test]
+    fn tiny_chunks_are_refused() {
+        for size in ["0", "1", "1KiB"] {
+            let p = problems_with(&[&format!("sources.file.chunk-size={size}")]);
+            assert_eq!(p.len(), 1, "{size}: {p:#?}");
+            assert_eq!(p[0].path, "sources.file.chunk-size");
+        }
+        assert!(problems_with(&["sources.file.chunk-size=64KiB"]).is_empty());
+    }
+
+    #[test]
+    fn positions_point_at_the_key_in_the_file() {
+        let text = "name: demo\ncheckpoint:\n  interval: 1ns\nsources:\n  gen: {kind: nexmark}\n\
+                    sinks:\n  out: {kind: blackhole, from: gen.bid}\n";
+        let loaded = parse_str("job.yaml", text, &[]).unwrap();
+        let mut problems = Vec::new();
+        super::check_settings(&loaded.spec, &loaded.source, &mut problems);
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        assert_eq!((problems[0].line, problems[0].column), (Some(3), Some(13)));
+    }
+}
