@@ -92,6 +92,8 @@ enum Command {
         /// Bearer token clients must send (required off loopback).
         #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        #[command(flatten)]
+        limits: serve::LimitArgs,
     },
     /// Submit a job file to a `weir serve` and print its id.
     Submit {
@@ -197,9 +199,11 @@ fn main() -> ExitCode {
             overrides,
             listen,
             token,
+            limits,
         } => serve::serve(serve::ServeArgs {
             listen,
             token,
+            limits: limits.into(),
             jobs,
             overrides,
         }),

@@ -4,13 +4,54 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use weir_http_ui::{ServeConfig, Server};
+use weir_http_ui::{JobLimits, ServeConfig, Server};
 use weir_runtime::spec::load::Override;
+
+/// What one hosted job may ask of the server (see `weir_http_ui::limits`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Most subtasks of one job (every operator's parallelism added up).
+    #[arg(long, default_value_t = JobLimits::default().max_job_subtasks)]
+    pub max_job_subtasks: usize,
+    /// Most subtasks of all running jobs together.
+    #[arg(long, default_value_t = JobLimits::default().max_subtasks)]
+    pub max_subtasks: usize,
+    /// Shortest checkpoint interval a job may ask for.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub min_checkpoint_interval: std::time::Duration,
+    /// Largest `batch-size` (records per batch).
+    #[arg(long, default_value_t = JobLimits::default().max_batch_size)]
+    pub max_batch_size: u32,
+    /// Largest `channel-capacity` (batches per channel).
+    #[arg(long, default_value_t = JobLimits::default().max_channel_capacity)]
+    pub max_channel_capacity: u32,
+    /// Most chunks a JSON-lines source may cut its files into.
+    #[arg(long, default_value_t = JobLimits::default().max_chunks)]
+    pub max_chunks: u64,
+    /// Fastest generator, in events/s (an unbounded generator must set a `rate`).
+    #[arg(long, default_value_t = JobLimits::default().max_generator_rate)]
+    pub max_generator_rate: u64,
+}
+
+impl From<LimitArgs> for JobLimits {
+    fn from(a: LimitArgs) -> Self {
+        JobLimits {
+            max_job_subtasks: a.max_job_subtasks,
+            max_subtasks: a.max_subtasks,
+            min_checkpoint_interval: a.min_checkpoint_interval,
+            max_batch_size: a.max_batch_size,
+            max_channel_capacity: a.max_channel_capacity,
+            max_chunks: a.max_chunks,
+            max_generator_rate: a.max_generator_rate,
+        }
+    }
+}
 
 /// What `weir serve` was asked to do.
 pub struct ServeArgs {
     pub listen: SocketAddr,
     pub token: Option<String>,
+    pub limits: JobLimits,
     /// Jobs to start with the server, and the overrides applied to each.
     pub jobs: Vec<PathBuf>,
     pub overrides: Vec<Override>,
@@ -21,11 +62,12 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     runtime.block_on(async move {
-        let config = ServeConfig {
+        let mut config = ServeConfig {
             listen: args.listen,
             token: args.token,
             ..ServeConfig::default()
         };
+        config.host.limits = args.limits;
         let server = match Server::bind(config).await {
             Ok(s) => s,
             Err(e) => {

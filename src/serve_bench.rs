@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use weir_http_ui::{HostConfig, ServeConfig, Server};
+use weir_http_ui::{HostConfig, JobLimits, ServeConfig, Server};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchServeArgs {
@@ -52,6 +52,10 @@ fn run(args: &BenchServeArgs) -> anyhow::Result<()> {
         listen: ([127, 0, 0, 1], 0).into(),
         host: HostConfig {
             max_running: args.jobs.max(1) + 8,
+            limits: JobLimits {
+                max_subtasks: (args.jobs.max(1) + 8) * 8,
+                ..JobLimits::default()
+            },
             ..HostConfig::default()
         },
         ..ServeConfig::default()

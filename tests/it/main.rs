@@ -8,6 +8,9 @@
 //! - `spec_errors`: bad job files report every problem with line, column and key.
 //! - `dashboard`: the dashboard in headless Chromium through chromedriver (`make test` installs
 //!   both).
+//! - `hostile`: job files built to crash or exhaust a server (deep nesting, alias bombs, long
+//!   expression chains, settings a run would choke on) against a running one: each refused
+//!   with its problem and position, and the running job goes on.
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
 //! - `recovery`: SIGKILL at random points, restart from the latest checkpoint, output equal
 //!   to the golden run; rescaling on restore.
@@ -29,6 +32,7 @@
 mod checkpoints;
 mod cli;
 mod dashboard;
+mod hostile;
 mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;

@@ -30,6 +30,7 @@ use weir_scheduler::Scheduler;
 
 use crate::ApiError;
 use crate::job::HostedJob;
+use crate::limits::JobLimits;
 
 /// Limits of a host.
 #[derive(Clone, Debug)]
@@ -44,6 +45,8 @@ pub struct HostConfig {
     pub lookup_rate: f64,
     /// State lookups a client may send at once before the rate applies.
     pub lookup_burst: u32,
+    /// What one job may ask for (subtasks, checkpoint interval, batch sizes, generator rate).
+    pub limits: JobLimits,
 }
 
 impl Default for HostConfig {
@@ -54,9 +57,18 @@ impl Default for HostConfig {
             sample_every: Duration::from_secs(1),
             lookup_rate: 100.0,
             lookup_burst: 200,
+            limits: JobLimits::default(),
         }
     }
 }
+
+/// Job files checked at once by [`Host::check_isolated`]: checking is CPU work, and a flood of
+/// requests must not take every core from the running jobs.
+pub const CHECKS_AT_ONCE: usize = 2;
+
+/// The stack of a checking thread: far more than the bounded recursion of loading and
+/// compiling needs (a tokio worker has 2 MiB).
+const CHECK_STACK_BYTES: usize = 32 << 20;
 
 /// Many jobs in one process.
 pub struct Host {
@@ -128,9 +140,53 @@ impl Host {
             .ok_or_else(|| ApiError::no_job(id))
     }
 
-    /// Checks a job file without starting it: its problems, and what it names on disk.
-    /// `file` names the text in messages.
-    pub fn check(file: &str, text: &str, overrides: &[Override]) -> Result<Plan, ApiError> {
+    /// [`Host::check`] on a thread of its own, so that no job file can hurt the server: the
+    /// thread has a large stack (the loader and the expression compiler bound their recursion;
+    /// this is the margin behind those bounds), a panic in it is caught and reported as a bug,
+    /// and at most [`CHECKS_AT_ONCE`] run together (the rest wait their turn).
+    pub async fn check_isolated(
+        file: &str,
+        text: &str,
+        overrides: &[Override],
+        limits: &JobLimits,
+    ) -> Result<Plan, ApiError> {
+        static TURNS: std::sync::LazyLock<tokio::sync::Semaphore> =
+            std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(CHECKS_AT_ONCE));
+        let _turn = TURNS
+            .acquire()
+            .await
+            .map_err(|_| ApiError::Internal("the job checker is closed".into()))?;
+        let (file, text, overrides) = (file.to_owned(), text.to_owned(), overrides.to_vec());
+        let limits = limits.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("weir-check".into())
+            .stack_size(CHECK_STACK_BYTES)
+            .spawn(move || {
+                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    Self::check(&file, &text, &overrides, &limits)
+                }));
+                // The request may have gone away; then nobody needs the answer.
+                let _ = tx.send(checked);
+            })
+            .map_err(|e| ApiError::Internal(format!("cannot start the job checker: {e}")))?;
+        match rx.await {
+            Ok(Ok(checked)) => checked,
+            Ok(Err(_)) => Err(ApiError::Internal(
+                "checking the job file failed (a bug in weir; the server goes on)".into(),
+            )),
+            Err(_) => Err(ApiError::Internal("the job checker stopped".into())),
+        }
+    }
+
+    /// Checks a job file without starting it: its problems, what it names on disk, and what
+    /// it asks of the server (`limits`). `file` names the text in messages.
+    pub fn check(
+        file: &str,
+        text: &str,
+        overrides: &[Override],
+        limits: &JobLimits,
+    ) -> Result<Plan, ApiError> {
         let invalid = |e: weir_runtime::spec::SpecError| ApiError::Invalid {
             message: e.to_string(),
             problems: e.problems,
@@ -139,6 +195,8 @@ impl Host {
             weir_runtime::spec::load::parse_str(file, text, overrides).map_err(invalid)?;
         // Before planning, which may look at the files a job names.
         let problems = crate::paths::check(&loaded.source, &loaded.spec);
+        loaded.problems.extend(problems);
+        let problems = limits.check(&loaded.source, &loaded.spec);
         loaded.problems.extend(problems);
         weir_runtime::plan::build(&loaded).map_err(invalid)
     }
@@ -150,7 +208,7 @@ impl Host {
         text: &str,
         overrides: &[Override],
     ) -> Result<Arc<HostedJob>, ApiError> {
-        let plan = Self::check(file, text, overrides)?;
+        let plan = Self::check_isolated(file, text, overrides, &self.config.limits).await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
         let running = job::start(&plan, self.options(None))
@@ -242,6 +300,14 @@ impl Host {
                 live.len()
             )));
         }
+        let running: usize = live
+            .iter()
+            .filter(|j| Some(j.id) != restarting)
+            .map(|j| crate::limits::subtasks(&j.plan.spec))
+            .sum();
+        self.config
+            .limits
+            .admit(crate::limits::subtasks(&plan.spec), running)?;
         if plan.spec.checkpoint.enabled() {
             if let Some(other) = live
                 .iter()

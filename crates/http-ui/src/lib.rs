@@ -25,6 +25,7 @@
 //! - [`api`]: [`router`]: the routes and their handlers.
 //! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
 //! - [`paths`]: what a submitted job may name on the filesystem.
+//! - [`limits`]: [`JobLimits`]: what one hosted job may ask of the server.
 //! - [`prometheus`]: the `/metrics` text.
 //! - [`ratelimit`]: token buckets per client (state lookups).
 //! - [`assets`]: the embedded dashboard files.
@@ -51,6 +52,7 @@ pub mod auth;
 pub mod error;
 pub mod host;
 pub mod job;
+pub mod limits;
 pub mod paths;
 pub mod prometheus;
 pub mod ratelimit;
@@ -67,6 +69,7 @@ pub use auth::Access;
 pub use error::{ApiError, ServeError};
 pub use host::{Host, HostConfig};
 pub use job::{HostedJob, JobState};
+pub use limits::JobLimits;
 
 /// Where and how `weir serve` listens.
 #[derive(Clone, Debug)]
