@@ -61,8 +61,26 @@ fn run_child(data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
         "checkpoint.retained=10",
     ]);
     cmd.args(extra);
-    cmd.stdin(Stdio::null()).output().expect("weir runs")
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // A restore that blocks (on a FIFO) or reads without end (from `/dev/zero`) fails the
+    // test after a while instead of hanging it.
+    let child = cmd.spawn().expect("weir runs");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (done, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match output.recv_timeout(RUN_LIMIT) {
+        Ok(output) => output.expect("weir runs"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("weir {extra:?} did not finish within {RUN_LIMIT:?}");
+        }
+    }
 }
+
+/// Longer than any run of [`run_child`] takes (a few seconds), shorter than a hang.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
 
 /// What a run printed: its summary (stdout), then warnings and logs (stderr).
 fn printed(o: &std::process::Output) -> String {
@@ -120,6 +138,29 @@ fn truncate(path: &Path) {
     f.set_len(len / 2).unwrap();
 }
 
+/// Replaces `path` with what `make` puts there (a directory, a link, a FIFO).
+fn replace(path: &Path, make: impl FnOnce(&Path)) {
+    std::fs::remove_file(path).unwrap();
+    make(path);
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// A file of a subtask's keyed state (in a subdirectory of the snapshot): one the restore
+/// copies or links rather than reads by range.
+fn keyed_file(dir: &Path) -> PathBuf {
+    data_files(dir)
+        .into_iter()
+        .find(|f| f.parent() != Some(dir))
+        .unwrap_or_else(|| panic!("{} has keyed state", dir.display()))
+}
+
 fn flip_byte(path: &Path) {
     let mut bytes = std::fs::read(path).unwrap();
     assert!(!bytes.is_empty(), "{} is empty", path.display());
@@ -164,13 +205,38 @@ fn corrupt_snapshots_are_reported_and_the_one_before_is_used() {
 
     // Each way of breaking a snapshot: the newest snapshot (the final one of the completed
     // run) loses half its metadata, and the newest checkpoint is damaged too, so `--from
-    // latest` must pass over both and resume from the checkpoint before.
+    // latest` must pass over both and resume from the checkpoint before. Unreadable snapshots
+    // (metadata that is a directory, a FIFO or a link to an endless device; a state file
+    // linked to one or longer than recorded) are passed over like corrupt ones, and promptly:
+    // none of them is read.
     type Damage = fn(&Path);
-    let damages: [(&str, Damage); 3] = [
+    let damages: [(&str, Damage); 8] = [
         ("truncated metadata", |p| truncate(&p.join("_metadata"))),
         ("flipped byte", |p| flip_byte(&data_files(p)[0])),
         ("missing file", |p| {
             std::fs::remove_file(data_files(p).last().unwrap()).unwrap()
+        }),
+        ("metadata is a directory", |p| {
+            replace(&p.join("_metadata"), |m| std::fs::create_dir(m).unwrap())
+        }),
+        ("metadata is a FIFO", |p| {
+            replace(&p.join("_metadata"), mkfifo)
+        }),
+        ("metadata links to /dev/zero", |p| {
+            replace(&p.join("_metadata"), |m| {
+                std::os::unix::fs::symlink("/dev/zero", m).unwrap()
+            })
+        }),
+        ("a state file links to /dev/zero", |p| {
+            replace(&keyed_file(p), |f| {
+                std::os::unix::fs::symlink("/dev/zero", f).unwrap()
+            })
+        }),
+        ("a state file one byte longer", |p| {
+            let file = keyed_file(p);
+            let mut bytes = std::fs::read(&file).unwrap();
+            bytes.push(b'\n');
+            std::fs::write(&file, bytes).unwrap();
         }),
     ];
     for (what, damage) in damages {

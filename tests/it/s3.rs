@@ -440,7 +440,7 @@ fn failing_and_slow_requests_are_retried() {
 
         proxy.clear();
         proxy.stall_next("GET", 1, Duration::from_secs(4));
-        assert_eq!(s.get("j/a").await.unwrap(), b"retried");
+        assert_eq!(s.get("j/a", 1 << 20).await.unwrap(), b"retried");
         assert_eq!(
             proxy.count("GET", "j/a"),
             2,
@@ -451,7 +451,7 @@ fn failing_and_slow_requests_are_retried() {
         proxy.fail_next("GET", 1000);
         let mut c = c.clone();
         c.max_retries = Some(2);
-        let e = storage(&c).get("j/a").await.unwrap_err();
+        let e = storage(&c).get("j/a", 1 << 20).await.unwrap_err();
         assert!(e.to_string().contains("s3://weir/faults/j/a"), "{e}");
         proxy.fail_next("GET", 0);
     });
@@ -488,7 +488,7 @@ fn incomplete_corrupt_and_truncated_checkpoints_are_never_restored() {
 
         // One flipped byte in checkpoint 2's operator state: its checksum catches it.
         let key = "j/chk-0000000002/operator-state-0";
-        let mut bytes = s.get(key).await.unwrap();
+        let mut bytes = s.get(key, u64::MAX).await.unwrap();
         bytes[1234] ^= 0x01;
         s.put(key, bytes.clone()).await.unwrap();
         let e = Restored::open(catalog.snapshot(SnapshotKind::Checkpoint, 2))

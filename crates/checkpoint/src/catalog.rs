@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::error::{RestoreError, StorageError};
-use crate::metadata::{CheckpointMetadata, METADATA, SnapshotKind};
+use crate::metadata::{CheckpointMetadata, MAX_METADATA_BYTES, METADATA, SnapshotKind};
 use crate::storage::{CheckpointStorage, delete_prefix};
 
 /// A snapshot directory found in storage.
@@ -46,10 +46,12 @@ impl SnapshotRef {
         self.storage.location(&self.dir)
     }
 
-    /// Loads and verifies the metadata.
+    /// Loads and verifies the metadata, reading at most [`MAX_METADATA_BYTES`] of it. Metadata
+    /// that is not a regular file, cannot be read or is too large is
+    /// [`RestoreError::Unreadable`]; damaged metadata is [`RestoreError::Corrupt`].
     pub async fn metadata(&self) -> Result<CheckpointMetadata, RestoreError> {
         let key = self.key(METADATA);
-        let bytes = match self.storage.get(&key).await {
+        let bytes = match self.storage.get(&key, MAX_METADATA_BYTES).await {
             Ok(bytes) => bytes,
             Err(e) if e.is_not_found() => {
                 return Err(RestoreError::Corrupt {
@@ -59,7 +61,7 @@ impl SnapshotRef {
                     ),
                 });
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(RestoreError::reading(self.location(), e)),
         };
         CheckpointMetadata::decode(&bytes).map_err(|reason| RestoreError::Corrupt {
             location: self.storage.location(&key),
@@ -150,7 +152,13 @@ impl JobCheckpoints {
                 id,
                 has_metadata: false,
             });
-            entry.has_metadata |= file == METADATA;
+            // Something under `_metadata/` means the metadata's name is taken by a directory
+            // (object storage lists what is inside it): the snapshot claims to be complete and
+            // its metadata cannot be read, which a restore must say rather than pass over.
+            entry.has_metadata |= file == METADATA
+                || file
+                    .strip_prefix(METADATA)
+                    .is_some_and(|rest| rest.starts_with('/'));
         }
         Ok(found.into_values().collect())
     }

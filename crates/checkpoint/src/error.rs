@@ -17,6 +17,24 @@ impl StorageError {
     pub fn is_not_found(&self) -> bool {
         self.source.kind() == std::io::ErrorKind::NotFound
     }
+
+    /// Whether the object is there but cannot serve as a checkpoint's file: not a regular file
+    /// (a directory, a link, a device, a FIFO), not readable, larger than a reader accepts, or
+    /// not the length its metadata records. The snapshot is at fault, not the storage, so a
+    /// restore from "the latest" passes over it; an outage (a refused connection, a full disk)
+    /// is none of these and stops the restore instead.
+    pub fn is_unreadable(&self) -> bool {
+        use std::io::ErrorKind;
+        matches!(
+            self.source.kind(),
+            ErrorKind::PermissionDenied
+                | ErrorKind::IsADirectory
+                | ErrorKind::NotADirectory
+                | ErrorKind::InvalidData
+                | ErrorKind::FileTooLarge
+                | ErrorKind::UnexpectedEof
+        ) || self.source.raw_os_error() == Some(libc::ELOOP)
+    }
 }
 
 /// A checkpoint or savepoint that cannot be used: corrupt, incomplete, or made by another job.
@@ -25,6 +43,14 @@ impl StorageError {
 pub enum RestoreError {
     #[error("{location} is not a usable checkpoint: {reason}")]
     Corrupt { location: String, reason: String },
+    /// A file of the snapshot is there but cannot be read as one (see
+    /// [`StorageError::is_unreadable`]); like a corrupt snapshot, recovery falls back.
+    #[error("{location} is not a usable checkpoint: {source}")]
+    Unreadable {
+        location: String,
+        #[source]
+        source: StorageError,
+    },
     #[error("{location} does not fit this job: {reason}")]
     Incompatible { location: String, reason: String },
     #[error("no completed checkpoint or savepoint of job `{job}` under {location}")]
@@ -37,6 +63,28 @@ pub enum RestoreError {
         #[source]
         source: weir_state::StateError,
     },
+}
+
+impl RestoreError {
+    /// Whether the snapshot itself is at fault (corrupt, incomplete, unreadable): "the latest"
+    /// passes over such a snapshot to the one before it, where an incompatible job or an
+    /// outage stops the restore (an older snapshot would not fare better).
+    pub fn is_unusable_snapshot(&self) -> bool {
+        matches!(self, Self::Corrupt { .. } | Self::Unreadable { .. })
+    }
+
+    /// A failed read of a file of the snapshot at `location`: unreadable when the file is at
+    /// fault, else a storage failure. Callers say what a missing file means first.
+    pub(crate) fn reading(location: String, e: StorageError) -> Self {
+        if e.is_unreadable() {
+            Self::Unreadable {
+                location,
+                source: e,
+            }
+        } else {
+            Self::Storage(e)
+        }
+    }
 }
 
 /// Why a checkpoint did not complete.

@@ -28,8 +28,9 @@ fn failed(what: &str) -> impl Fn(StorageError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-/// Puts, whole and ranged reads, listing by key prefix (not by path segment), deletes, and
-/// the errors of missing objects and of ranges past an object's end, under `job/`.
+/// Puts, whole and ranged reads, listing by key prefix (not by path segment), deletes, the
+/// errors of missing objects and of ranges past an object's end, and reads refused for
+/// objects larger than asked or of another length than recorded, under `job/`.
 pub async fn objects(s: &dyn CheckpointStorage) -> Result<(), String> {
     let placed = s
         .put("job/chk-1/a", b"hello world".to_vec())
@@ -38,9 +39,53 @@ pub async fn objects(s: &dyn CheckpointStorage) -> Result<(), String> {
     same("size", placed.size, 11)?;
     same(
         "get",
-        s.get("job/chk-1/a").await.map_err(failed("get"))?,
+        s.get("job/chk-1/a", 11).await.map_err(failed("get"))?,
         b"hello world".to_vec(),
     )?;
+    match s.get("job/chk-1/a", 10).await {
+        Err(e) if e.source.kind() == std::io::ErrorKind::FileTooLarge && e.is_unreadable() => {}
+        other => {
+            return Err(format!(
+                "get beyond its most: {other:?}, expected FileTooLarge"
+            ));
+        }
+    }
+    let scratch = std::env::temp_dir().join(format!(
+        "weir-fixture-{}-{}",
+        std::process::id(),
+        crate::catalog::safe_name(&s.location("job"))
+    ));
+    for (recorded, immutable) in [(10, false), (12, false), (10, true), (12, true)] {
+        let local = scratch.join(format!("{recorded}-{immutable}"));
+        let got = s
+            .get_to_file("job/chk-1/a", local.clone(), immutable, recorded)
+            .await;
+        let copied = std::fs::metadata(&local).map_or(0, |m| m.len());
+        match got {
+            Err(e)
+                if e.source.kind() == std::io::ErrorKind::InvalidData
+                    && e.to_string()
+                        .contains(&format!("metadata records {recorded}")) => {}
+            other => {
+                return Err(format!(
+                    "get_to_file of 11 bytes recorded as {recorded}: {other:?}, expected a refusal"
+                ));
+            }
+        }
+        // Refused before copying, or stopped at the recorded size and removed.
+        same("bytes copied of a refused file", copied, 0)?;
+    }
+    let local = scratch.join("whole");
+    let placed = s
+        .get_to_file("job/chk-1/a", local.clone(), false, 11)
+        .await
+        .map_err(failed("get_to_file"))?;
+    let hello = Placed {
+        size: 11,
+        xxh3: xxhash_rust::xxh3::xxh3_64(b"hello world"),
+    };
+    same("get_to_file", placed, hello)?;
+    let _ = std::fs::remove_dir_all(&scratch);
     let world = s
         .get_range("job/chk-1/a", 6..11)
         .await
@@ -78,7 +123,7 @@ pub async fn objects(s: &dyn CheckpointStorage) -> Result<(), String> {
             .map_err(failed("delete_prefix"))?,
         1,
     )?;
-    match s.get("job/chk-1/a").await {
+    match s.get("job/chk-1/a", 11).await {
         Err(e) if e.is_not_found() => {}
         other => return Err(format!("a deleted object: {other:?}, expected not found")),
     }
@@ -96,29 +141,11 @@ pub async fn objects(s: &dyn CheckpointStorage) -> Result<(), String> {
 pub async fn retention(storage: Arc<dyn CheckpointStorage>) -> Result<(), String> {
     let metadata = |id: u64, kind: SnapshotKind, shared: &[&str]| {
         let mut m = metadata("j", id, kind);
-        m.nodes.push(NodeState {
-            name: "n".into(),
-            kind: "aggregate".into(),
-            parallelism: 1,
-            subtasks: vec![SubtaskState {
-                subtask: 0,
-                operator: None,
-                keyed: Some(KeyedHandle {
-                    format: KeyedFormat::RocksNative,
-                    key_groups: [0, 128],
-                    files: shared
-                        .iter()
-                        .map(|f| {
-                            FileRef::new(
-                                format!("../shared/L/n-0/{f}"),
-                                Placed { size: 1, xxh3: 0 },
-                            )
-                        })
-                        .collect(),
-                    states: vec![],
-                }),
-            }],
-        });
+        let files = shared
+            .iter()
+            .map(|f| FileRef::new(format!("../shared/L/n-0/{f}"), Placed { size: 1, xxh3: 0 }))
+            .collect();
+        m.nodes.push(keyed_node(KeyedFormat::RocksNative, files));
         m
     };
     let jobs = JobCheckpoints::new(storage.clone(), "j");
@@ -183,6 +210,26 @@ pub async fn retention(storage: Arc<dyn CheckpointStorage>) -> Result<(), String
         jobs.highest_id().await.map_err(failed("listing"))?,
         5,
     )
+}
+
+/// Node `n` (an `aggregate`) with one subtask, owning every key group, whose keyed state is
+/// `files`.
+pub fn keyed_node(format: KeyedFormat, files: Vec<FileRef>) -> NodeState {
+    NodeState {
+        name: "n".into(),
+        kind: "aggregate".into(),
+        parallelism: 1,
+        subtasks: vec![SubtaskState {
+            subtask: 0,
+            operator: None,
+            keyed: Some(KeyedHandle {
+                format,
+                key_groups: [0, 128],
+                files,
+                states: vec![],
+            }),
+        }],
+    }
 }
 
 /// Metadata of snapshot `id` of `job` with no state yet.

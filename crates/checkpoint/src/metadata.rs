@@ -4,7 +4,10 @@
 //! checksum) is what makes the checkpoint complete. On disk it is one header line,
 //! `weir-checkpoint 1 xxh3=<16 hex digits>`, followed by the JSON document the header's checksum
 //! covers. Every file the metadata refers to carries its size and xxh3, so a restore detects
-//! truncated, replaced and bit-flipped files before using them.
+//! truncated, replaced and bit-flipped files before using them, and reads no more of a file
+//! than its recorded size. Paths in the metadata are refused unless they stay in the
+//! snapshot's directory (or the job's `shared/` folder), and the metadata itself is read only
+//! up to [`MAX_METADATA_BYTES`].
 
 use serde::{Deserialize, Serialize};
 use weir_state::key_groups::KeyGroupRange;
@@ -16,6 +19,12 @@ pub const VERSION: u32 = 1;
 const MAGIC: &str = "weir-checkpoint";
 /// The metadata's name inside a checkpoint's directory.
 pub const METADATA: &str = "_metadata";
+/// The most bytes a snapshot's metadata may hold. It lists every file and range of the
+/// snapshot at some hundred bytes each, so 64 MiB is hundreds of thousands of them, far beyond
+/// any real job, yet small enough that reading a damaged one into memory is harmless.
+pub const MAX_METADATA_BYTES: u64 = 64 << 20;
+/// Where a shared file's path starts: the job's `shared/` folder, beside the snapshot.
+const SHARED_PREFIX: &str = "../shared/";
 
 /// What a snapshot is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +79,25 @@ impl FileRef {
     /// Whether the file belongs to several checkpoints (an incremental RocksDB SST).
     pub fn is_shared(&self) -> bool {
         self.path.starts_with("../")
+    }
+
+    /// Checks that the path stays where a snapshot's files live: in the snapshot's directory,
+    /// or, for a shared file, in the job's `shared/` folder (`../shared/...`). Metadata is data
+    /// anyone with the folder can edit; a path that climbed out (`../../etc/passwd`, an
+    /// absolute name) would have restore read and copy any file the process can reach.
+    pub fn check_path(&self) -> Result<(), String> {
+        let inner = self.path.strip_prefix(SHARED_PREFIX).unwrap_or(&self.path);
+        let stays = inner
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+        if stays {
+            Ok(())
+        } else {
+            Err(format!(
+                "file `{}` lies outside the snapshot's directory and the job's shared/ folder",
+                self.path
+            ))
+        }
     }
 }
 
@@ -242,6 +270,9 @@ impl CheckpointMetadata {
         if metadata.version != VERSION {
             return Err(format!("metadata body version {}", metadata.version));
         }
+        for file in metadata.files() {
+            file.check_path()?;
+        }
         Ok(metadata)
     }
 }
@@ -338,6 +369,33 @@ mod tests {
                 .contains("not weir")
         );
         assert!(CheckpointMetadata::decode(b"").is_err());
+    }
+
+    #[test]
+    fn paths_that_leave_the_snapshot_are_refused() {
+        for bad in [
+            "../../etc/passwd",
+            "/etc/passwd",
+            "../other-job/x",
+            "../shared/../../x",
+            "counts-0/../../x",
+            "counts-0//x",
+            "./x",
+            "",
+            "../shared/",
+        ] {
+            let mut m = sample();
+            m.operator_state[0].path = bad.into();
+            let bytes = m.encode().unwrap();
+            let e = CheckpointMetadata::decode(&bytes).unwrap_err();
+            assert!(
+                e.contains(&format!("file `{bad}` lies outside")),
+                "{bad}: {e}"
+            );
+        }
+        let mut m = sample();
+        m.operator_state[0].path = "counts-0/000012.sst".into();
+        assert!(CheckpointMetadata::decode(&m.encode().unwrap()).is_ok());
     }
 
     #[test]

@@ -376,16 +376,29 @@ impl CheckpointStorage for ObjectStorage {
         })
     }
 
-    fn get(&self, key: &str) -> BoxFuture<'_, Result<Vec<u8>, StorageError>> {
+    fn get(&self, key: &str, max: u64) -> BoxFuture<'_, Result<Vec<u8>, StorageError>> {
         let key = key.to_string();
         Box::pin(async move {
-            let bytes = self
-                .open(&key)
-                .await?
-                .bytes()
-                .await
-                .map_err(|e| self.error("reading", &key, e))?;
-            Ok(bytes.to_vec())
+            let result = self.open(&key).await?;
+            let refuse = |source| StorageError {
+                op: "reading",
+                location: self.location(&key),
+                source,
+            };
+            if result.meta.size > max {
+                return Err(refuse(crate::storage::too_large(max)));
+            }
+            // The object's size is what the store says; the body is counted as it streams.
+            let mut out = Vec::with_capacity(result.meta.size as usize);
+            let mut stream = result.into_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| self.error("reading", &key, e))?;
+                if (out.len() + chunk.len()) as u64 > max {
+                    return Err(refuse(crate::storage::too_large(max)));
+                }
+                out.extend_from_slice(&chunk);
+            }
+            Ok(out)
         })
     }
 
@@ -433,10 +446,19 @@ impl CheckpointStorage for ObjectStorage {
         key: &str,
         local: PathBuf,
         _immutable: bool,
+        expected: u64,
     ) -> BoxFuture<'_, Result<Placed, StorageError>> {
         let key = key.to_string();
         Box::pin(async move {
             let result = self.open(&key).await?;
+            let wrong_length = |actual: String| StorageError {
+                op: "reading",
+                location: self.location(&key),
+                source: crate::storage::wrong_length(actual, expected),
+            };
+            if result.meta.size != expected {
+                return Err(wrong_length(result.meta.size.to_string()));
+            }
             if let Some(parent) = local.parent() {
                 tokio::fs::create_dir_all(parent)
                     .await
@@ -451,6 +473,12 @@ impl CheckpointStorage for ObjectStorage {
             let mut stream = result.into_stream();
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| self.error("reading", &key, e))?;
+                // Never more than recorded, whatever the store sends.
+                if size + chunk.len() as u64 > expected {
+                    drop(file);
+                    let _ = tokio::fs::remove_file(&local).await;
+                    return Err(wrong_length(format!("more than {expected}")));
+                }
                 hasher.update(&chunk);
                 size += chunk.len() as u64;
                 file.write_all(&chunk)
@@ -581,7 +609,12 @@ mod tests {
             assert!(verify(bytes, placed).is_ok());
             let back = dir.path().join("restore").join(name);
             let read = s
-                .get_to_file(&format!("j/shared/{name}"), back.clone(), true)
+                .get_to_file(
+                    &format!("j/shared/{name}"),
+                    back.clone(),
+                    true,
+                    bytes.len() as u64,
+                )
                 .await
                 .unwrap();
             assert_eq!(read, placed);

@@ -274,7 +274,7 @@ async fn fetch(
         Err(e) if e.source.kind() == std::io::ErrorKind::UnexpectedEof => {
             Err(corrupt(format!("it ends before {} (truncated)", range.end)))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(RestoreError::reading(storage.location(key), e)),
     }
 }
 
@@ -436,8 +436,9 @@ mod tests {
         fn get(
             &self,
             key: &str,
+            max: u64,
         ) -> futures::future::BoxFuture<'_, Result<Vec<u8>, crate::StorageError>> {
-            self.inner.get(key)
+            self.inner.get(key, max)
         }
         fn get_range(
             &self,
@@ -452,8 +453,9 @@ mod tests {
             key: &str,
             local: std::path::PathBuf,
             immutable: bool,
+            size: u64,
         ) -> futures::future::BoxFuture<'_, Result<Placed, crate::StorageError>> {
-            self.inner.get_to_file(key, local, immutable)
+            self.inner.get_to_file(key, local, immutable, size)
         }
         fn list(
             &self,

@@ -3,9 +3,11 @@
 //!
 //! Everything is verified before the job starts: the metadata's checksum, every operator
 //! state's range checksum (the ranges are read with the seek-free [`reader`](crate::reader)),
-//! and every keyed file's size and checksum as it is fetched. A
-//! snapshot that fails any check is reported with its location, so the caller can fall back to
-//! an older one.
+//! and every keyed file's size and checksum as it is fetched. No file is read beyond the size
+//! its metadata records, and a file of another size is refused before it is copied. A
+//! snapshot that fails any check, or whose files cannot be read (not regular files, not
+//! permitted), is reported with its location as [`RestoreError::is_unusable_snapshot`], so
+//! the caller can fall back to an older one.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -213,7 +215,7 @@ impl Restored {
             let got = match self
                 .snapshot
                 .storage
-                .get_to_file(&key, dir.join(name), immutable)
+                .get_to_file(&key, dir.join(name), immutable, expected.size)
                 .await
             {
                 Ok(got) => got,
@@ -223,7 +225,7 @@ impl Restored {
                         reason: "the file is missing".into(),
                     });
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(RestoreError::reading(self.location(), e)),
             };
             if got != expected {
                 return Err(RestoreError::Corrupt {
@@ -240,5 +242,178 @@ impl Restored {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::catalog::JobCheckpoints;
+    use crate::metadata::{METADATA, SnapshotKind};
+    use crate::storage::LocalStorage;
+
+    /// Publishes checkpoint `id` of job `j` whose node `n` has one subtask with one keyed
+    /// file, `n-0/state`, holding `content`.
+    async fn keyed_snapshot(catalog: &JobCheckpoints, id: u64, content: &[u8]) -> SnapshotRef {
+        let snapshot = catalog.snapshot(SnapshotKind::Checkpoint, id);
+        let placed = catalog
+            .storage()
+            .put(&snapshot.key("n-0/state"), content.to_vec())
+            .await
+            .unwrap();
+        let mut m = crate::fixtures::metadata("j", id, SnapshotKind::Checkpoint);
+        m.nodes.push(crate::fixtures::keyed_node(
+            KeyedFormat::Logical,
+            vec![FileRef::new("n-0/state".into(), placed)],
+        ));
+        catalog.publish(&m).await.unwrap();
+        snapshot
+    }
+
+    /// Fails the test instead of hanging it when a read blocks or never ends.
+    async fn promptly<T>(read: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the restore returned instead of blocking or reading without end")
+    }
+
+    fn all_groups() -> [KeyGroupRange; 1] {
+        [KeyGroupRange { start: 0, end: 128 }]
+    }
+
+    #[tokio::test]
+    async fn metadata_that_is_not_a_regular_file_makes_the_snapshot_unusable_not_endless() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = JobCheckpoints::new(Arc::new(LocalStorage::new(dir.path())), "j");
+        type Damage = fn(&Path);
+        let damages: [(&str, Damage, &str); 5] = [
+            (
+                "a directory",
+                |p| std::fs::create_dir(p).unwrap(),
+                "it is a directory",
+            ),
+            (
+                "a link to /dev/zero",
+                |p| std::os::unix::fs::symlink("/dev/zero", p).unwrap(),
+                "it is a symbolic link",
+            ),
+            (
+                "a dangling link",
+                |p| std::os::unix::fs::symlink(p.with_file_name("gone"), p).unwrap(),
+                "it is a symbolic link",
+            ),
+            (
+                "a FIFO",
+                |p| crate::storage::tests::mkfifo(p),
+                "it is a FIFO",
+            ),
+            (
+                "too large",
+                // Sparse: as large as refused, without writing (or reading) a byte of it.
+                |p| {
+                    let f = std::fs::File::create(p).unwrap();
+                    f.set_len(crate::metadata::MAX_METADATA_BYTES + 1).unwrap();
+                },
+                "it is larger than 67108864 bytes",
+            ),
+        ];
+        for (id, (what, damage, reason)) in (1..).zip(damages) {
+            let snapshot = keyed_snapshot(&catalog, id, b"state").await;
+            let metadata = dir.path().join(&snapshot.dir).join(METADATA);
+            std::fs::remove_file(&metadata).unwrap();
+            damage(&metadata);
+            let e = promptly(Restored::open(snapshot.clone()))
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(e, RestoreError::Unreadable { .. }),
+                "{what}: unreadable, not an outage: {e:?}"
+            );
+            assert!(e.is_unusable_snapshot(), "{what}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!(
+                    "{} is not a usable checkpoint",
+                    snapshot.location()
+                )),
+                "{what}: names the snapshot: {text}"
+            );
+            assert!(
+                text.contains(&metadata.display().to_string()),
+                "{what}: {text}"
+            );
+            assert!(text.contains(reason), "{what}: says why: {text}");
+        }
+        // Each still claims to be complete, so "the latest" sees (and reports) it.
+        assert_eq!(catalog.complete_newest_first().await.unwrap().len(), 5);
+    }
+
+    #[tokio::test]
+    async fn keyed_files_are_copied_only_when_they_have_the_recorded_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = JobCheckpoints::new(Arc::new(LocalStorage::new(dir.path())), "j");
+        let content = vec![7u8; 4096];
+        let snapshot = keyed_snapshot(&catalog, 1, &content).await;
+        let file = dir.path().join(&snapshot.dir).join("n-0/state");
+        let local = dir.path().join("work");
+        let restored = Restored::open(snapshot).await.unwrap();
+        let sources = restored
+            .fetch_keyed("n", &all_groups(), &local)
+            .await
+            .unwrap();
+        let fetched = sources[0][0].dir.join("state");
+        assert_eq!(std::fs::read(&fetched).unwrap(), content);
+
+        type Damage = fn(&Path);
+        let damages: [(&str, Damage, &str); 4] = [
+            (
+                "one byte longer",
+                |p| {
+                    let mut bytes = std::fs::read(p).unwrap();
+                    bytes.push(0);
+                    std::fs::write(p, bytes).unwrap();
+                },
+                "4097 bytes where the metadata records 4096",
+            ),
+            (
+                "truncated",
+                |p| std::fs::write(p, [7u8; 10]).unwrap(),
+                "10 bytes where the metadata records 4096",
+            ),
+            (
+                "a link to /dev/zero",
+                |p| {
+                    std::fs::remove_file(p).unwrap();
+                    std::os::unix::fs::symlink("/dev/zero", p).unwrap();
+                },
+                "it is a symbolic link",
+            ),
+            (
+                "a FIFO",
+                |p| {
+                    std::fs::remove_file(p).unwrap();
+                    crate::storage::tests::mkfifo(p);
+                },
+                "it is a FIFO",
+            ),
+        ];
+        for (what, damage, reason) in damages {
+            let _ = std::fs::remove_file(&file);
+            std::fs::write(&file, &content).unwrap();
+            damage(&file);
+            let e = promptly(restored.fetch_keyed("n", &all_groups(), &local))
+                .await
+                .unwrap_err();
+            assert!(e.is_unusable_snapshot(), "{what}: {e:?}");
+            let text = e.to_string();
+            assert!(text.contains(&file.display().to_string()), "{what}: {text}");
+            assert!(text.contains(reason), "{what}: {text}");
+            assert!(
+                std::fs::metadata(&fetched).is_err(),
+                "{what}: nothing was copied"
+            );
+        }
     }
 }

@@ -5,7 +5,14 @@
 //! interface is what object storage offers (whole puts, ranged gets, listing by prefix), so
 //! an S3-compatible store can implement it; [`LocalStorage`] implements it with files, writing
 //! to a temporary name, fsyncing, renaming and fsyncing the directory.
+//!
+//! Reads are bounded by what the caller expects, because a checkpoint directory is data a
+//! person (or a broken disk) can change: [`CheckpointStorage::get`] takes a most, and
+//! [`CheckpointStorage::get_to_file`] the length the metadata records. [`LocalStorage`] reads
+//! only regular files, opened without following a link: a file replaced by a link to an
+//! endless device, a FIFO or a directory is refused, naming what it is, before a byte is read.
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -41,7 +48,9 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
     /// consumed: it may be moved rather than copied.
     fn put_file(&self, key: &str, local: PathBuf) -> BoxFuture<'_, Result<Placed, StorageError>>;
 
-    fn get(&self, key: &str) -> BoxFuture<'_, Result<Vec<u8>, StorageError>>;
+    /// The whole object `key`, which may hold at most `max` bytes: a larger one is refused
+    /// (error kind `FileTooLarge`) without reading more than `max` bytes of it.
+    fn get(&self, key: &str, max: u64) -> BoxFuture<'_, Result<Vec<u8>, StorageError>>;
 
     /// Bytes `range` of `key` (one ranged request on object storage).
     fn get_range(
@@ -50,14 +59,17 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         range: Range<u64>,
     ) -> BoxFuture<'_, Result<Vec<u8>, StorageError>>;
 
-    /// Copies `key` to the local file `local`, returning what was read so the caller can
-    /// verify it. `immutable`: the local copy will never be written (a RocksDB SST), so local
-    /// storage may hard-link it instead of copying.
+    /// Copies `key`, which the metadata records as `size` bytes long, to the local file
+    /// `local`, returning what was read so the caller can verify its checksum. An object of
+    /// another length is refused (error kind `InvalidData`) and at most `size` bytes are ever
+    /// copied, so a damaged snapshot cannot fill the disk. `immutable`: the local copy will
+    /// never be written (a RocksDB SST), so local storage may hard-link it instead of copying.
     fn get_to_file(
         &self,
         key: &str,
         local: PathBuf,
         immutable: bool,
+        size: u64,
     ) -> BoxFuture<'_, Result<Placed, StorageError>>;
 
     /// Every object whose key starts with `prefix`, in key order.
@@ -152,6 +164,111 @@ fn hash_file(file: &mut std::fs::File) -> std::io::Result<Placed> {
     })
 }
 
+/// What a file that is not a regular file is, for messages.
+fn describe(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "something other than a file"
+    }
+}
+
+/// The error for a path that is not a regular file (see [`StorageError::is_unreadable`]).
+fn not_regular(kind: std::fs::FileType) -> std::io::Error {
+    let error_kind = if kind.is_dir() {
+        std::io::ErrorKind::IsADirectory
+    } else {
+        std::io::ErrorKind::InvalidData
+    };
+    std::io::Error::new(
+        error_kind,
+        format!(
+            "it is {}, not a regular file (a checkpoint's files are never links, directories or devices)",
+            describe(kind)
+        ),
+    )
+}
+
+/// Opens the regular file at `path` for reading, with its metadata. A symbolic link (even to
+/// a regular file), directory, FIFO, device or socket is refused without being opened or read:
+/// one link to `/dev/zero` would otherwise be copied until the disk is full, and a FIFO would
+/// block the restore forever.
+fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Looking before opening: opening a device or a FIFO can block or have effects.
+    let kind = std::fs::symlink_metadata(path)?.file_type();
+    if !kind.is_file() {
+        return Err(not_regular(kind));
+    }
+    // The path may be replaced between the look and the open: the open follows no link and
+    // does not wait for a FIFO's writer, and what it opened is checked again.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.file_type().is_file() {
+        return Err(not_regular(metadata.file_type()));
+    }
+    Ok((file, metadata))
+}
+
+/// The error for a file whose length is not what its metadata records.
+pub(crate) fn wrong_length(actual: impl std::fmt::Display, recorded: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{actual} bytes where the metadata records {recorded} (truncated or replaced)"),
+    )
+}
+
+/// The error for an object larger than a read accepts.
+pub(crate) fn too_large(max: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        format!("it is larger than {max} bytes, the most this read accepts"),
+    )
+}
+
+/// Reads `input` to its end, but at most `size` bytes, passing each piece to `sink` and
+/// hashing it. More than `size` bytes is an error, found after reading one byte too many.
+fn read_bounded(
+    input: &mut File,
+    size: u64,
+    mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<Placed> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut read = 0u64;
+    let mut limited = input.take(size.saturating_add(1));
+    loop {
+        let n = limited.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+        if read > size {
+            return Err(wrong_length(format!("more than {size}"), size));
+        }
+        hasher.update(&buf[..n]);
+        sink(&buf[..n])?;
+    }
+    Ok(Placed {
+        size: read,
+        xxh3: hasher.digest(),
+    })
+}
+
 /// Copies `from` into a new file `to`, hashing on the way, and fsyncs it.
 fn copy_hashing(from: &Path, to: &Path) -> std::io::Result<Placed> {
     let mut input = std::fs::File::open(from)?;
@@ -239,9 +356,22 @@ impl CheckpointStorage for LocalStorage {
         })
     }
 
-    fn get(&self, key: &str) -> BoxFuture<'_, Result<Vec<u8>, StorageError>> {
+    fn get(&self, key: &str, max: u64) -> BoxFuture<'_, Result<Vec<u8>, StorageError>> {
         let path = self.path(key);
-        self.blocking("reading", key, move || std::fs::read(&path))
+        self.blocking("reading", key, move || {
+            let (file, metadata) = open_regular(&path)?;
+            let too_large = || too_large(max);
+            if metadata.len() > max {
+                return Err(too_large());
+            }
+            let mut out = Vec::with_capacity(metadata.len() as usize);
+            // One byte more than allowed tells a file that grew since it was looked at.
+            file.take(max.saturating_add(1)).read_to_end(&mut out)?;
+            if out.len() as u64 > max {
+                return Err(too_large());
+            }
+            Ok(out)
+        })
     }
 
     fn get_range(
@@ -252,7 +382,19 @@ impl CheckpointStorage for LocalStorage {
         use std::io::Seek;
         let path = self.path(key);
         self.blocking("reading", key, move || {
-            let mut file = std::fs::File::open(&path)?;
+            let (mut file, metadata) = open_regular(&path)?;
+            // Checked before allocating: the range comes from metadata, the length from disk.
+            if range.end > metadata.len() || range.start > range.end {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the file ends at {}; bytes {}..{} were asked for",
+                        metadata.len(),
+                        range.start,
+                        range.end
+                    ),
+                ));
+            }
             file.seek(std::io::SeekFrom::Start(range.start))?;
             let mut out = vec![0u8; (range.end.saturating_sub(range.start)) as usize];
             file.read_exact(&mut out)?;
@@ -265,20 +407,44 @@ impl CheckpointStorage for LocalStorage {
         key: &str,
         local: PathBuf,
         immutable: bool,
+        size: u64,
     ) -> BoxFuture<'_, Result<Placed, StorageError>> {
+        use std::os::unix::fs::MetadataExt;
         let path = self.path(key);
         self.blocking("reading", key, move || {
+            let (mut input, metadata) = open_regular(&path)?;
+            if metadata.len() != size {
+                return Err(wrong_length(metadata.len(), size));
+            }
             create_parent(&local)?;
-            if !immutable {
-                return copy_hashing(&path, &local);
+            if immutable {
+                // A hard link costs nothing, and neither side ever writes the file; the
+                // content is still read once, through the file checked above, to verify it.
+                match std::fs::hard_link(&path, &local) {
+                    Ok(()) => {
+                        // The link must be to that file: the path may have been replaced since.
+                        let linked = std::fs::symlink_metadata(&local)?;
+                        if (linked.dev(), linked.ino()) != (metadata.dev(), metadata.ino()) {
+                            let _ = std::fs::remove_file(&local);
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::InvalidData,
+                                "the file was replaced while it was being restored",
+                            ));
+                        }
+                        return read_bounded(&mut input, size, |_| Ok(()));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(e),
+                    // Another filesystem (or one without links): copy.
+                    Err(_) => {}
+                }
             }
-            // A hard link costs nothing, and neither side ever writes the file; the content is
-            // still read once to verify it.
-            match std::fs::hard_link(&path, &local) {
-                Ok(()) => hash_file(&mut std::fs::File::open(&local)?),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(e),
-                Err(_) => copy_hashing(&path, &local),
+            // A restore's scratch copy: not fsynced (a crash removes the whole directory).
+            let mut output = File::create(&local)?;
+            let placed = read_bounded(&mut input, size, |piece| output.write_all(piece));
+            if placed.is_err() {
+                let _ = std::fs::remove_file(&local);
             }
+            placed
         })
     }
 
@@ -311,7 +477,14 @@ impl CheckpointStorage for LocalStorage {
                         format!("{key_prefix}/{name}")
                     };
                     let kind = entry.file_type()?;
-                    if kind.is_dir() {
+                    if kind.is_dir() && name_is_metadata(&key) {
+                        // A directory where a snapshot's metadata belongs is listed as the
+                        // object it stands in for, so the snapshot is reported as unusable
+                        // rather than passed over as one that never completed.
+                        if key.starts_with(&prefix) {
+                            out.push(ObjectInfo { key, size: 0 });
+                        }
+                    } else if kind.is_dir() {
                         if key.starts_with(&prefix) || prefix.starts_with(&format!("{key}/")) {
                             stack.push((entry.path(), key));
                         }
@@ -335,6 +508,11 @@ impl CheckpointStorage for LocalStorage {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                // A directory [`list`](CheckpointStorage::list) reported as an object (a
+                // snapshot's metadata replaced by a directory) goes with what is in it.
+                Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => {
+                    std::fs::remove_dir_all(&path)?;
+                }
                 Err(e) => return Err(e),
             }
             // Directories left empty go too (object storage has none), up to the root.
@@ -348,6 +526,11 @@ impl CheckpointStorage for LocalStorage {
             Ok(())
         })
     }
+}
+
+/// Whether `key` names a snapshot's metadata (`<job>/chk-0000000007/_metadata`).
+fn name_is_metadata(key: &str) -> bool {
+    key.rsplit('/').next() == Some(crate::metadata::METADATA)
 }
 
 /// Deletes every object under `prefix` (a checkpoint's directory, say).
@@ -390,7 +573,7 @@ pub fn split_local(path: &Path) -> Option<(PathBuf, String)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[tokio::test]
@@ -399,6 +582,105 @@ mod tests {
         let s = LocalStorage::new(dir.path());
         crate::fixtures::objects(&s).await.unwrap();
         assert!(!dir.path().join("job").exists(), "empty dirs go too");
+    }
+
+    /// A FIFO at `path`, made by `mkfifo(1)` (the crate forbids the `unsafe` of libc's).
+    pub(crate) fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mkfifo {}", path.display());
+    }
+
+    /// Runs `read`, failing the test (instead of hanging it) if it blocks: a FIFO opened
+    /// for reading waits for a writer, and `/dev/zero` never ends.
+    async fn promptly<T>(read: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the read returned instead of blocking or reading without end")
+    }
+
+    #[tokio::test]
+    async fn reads_refuse_links_devices_fifos_and_directories_without_reading_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStorage::new(dir.path());
+        s.put("j/chk-1/real", vec![1; 64]).await.unwrap();
+        let at = |name: &str| dir.path().join("j/chk-1").join(name);
+        std::os::unix::fs::symlink("/dev/zero", at("zero")).unwrap();
+        std::os::unix::fs::symlink(at("real"), at("link")).unwrap();
+        std::os::unix::fs::symlink(at("nowhere"), at("dangling")).unwrap();
+        mkfifo(&at("fifo"));
+        std::fs::create_dir(at("dir")).unwrap();
+        let scratch = dir.path().join("scratch");
+        for (name, what) in [
+            ("zero", "a symbolic link"),
+            ("link", "a symbolic link"),
+            ("dangling", "a symbolic link"),
+            ("fifo", "a FIFO"),
+            ("dir", "a directory"),
+        ] {
+            let key = format!("j/chk-1/{name}");
+            let path = at(name).display().to_string();
+            let check = |read: &str, e: StorageError| {
+                assert!(e.is_unreadable(), "{read} {name}: {e}");
+                assert!(!e.is_not_found(), "{read} {name}: {e}");
+                let text = e.to_string();
+                assert!(text.contains(&path), "{read} {name} names the path: {text}");
+                assert!(
+                    text.contains(&format!("it is {what}, not a regular file")),
+                    "{read} {name} says what it is: {text}"
+                );
+            };
+            check("get", promptly(s.get(&key, u64::MAX)).await.unwrap_err());
+            check(
+                "get_range",
+                promptly(s.get_range(&key, 0..1)).await.unwrap_err(),
+            );
+            for immutable in [false, true] {
+                let local = scratch.join(format!("{name}-{immutable}"));
+                let e = promptly(s.get_to_file(&key, local.clone(), immutable, 64))
+                    .await
+                    .unwrap_err();
+                check("get_to_file", e);
+                assert!(
+                    std::fs::symlink_metadata(&local).is_err(),
+                    "nothing was placed for {name}"
+                );
+            }
+        }
+        // The regular file itself still reads.
+        assert_eq!(s.get("j/chk-1/real", 64).await.unwrap(), vec![1; 64]);
+    }
+
+    #[tokio::test]
+    async fn a_range_beyond_the_file_is_refused_before_allocating_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStorage::new(dir.path());
+        s.put("j/x", vec![1; 10]).await.unwrap();
+        // A range a damaged metadata might name: far more than memory holds.
+        let e = s.get_range("j/x", 5..u64::MAX / 2).await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+        assert!(e.to_string().contains("ends at 10"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_metadata_directory_is_listed_and_deleted_with_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStorage::new(dir.path());
+        s.put("j/chk-1/operator-state-0", vec![1]).await.unwrap();
+        std::fs::create_dir_all(dir.path().join("j/chk-1/_metadata/inner")).unwrap();
+        let keys: Vec<String> = s
+            .list("j/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert_eq!(keys, ["j/chk-1/_metadata", "j/chk-1/operator-state-0"]);
+        s.delete("j/chk-1/_metadata").await.unwrap();
+        assert!(!dir.path().join("j/chk-1/_metadata").exists());
+        assert_eq!(s.list("j/").await.unwrap().len(), 1);
     }
 
     #[tokio::test]
@@ -410,7 +692,10 @@ mod tests {
         let placed = s.put_file("j/x/file", local.clone()).await.unwrap();
         assert!(!local.exists(), "the local file was consumed");
         let back = dir.path().join("restore/file");
-        let read = s.get_to_file("j/x/file", back.clone(), true).await.unwrap();
+        let read = s
+            .get_to_file("j/x/file", back.clone(), true, 3000)
+            .await
+            .unwrap();
         assert_eq!(read, placed);
         assert_eq!(std::fs::read(&back).unwrap(), vec![7u8; 3000]);
         assert!(verify(&[7u8; 3000], placed).is_ok());

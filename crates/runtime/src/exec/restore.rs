@@ -1,9 +1,10 @@
 //! Choosing the snapshot a run starts from and turning it into what each new subtask needs.
 //!
 //! `--from latest` (and every restart after a failure) takes the job's newest snapshot with
-//! metadata; one that fails verification (a truncated, corrupt or missing file) is reported
-//! with its location and the one before it is tried. An explicitly named snapshot is used or
-//! refused, never silently replaced.
+//! metadata; one that fails verification (a truncated, corrupt or missing file) or cannot be
+//! read (metadata that is a directory, a link or a FIFO, a file it may not open) is skipped
+//! with a warning naming it and why, and the one before it is tried. An explicitly named
+//! snapshot is used or refused, never silently replaced.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -141,11 +142,17 @@ pub async fn prepare(
             }
             let mut last = None;
             for candidate in candidates {
+                let location = candidate.location();
                 match prepare_one(plan, candidate, work).await {
                     Ok(p) => return Ok(Some(p)),
-                    Err(e @ RestoreError::Corrupt { .. }) => {
-                        tracing::error!(error = %e, "skipping a snapshot that cannot be used; trying the one before");
-                        eprintln!("warning: {e}; trying the snapshot before it");
+                    Err(e) if e.is_unusable_snapshot() => {
+                        // Shown by `weir run` (warnings go to stderr) and in the server's log.
+                        tracing::warn!(
+                            job = %plan.spec.name,
+                            snapshot = %location,
+                            reason = %e,
+                            "skipping a snapshot that cannot be used; trying the one before it"
+                        );
                         last = Some(e);
                     }
                     Err(e) => return Err(e),

@@ -282,15 +282,19 @@ fn link_files(from: &Path, to: &Path) -> Result<(), StateError> {
         let entry = entry.map_err(|e| io("listing", from, e))?;
         let name = entry.file_name();
         let text = name.to_string_lossy();
+        // Not followed if it is a link: a link would be copied from wherever it points.
+        let kind = entry.file_type().map_err(|e| io("listing", from, e))?;
         // Leftovers of a RocksDB that opened the directory (a read-only restore): not part of
         // the checkpoint.
         // The overlay is applied after opening, not a file of the database.
-        if text == "LOCK"
-            || text.starts_with("LOG")
-            || text == OVERLAY_FILE
-            || !entry.path().is_file()
-        {
+        if text == "LOCK" || text.starts_with("LOG") || text == OVERLAY_FILE || kind.is_dir() {
             continue;
+        }
+        if !kind.is_file() {
+            return Err(corrupt(
+                from,
+                format!("`{text}` is not a regular file (a link, a device or a FIFO)"),
+            ));
         }
         let (src, dst) = (entry.path(), to.join(&name));
         // SST files are immutable: a link shares them. The others RocksDB may rewrite.
