@@ -199,9 +199,7 @@ async fn savepoint(
     Path((id, request)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    let status = request
-        .parse::<u64>()
-        .ok()
+    let status = crate::host::parse_id(&request)
         .and_then(|r| job.lock().savepoints.get(&r).cloned())
         .ok_or_else(|| {
             ApiError::NotFound(format!("job {id} has no savepoint request `{request}`"))
@@ -241,9 +239,7 @@ async fn checkpoint(
     Path((id, checkpoint)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
-    let record = checkpoint
-        .parse::<u64>()
-        .ok()
+    let record = crate::host::parse_id(&checkpoint)
         .and_then(|c| job.checkpoint(c))
         .ok_or_else(|| ApiError::NotFound(format!("job {id} has no checkpoint `{checkpoint}`")))?;
     let view = crate::view::CheckpointView::from(&record);

@@ -118,9 +118,9 @@ impl Host {
             .unwrap_or_default()
     }
 
-    /// The job with id `id` (as written in a URL).
+    /// The job with id `id` (as written in a URL: see [`parse_id`]).
     pub fn job(&self, id: &str) -> Result<Arc<HostedJob>, ApiError> {
-        let n: u64 = id.parse().map_err(|_| ApiError::no_job(id))?;
+        let n = parse_id(id).ok_or_else(|| ApiError::no_job(id))?;
         self.jobs
             .read()
             .ok()
@@ -343,8 +343,18 @@ pub fn parse_snapshot_name(name: &str) -> Result<(SnapshotKind, u64), ApiError> 
     .into_iter()
     .find(|k| k.prefix() == prefix)
     .ok_or_else(bad)?;
-    let id = id.parse().map_err(|_| bad())?;
+    let id = parse_id(id).ok_or_else(bad)?;
     Ok((kind, id))
+}
+
+/// A number as the API reads it in a URL or a snapshot name: ASCII digits only. `str::parse`
+/// also takes a sign (`+1` would name job 1); leading zeros stay allowed, as snapshot folders
+/// are written zero-padded (`chk-0000000007`).
+pub fn parse_id(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// The job's checkpoint catalog (its storage was checked when the job was submitted).
