@@ -5,12 +5,14 @@
 //! OpenAPI document served at `/api/v1/openapi.json` (`openapi.json` beside this file).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, FromRequest, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -30,8 +32,17 @@ pub const MAX_BODY: usize = 1 << 20;
 /// The OpenAPI 3 document of the API.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-/// The whole HTTP surface of `weir serve`.
+/// How long a client has to send a request's whole body, once its headers are in (the
+/// headers have their own limit: [`crate::Timeouts`]).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The whole HTTP surface of `weir serve`, with the default [`BODY_TIMEOUT`].
 pub fn router(host: Arc<Host>, access: Access) -> Router {
+    router_with(host, access, BODY_TIMEOUT)
+}
+
+/// [`router`], giving clients `body_timeout` to send a request's body.
+pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> Router {
     let protected = Router::new()
         .route("/api/v1/jobs", get(list_jobs).post(submit))
         .route("/api/v1/jobs/validate", post(validate))
@@ -68,8 +79,40 @@ pub fn router(host: Arc<Host>, access: Access) -> Router {
         )
         .fallback(not_found)
         .with_state(host)
+        // Inside the size limit: the body read within the deadline is already bounded.
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| read_body_within(body_timeout, request, next),
+        ))
         .layer(RequestBodyLimitLayer::new(MAX_BODY))
         .layer(TraceLayer::new_for_http())
+}
+
+/// Reads the request's whole body before any handler runs, within `deadline` from the end of
+/// its headers; a client that has not sent it by then gets 408 and the connection is closed.
+/// A deadline for the whole body, not for the gap between two of its pieces (tower-http's
+/// `RequestBodyTimeoutLayer`): a client sending one byte every few seconds is cut off too.
+/// Bodies are small (at most [`MAX_BODY`]) and every handler reads them whole anyway.
+async fn read_body_within(deadline: Duration, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(deadline, Bytes::from_request(Request::new(body), &())).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        // Too large (413) or broken off by the client (400).
+        Ok(Err(rejection)) => rejection.into_response(),
+        Err(_elapsed) => {
+            tracing::debug!(uri = %parts.uri, ?deadline, "request body not sent in time");
+            (
+                StatusCode::REQUEST_TIMEOUT,
+                [(header::CONNECTION, "close")],
+                Json(serde_json::json!({
+                    "error": format!("the request's body did not arrive within {deadline:?}")
+                })),
+            )
+                .into_response()
+        }
+    }
 }
 
 async fn not_found() -> ApiError {
