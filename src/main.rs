@@ -92,6 +92,10 @@ enum Command {
         /// Bearer token clients must send (required off loopback).
         #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// An S3 endpoint submitted jobs may name (`http://minio:9000`), besides the server's
+        /// own (AWS_ENDPOINT); `*` allows any but link-local and metadata addresses. Repeatable.
+        #[arg(long = "allow-endpoint", value_name = "URL")]
+        allow_endpoints: Vec<String>,
     },
     /// Submit a job file to a `weir serve` and print its id.
     Submit {
@@ -197,11 +201,13 @@ fn main() -> ExitCode {
             overrides,
             listen,
             token,
+            allow_endpoints,
         } => serve::serve(serve::ServeArgs {
             listen,
             token,
             jobs,
             overrides,
+            allow_endpoints,
         }),
         Command::Submit { job, server } => client::submit(&server, &job),
         Command::Jobs { server } => client::jobs(&server),

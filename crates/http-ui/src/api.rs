@@ -144,8 +144,11 @@ async fn submit(State(host): State<Arc<Host>>, body: Bytes) -> Result<Response, 
         .into_response())
 }
 
-async fn validate(body: Bytes) -> Result<Json<serde_json::Value>, ApiError> {
-    let plan = Host::check(SUBMITTED, text(&body)?, &[])?;
+async fn validate(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let plan = Host::check(SUBMITTED, text(&body)?, &[], &host.config().endpoints)?;
     Ok(Json(serde_json::json!({
         "valid": true,
         "name": plan.name(),

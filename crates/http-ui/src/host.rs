@@ -44,6 +44,9 @@ pub struct HostConfig {
     pub lookup_rate: f64,
     /// State lookups a client may send at once before the rate applies.
     pub lookup_burst: u32,
+    /// The S3 endpoints submitted jobs may reach ([`crate::endpoints`]); by default only the
+    /// server's own.
+    pub endpoints: crate::endpoints::Endpoints,
 }
 
 impl Default for HostConfig {
@@ -54,6 +57,7 @@ impl Default for HostConfig {
             sample_every: Duration::from_secs(1),
             lookup_rate: 100.0,
             lookup_burst: 200,
+            endpoints: crate::endpoints::Endpoints::from_env(),
         }
     }
 }
@@ -128,9 +132,15 @@ impl Host {
             .ok_or_else(|| ApiError::no_job(id))
     }
 
-    /// Checks a job file without starting it: its problems, and what it names on disk.
-    /// `file` names the text in messages.
-    pub fn check(file: &str, text: &str, overrides: &[Override]) -> Result<Plan, ApiError> {
+    /// Checks a job file without starting it: its problems, what it names on disk, and the
+    /// endpoints it would reach (which `endpoints` must allow). `file` names the text in
+    /// messages.
+    pub fn check(
+        file: &str,
+        text: &str,
+        overrides: &[Override],
+        endpoints: &crate::endpoints::Endpoints,
+    ) -> Result<Plan, ApiError> {
         let invalid = |e: weir_runtime::spec::SpecError| ApiError::Invalid {
             message: e.to_string(),
             problems: e.problems,
@@ -139,6 +149,8 @@ impl Host {
             weir_runtime::spec::load::parse_str(file, text, overrides).map_err(invalid)?;
         // Before planning, which may look at the files a job names.
         let problems = crate::paths::check(&loaded.source, &loaded.spec);
+        loaded.problems.extend(problems);
+        let problems = crate::endpoints::check(&loaded.source, &loaded.spec, endpoints);
         loaded.problems.extend(problems);
         weir_runtime::plan::build(&loaded).map_err(invalid)
     }
@@ -150,7 +162,7 @@ impl Host {
         text: &str,
         overrides: &[Override],
     ) -> Result<Arc<HostedJob>, ApiError> {
-        let plan = Self::check(file, text, overrides)?;
+        let plan = Self::check(file, text, overrides, &self.config.endpoints)?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
         let running = job::start(&plan, self.options(None))

@@ -17,7 +17,7 @@
 //! Listening anywhere but loopback needs a bearer token ([`Access`]). Request bodies are
 //! limited to [`api::MAX_BODY`] and, with the headers, must arrive in time ([`Timeouts`]);
 //! paths and names in submitted jobs are confined to the server's working directory
-//! ([`paths`]).
+//! ([`paths`]), the endpoints they reach to the server's allow-list ([`endpoints`]).
 //!
 //! # Layout
 //! - [`host`]: [`Host`]: starting, restarting and stopping jobs; limits; the sampler.
@@ -26,6 +26,7 @@
 //! - [`api`]: [`router`]: the routes and their handlers.
 //! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
 //! - [`paths`]: what a submitted job may name on the filesystem.
+//! - [`endpoints`]: what a submitted job may reach over the network.
 //! - [`prometheus`]: the `/metrics` text.
 //! - [`ratelimit`]: token buckets per client (state lookups).
 //! - [`assets`]: the embedded dashboard files.
@@ -49,6 +50,7 @@
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod endpoints;
 pub mod error;
 pub mod host;
 pub mod job;
