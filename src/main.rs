@@ -237,13 +237,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info).
+/// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info),
+/// with the secrets of the jobs a `weir serve` hosts masked in every line.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(weir_http_ui::redact::MaskedStderr::default)
         .init();
 }
 

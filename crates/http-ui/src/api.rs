@@ -21,6 +21,8 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Access};
 use crate::host::Host;
+use crate::job::HostedJob;
+use crate::redact::Secrets;
 use crate::{ApiError, assets, prometheus};
 
 /// How a submitted job file is named in messages.
@@ -123,9 +125,25 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn list_jobs(State(host): State<Arc<Host>>) -> Json<serde_json::Value> {
-    let jobs: Vec<_> = host.jobs().iter().map(|j| j.overview()).collect();
-    Json(serde_json::json!({ "jobs": jobs }))
+async fn list_jobs(State(host): State<Arc<Host>>) -> Result<Json<serde_json::Value>, ApiError> {
+    let jobs = host
+        .jobs()
+        .iter()
+        .map(|j| masked(j, j.overview()).map(|Json(v)| v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(serde_json::json!({ "jobs": jobs })))
+}
+
+/// `view` as JSON with `job`'s secrets masked in every string ([`crate::redact`]): a
+/// description, an operator's expression or an error message may quote one.
+fn masked(
+    job: &HostedJob,
+    view: impl serde::Serialize,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut value = serde_json::to_value(view)
+        .map_err(|e| ApiError::Internal(format!("writing job {} as JSON: {e}", job.id)))?;
+    job.secrets.mask_json(&mut value);
+    Ok(Json(value))
 }
 
 fn text(body: &Bytes) -> Result<&str, ApiError> {
@@ -134,12 +152,16 @@ fn text(body: &Bytes) -> Result<&str, ApiError> {
 }
 
 async fn submit(State(host): State<Arc<Host>>, body: Bytes) -> Result<Response, ApiError> {
-    let job = host.submit(SUBMITTED, text(&body)?, &[]).await?;
+    let text = text(&body)?;
+    let job = host
+        .submit(SUBMITTED, text, &[])
+        .await
+        .map_err(|e| Secrets::of(text).mask_error(e))?;
     let location = format!("/api/v1/jobs/{}", job.id);
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(job.overview()),
+        masked(&job, job.overview())?,
     )
         .into_response())
 }
@@ -148,7 +170,9 @@ async fn validate(
     State(host): State<Arc<Host>>,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let plan = Host::check(SUBMITTED, text(&body)?, &[], &host.config().endpoints)?;
+    let text = text(&body)?;
+    let plan = Host::check(SUBMITTED, text, &[], &host.config().endpoints)
+        .map_err(|e| Secrets::of(text).mask_error(e))?;
     Ok(Json(serde_json::json!({
         "valid": true,
         "name": plan.name(),
@@ -160,10 +184,10 @@ async fn validate(
 async fn job_detail(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<crate::view::JobDetail>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
     let every = u64::try_from(host.config().sample_every.as_millis()).unwrap_or(u64::MAX);
-    Ok(Json(job.detail(every)))
+    masked(&job, job.detail(every))
 }
 
 async fn job_spec(
@@ -183,8 +207,8 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    job.cancel()?;
-    Ok((StatusCode::ACCEPTED, Json(job.overview())).into_response())
+    job.cancel().map_err(|e| job.secrets.mask_error(e))?;
+    Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
 }
 
 /// An optional JSON body: empty means all defaults.
@@ -221,13 +245,17 @@ async fn trigger_savepoint(
 ) -> Result<Response, ApiError> {
     let request: SavepointRequest = json_or_default(&body)?;
     let job = host.job(&id)?;
-    let request = host.savepoint(&job, request.stop)?;
+    let request = host
+        .savepoint(&job, request.stop)
+        .map_err(|e| job.secrets.mask_error(e))?;
     Ok(savepoint_accepted(&id, request))
 }
 
 async fn stop(State(host): State<Arc<Host>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    let request = host.savepoint(&job, true)?;
+    let request = host
+        .savepoint(&job, true)
+        .map_err(|e| job.secrets.mask_error(e))?;
     Ok(savepoint_accepted(&id, request))
 }
 
@@ -237,7 +265,7 @@ async fn list_savepoints(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
     let list: Vec<_> = job.lock().savepoints.values().cloned().collect();
-    Ok(Json(serde_json::json!({ "savepoints": list })))
+    masked(&job, serde_json::json!({ "savepoints": list }))
 }
 
 async fn savepoint(
@@ -250,7 +278,7 @@ async fn savepoint(
         .ok_or_else(|| {
             ApiError::NotFound(format!("job {id} has no savepoint request `{request}`"))
         })?;
-    Ok(Json(status).into_response())
+    Ok(masked(&job, status)?.into_response())
 }
 
 #[derive(Default, Deserialize)]
@@ -268,16 +296,18 @@ async fn restart(
 ) -> Result<Response, ApiError> {
     let request: RestartRequest = json_or_default(&body)?;
     let job = host.job(&id)?;
-    host.restart(&job, request.from.as_deref()).await?;
-    Ok((StatusCode::ACCEPTED, Json(job.overview())).into_response())
+    host.restart(&job, request.from.as_deref())
+        .await
+        .map_err(|e| job.secrets.mask_error(e))?;
+    Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
 }
 
 async fn checkpoints(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<crate::view::CheckpointsView>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
-    Ok(Json(job.checkpoints(&host.scheduler().metrics())))
+    masked(&job, job.checkpoints(&host.scheduler().metrics()))
 }
 
 async fn checkpoint(
@@ -302,9 +332,10 @@ async fn checkpoint(
         }
         None => None,
     };
-    Ok(Json(
+    masked(
+        &job,
         serde_json::json!({ "checkpoint": view, "metadata": metadata }),
-    ))
+    )
 }
 
 async fn exceptions(
@@ -313,7 +344,7 @@ async fn exceptions(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
     let list: Vec<_> = job.lock().exceptions.iter().rev().cloned().collect();
-    Ok(Json(serde_json::json!({ "exceptions": list })))
+    masked(&job, serde_json::json!({ "exceptions": list }))
 }
 
 /// The query string of a state lookup.
