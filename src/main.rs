@@ -92,6 +92,10 @@ enum Command {
         /// Bearer token clients must send (required off loopback).
         #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// An S3 endpoint submitted jobs may name (`http://minio:9000`), besides the server's
+        /// own (AWS_ENDPOINT); `*` allows any but link-local and metadata addresses. Repeatable.
+        #[arg(long = "allow-endpoint", value_name = "URL")]
+        allow_endpoints: Vec<String>,
         #[command(flatten)]
         limits: serve::LimitArgs,
     },
@@ -199,6 +203,7 @@ fn main() -> ExitCode {
             overrides,
             listen,
             token,
+            allow_endpoints,
             limits,
         } => serve::serve(serve::ServeArgs {
             listen,
@@ -206,6 +211,7 @@ fn main() -> ExitCode {
             limits: limits.into(),
             jobs,
             overrides,
+            allow_endpoints,
         }),
         Command::Submit { job, server } => client::submit(&server, &job),
         Command::Jobs { server } => client::jobs(&server),
@@ -235,13 +241,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info).
+/// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info),
+/// with the secrets of the jobs a `weir serve` hosts masked in every line.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(weir_http_ui::redact::MaskedStderr::default)
         .init();
 }
 

@@ -55,19 +55,30 @@ pub struct ServeArgs {
     /// Jobs to start with the server, and the overrides applied to each.
     pub jobs: Vec<PathBuf>,
     pub overrides: Vec<Override>,
+    /// `--allow-endpoint`: S3 endpoints submitted jobs may name besides the server's own.
+    pub allow_endpoints: Vec<String>,
 }
 
 pub fn serve(args: ServeArgs) -> ExitCode {
     let Some(runtime) = crate::run::runtime() else {
         return ExitCode::FAILURE;
     };
+    let mut config = ServeConfig {
+        listen: args.listen,
+        token: args.token,
+        ..ServeConfig::default()
+    };
+    config.host.limits = args.limits;
+    for entry in &args.allow_endpoints {
+        match config.host.endpoints.clone().allow(entry) {
+            Ok(endpoints) => config.host.endpoints = endpoints,
+            Err(why) => {
+                eprintln!("error: --allow-endpoint {why}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     runtime.block_on(async move {
-        let mut config = ServeConfig {
-            listen: args.listen,
-            token: args.token,
-            ..ServeConfig::default()
-        };
-        config.host.limits = args.limits;
         let server = match Server::bind(config).await {
             Ok(s) => s,
             Err(e) => {

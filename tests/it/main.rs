@@ -22,6 +22,8 @@
 //!   `weir state` against a real server.
 //! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
 //!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
+//! - `serve_hardening`: what `weir serve` refuses to be made to do: hold half-sent requests,
+//!   reach endpoints it does not allow, hand back secrets (aliases included), read `+1` as 1.
 //! - `s3`: checkpoints on an S3-compatible server (moto_server, started per test by
 //!   `scripts/s3-server.sh`): kills and rescaling, seek-free restore counted at the server,
 //!   retried faults, incomplete and corrupt checkpoints, retention, bad locations.
@@ -41,6 +43,7 @@ mod query;
 mod recovery;
 mod s3;
 mod serve;
+mod serve_hardening;
 mod spec_errors;
 mod support;
 mod topology;

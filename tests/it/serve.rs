@@ -89,7 +89,7 @@ async fn assert_no_jobs(app: &Router) {
 }
 
 /// An unbounded Nexmark q1 at a modest rate: it runs until cancelled.
-fn q1(name: &str, extra: &str) -> String {
+pub(crate) fn q1(name: &str, extra: &str) -> String {
     format!(
         "name: {name}\n\
          parallelism: 1\n\

@@ -117,6 +117,18 @@ pub fn open(config: &StorageConfig) -> Result<Arc<dyn CheckpointStorage>, Storag
     }
 }
 
+/// The environment variable that lets the S3 client fetch credentials from the cloud
+/// instance's metadata service when none are configured (`true`; off by default).
+pub const INSTANCE_METADATA: &str = "WEIR_S3_INSTANCE_METADATA";
+
+/// Whether an environment value means yes, as `object_store` reads its flags.
+fn truthy(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "on" | "yes" | "y"
+    )
+}
+
 /// Files at least this large are uploaded in parts.
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
 /// Size of one part of a multipart upload (S3 wants at least 5 MiB for all but the last).
@@ -160,9 +172,36 @@ impl ObjectStorage {
         self
     }
 
-    /// S3-compatible storage as `config` says, the usual `AWS_*` variables filling in what it
-    /// leaves out.
+    /// S3-compatible storage as `config` says, the usual `AWS_*` variables of the process's
+    /// environment filling in what it leaves out. Credentials come from `config`, the
+    /// environment's keys, or a credential source the environment configures (web identity,
+    /// container credentials); never from the cloud instance's metadata service unless
+    /// [`INSTANCE_METADATA`] says so (see [`Self::s3_in`]).
     pub fn s3(config: &StorageConfig) -> Result<Self, StorageError> {
+        let env = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        Self::s3_in(config, env)
+    }
+
+    /// [`Self::s3`] with `env` as the environment (tests pass their own: a process's
+    /// environment cannot be changed safely while it runs threads).
+    ///
+    /// With no credentials configured, `object_store` would ask the instance metadata service
+    /// (`http://169.254.169.254`) for the instance's own: whoever can make weir open a store
+    /// then acts with the machine's cloud role, and a job submitted to `weir serve` could
+    /// make the server fetch them. So without credentials the store is refused with a message
+    /// saying what to configure, unless the environment asks for unsigned requests
+    /// (`AWS_SKIP_SIGNATURE=true`, for a store that takes anonymous ones) or for the
+    /// metadata service ([`INSTANCE_METADATA`]`=true`, on a cloud instance whose role is meant
+    /// to be used). Refusing rather than silently sending unsigned requests: an unsigned
+    /// write is refused by any store that holds private data, and that refusal would only
+    /// come at the first checkpoint, as a 403 far from its cause.
+    pub fn s3_in(
+        config: &StorageConfig,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, StorageError> {
+        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as Key};
+
         let invalid = |reason: String| StorageError {
             op: "opening",
             location: config.url.clone(),
@@ -171,7 +210,19 @@ impl ObjectStorage {
         let StorageKind::S3 { bucket, prefix } = config.kind().map_err(invalid)? else {
             return Err(invalid("not an s3:// URL".into()));
         };
-        let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(&bucket);
+        let mut builder = AmazonS3Builder::new();
+        let mut instance_metadata = false;
+        for (name, value) in env {
+            if name == INSTANCE_METADATA {
+                instance_metadata = truthy(&value);
+            } else if name.starts_with("AWS_") {
+                // As `AmazonS3Builder::from_env` does.
+                if let Ok(key) = name.to_ascii_lowercase().parse::<Key>() {
+                    builder = builder.with_config(key, value);
+                }
+            }
+        }
+        let mut builder = builder.with_bucket_name(&bucket);
         if let Some(endpoint) = &config.endpoint {
             builder = builder.with_endpoint(endpoint);
         }
@@ -194,6 +245,27 @@ impl ObjectStorage {
                 ),
                 format!("{}ms", timeout.as_millis()),
             );
+        }
+        let set = |key: Key| {
+            builder
+                .get_config_value(&key)
+                .is_some_and(|v| !v.trim().is_empty())
+        };
+        let credentials = set(Key::AccessKeyId)
+            || set(Key::SecretAccessKey)
+            || (set(Key::WebIdentityTokenFile) && set(Key::RoleArn))
+            || set(Key::ContainerCredentialsRelativeUri)
+            || (set(Key::ContainerCredentialsFullUri) && set(Key::ContainerAuthorizationTokenFile));
+        let unsigned = builder
+            .get_config_value(&Key::SkipSignature)
+            .is_some_and(|v| truthy(&v));
+        if !credentials && !unsigned && !instance_metadata {
+            return Err(invalid(format!(
+                "no S3 credentials: give `access-key-id` and `secret-access-key` (or set \
+                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); for a store that takes anonymous \
+                 requests set AWS_SKIP_SIGNATURE=true; to use this cloud instance's own role set \
+                 {INSTANCE_METADATA}=true (weir never asks the instance metadata service unless told to)"
+            )));
         }
         builder = builder.with_retry(object_store::RetryConfig {
             backoff: object_store::BackoffConfig {
@@ -572,6 +644,125 @@ mod tests {
         assert!(kind("file://").unwrap_err().contains("needs a path"));
         let e = open(&StorageConfig::url("ftp://h/x")).unwrap_err();
         assert!(e.to_string().contains("ftp://h/x"), "{e}");
+    }
+
+    /// A server on 127.0.0.1 that records the head of every request and answers each with
+    /// `answer`, closing the connection.
+    struct Recorder {
+        url: String,
+        heads: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl Recorder {
+        fn start(answer: &'static str) -> Self {
+            use std::io::{BufRead, Write};
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let seen = heads.clone();
+            // Lives as long as the test process: a test's listener is never waited for.
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(stream) = stream else { continue };
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut reader = std::io::BufReader::new(&stream);
+                    let mut head = String::new();
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        head.push_str(&line);
+                        line.clear();
+                    }
+                    seen.lock().unwrap().push(head);
+                    let _ = (&stream).write_all(answer.as_bytes());
+                }
+            });
+            Recorder { url, heads }
+        }
+
+        fn heads(&self) -> Vec<String> {
+            self.heads.lock().unwrap().clone()
+        }
+    }
+
+    const NOT_FOUND: &str =
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+    /// A store with no credentials of its own on an endpoint of the test's, failing fast,
+    /// opened with `vars` and a metadata service of the test's as the environment.
+    struct Anonymous {
+        metadata: Recorder,
+        endpoint: Recorder,
+        opened: Result<ObjectStorage, StorageError>,
+    }
+
+    fn anonymous(config: StorageConfig, vars: &[(&str, &str)]) -> Anonymous {
+        let metadata = Recorder::start(NOT_FOUND);
+        let endpoint = Recorder::start(NOT_FOUND);
+        let config = StorageConfig {
+            endpoint: Some(endpoint.url.clone()),
+            allow_http: Some(true),
+            max_retries: Some(0),
+            request_timeout: Some(Duration::from_secs(5)),
+            ..config
+        };
+        let mut env = vec![("AWS_METADATA_ENDPOINT".to_owned(), metadata.url.clone())];
+        env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let opened = ObjectStorage::s3_in(&config, env);
+        Anonymous {
+            metadata,
+            endpoint,
+            opened,
+        }
+    }
+
+    const URL: &str = "s3://bucket/prefix";
+
+    #[tokio::test]
+    async fn without_credentials_a_store_is_refused_and_the_metadata_service_is_never_asked() {
+        let a = anonymous(StorageConfig::url(URL), &[]);
+        let message = a.opened.unwrap_err().to_string();
+        assert!(message.contains("no S3 credentials"), "{message}");
+        assert!(message.contains(URL), "{message}");
+        assert!(message.contains(INSTANCE_METADATA), "{message}");
+        // A key id without its secret is not a way around it either: object_store refuses.
+        let half = StorageConfig {
+            access_key_id: Some("AKIA".into()),
+            ..StorageConfig::url(URL)
+        };
+        let b = anonymous(half, &[]);
+        assert!(b.opened.is_err());
+        for asked in [a.metadata, a.endpoint, b.metadata, b.endpoint] {
+            assert!(asked.heads().is_empty(), "{:?}", asked.heads());
+        }
+    }
+
+    #[tokio::test]
+    async fn unsigned_requests_when_asked_for_go_to_the_endpoint_alone() {
+        let a = anonymous(StorageConfig::url(URL), &[("AWS_SKIP_SIGNATURE", "true")]);
+        let e = a.opened.unwrap().get("job/_metadata").await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound, "{e}");
+        let heads = a.endpoint.heads();
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        assert!(
+            heads[0].starts_with("GET /bucket/prefix/job/_metadata"),
+            "{heads:?}"
+        );
+        assert!(
+            !heads[0].to_ascii_lowercase().contains("authorization:"),
+            "{heads:?}"
+        );
+        assert!(a.metadata.heads().is_empty(), "{:?}", a.metadata.heads());
+    }
+
+    #[tokio::test]
+    async fn the_metadata_service_is_asked_only_when_configured_to() {
+        let a = anonymous(StorageConfig::url(URL), &[(INSTANCE_METADATA, "true")]);
+        let s = a.opened.unwrap();
+        // No credentials come back, so the read fails; the metadata service was asked.
+        let read = tokio::time::timeout(Duration::from_secs(30), s.get("job/_metadata")).await;
+        assert!(matches!(read, Ok(Err(_))), "{read:?}");
+        assert!(!a.metadata.heads().is_empty());
+        assert!(a.endpoint.heads().is_empty(), "{:?}", a.endpoint.heads());
     }
 
     #[tokio::test]

@@ -5,12 +5,14 @@
 //! OpenAPI document served at `/api/v1/openapi.json` (`openapi.json` beside this file).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, FromRequest, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -19,6 +21,8 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Access};
 use crate::host::Host;
+use crate::job::HostedJob;
+use crate::redact::Secrets;
 use crate::{ApiError, assets, prometheus};
 
 /// How a submitted job file is named in messages.
@@ -30,8 +34,17 @@ pub const MAX_BODY: usize = 1 << 20;
 /// The OpenAPI 3 document of the API.
 pub const OPENAPI: &str = include_str!("openapi.json");
 
-/// The whole HTTP surface of `weir serve`.
+/// How long a client has to send a request's whole body, once its headers are in (the
+/// headers have their own limit: [`crate::Timeouts`]).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The whole HTTP surface of `weir serve`, with the default [`BODY_TIMEOUT`].
 pub fn router(host: Arc<Host>, access: Access) -> Router {
+    router_with(host, access, BODY_TIMEOUT)
+}
+
+/// [`router`], giving clients `body_timeout` to send a request's body.
+pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> Router {
     let protected = Router::new()
         .route("/api/v1/jobs", get(list_jobs).post(submit))
         .route("/api/v1/jobs/validate", post(validate))
@@ -68,8 +81,40 @@ pub fn router(host: Arc<Host>, access: Access) -> Router {
         )
         .fallback(not_found)
         .with_state(host)
+        // Inside the size limit: the body read within the deadline is already bounded.
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| read_body_within(body_timeout, request, next),
+        ))
         .layer(RequestBodyLimitLayer::new(MAX_BODY))
         .layer(TraceLayer::new_for_http())
+}
+
+/// Reads the request's whole body before any handler runs, within `deadline` from the end of
+/// its headers; a client that has not sent it by then gets 408 and the connection is closed.
+/// A deadline for the whole body, not for the gap between two of its pieces (tower-http's
+/// `RequestBodyTimeoutLayer`): a client sending one byte every few seconds is cut off too.
+/// Bodies are small (at most [`MAX_BODY`]) and every handler reads them whole anyway.
+async fn read_body_within(deadline: Duration, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(deadline, Bytes::from_request(Request::new(body), &())).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        // Too large (413) or broken off by the client (400).
+        Ok(Err(rejection)) => rejection.into_response(),
+        Err(_elapsed) => {
+            tracing::debug!(uri = %parts.uri, ?deadline, "request body not sent in time");
+            (
+                StatusCode::REQUEST_TIMEOUT,
+                [(header::CONNECTION, "close")],
+                Json(serde_json::json!({
+                    "error": format!("the request's body did not arrive within {deadline:?}")
+                })),
+            )
+                .into_response()
+        }
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -80,9 +125,25 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn list_jobs(State(host): State<Arc<Host>>) -> Json<serde_json::Value> {
-    let jobs: Vec<_> = host.jobs().iter().map(|j| j.overview()).collect();
-    Json(serde_json::json!({ "jobs": jobs }))
+async fn list_jobs(State(host): State<Arc<Host>>) -> Result<Json<serde_json::Value>, ApiError> {
+    let jobs = host
+        .jobs()
+        .iter()
+        .map(|j| masked(j, j.overview()).map(|Json(v)| v))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(serde_json::json!({ "jobs": jobs })))
+}
+
+/// `view` as JSON with `job`'s secrets masked in every string ([`crate::redact`]): a
+/// description, an operator's expression or an error message may quote one.
+fn masked(
+    job: &HostedJob,
+    view: impl serde::Serialize,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut value = serde_json::to_value(view)
+        .map_err(|e| ApiError::Internal(format!("writing job {} as JSON: {e}", job.id)))?;
+    job.secrets.mask_json(&mut value);
+    Ok(Json(value))
 }
 
 fn text(body: &Bytes) -> Result<&str, ApiError> {
@@ -91,12 +152,16 @@ fn text(body: &Bytes) -> Result<&str, ApiError> {
 }
 
 async fn submit(State(host): State<Arc<Host>>, body: Bytes) -> Result<Response, ApiError> {
-    let job = host.submit(SUBMITTED, text(&body)?, &[]).await?;
+    let text = text(&body)?;
+    let job = host
+        .submit(SUBMITTED, text, &[])
+        .await
+        .map_err(|e| Secrets::of(text).mask_error(e))?;
     let location = format!("/api/v1/jobs/{}", job.id);
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(job.overview()),
+        masked(&job, job.overview())?,
     )
         .into_response())
 }
@@ -105,7 +170,11 @@ async fn validate(
     State(host): State<Arc<Host>>,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let plan = Host::check_isolated(SUBMITTED, text(&body)?, &[], &host.config().limits).await?;
+    let text = text(&body)?;
+    let config = host.config();
+    let plan = Host::check_isolated(SUBMITTED, text, &[], &config.limits, &config.endpoints)
+        .await
+        .map_err(|e| Secrets::of(text).mask_error(e))?;
     Ok(Json(serde_json::json!({
         "valid": true,
         "name": plan.name(),
@@ -117,10 +186,10 @@ async fn validate(
 async fn job_detail(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<crate::view::JobDetail>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
     let every = u64::try_from(host.config().sample_every.as_millis()).unwrap_or(u64::MAX);
-    Ok(Json(job.detail(every)))
+    masked(&job, job.detail(every))
 }
 
 async fn job_spec(
@@ -140,8 +209,8 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    job.cancel()?;
-    Ok((StatusCode::ACCEPTED, Json(job.overview())).into_response())
+    job.cancel().map_err(|e| job.secrets.mask_error(e))?;
+    Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
 }
 
 /// An optional JSON body: empty means all defaults.
@@ -178,13 +247,17 @@ async fn trigger_savepoint(
 ) -> Result<Response, ApiError> {
     let request: SavepointRequest = json_or_default(&body)?;
     let job = host.job(&id)?;
-    let request = host.savepoint(&job, request.stop)?;
+    let request = host
+        .savepoint(&job, request.stop)
+        .map_err(|e| job.secrets.mask_error(e))?;
     Ok(savepoint_accepted(&id, request))
 }
 
 async fn stop(State(host): State<Arc<Host>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    let request = host.savepoint(&job, true)?;
+    let request = host
+        .savepoint(&job, true)
+        .map_err(|e| job.secrets.mask_error(e))?;
     Ok(savepoint_accepted(&id, request))
 }
 
@@ -194,7 +267,7 @@ async fn list_savepoints(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
     let list: Vec<_> = job.lock().savepoints.values().cloned().collect();
-    Ok(Json(serde_json::json!({ "savepoints": list })))
+    masked(&job, serde_json::json!({ "savepoints": list }))
 }
 
 async fn savepoint(
@@ -202,14 +275,12 @@ async fn savepoint(
     Path((id, request)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    let status = request
-        .parse::<u64>()
-        .ok()
+    let status = crate::host::parse_id(&request)
         .and_then(|r| job.lock().savepoints.get(&r).cloned())
         .ok_or_else(|| {
             ApiError::NotFound(format!("job {id} has no savepoint request `{request}`"))
         })?;
-    Ok(Json(status).into_response())
+    Ok(masked(&job, status)?.into_response())
 }
 
 #[derive(Default, Deserialize)]
@@ -227,16 +298,18 @@ async fn restart(
 ) -> Result<Response, ApiError> {
     let request: RestartRequest = json_or_default(&body)?;
     let job = host.job(&id)?;
-    host.restart(&job, request.from.as_deref()).await?;
-    Ok((StatusCode::ACCEPTED, Json(job.overview())).into_response())
+    host.restart(&job, request.from.as_deref())
+        .await
+        .map_err(|e| job.secrets.mask_error(e))?;
+    Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
 }
 
 async fn checkpoints(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<crate::view::CheckpointsView>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
-    Ok(Json(job.checkpoints(&host.scheduler().metrics())))
+    masked(&job, job.checkpoints(&host.scheduler().metrics()))
 }
 
 async fn checkpoint(
@@ -244,9 +317,7 @@ async fn checkpoint(
     Path((id, checkpoint)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
-    let record = checkpoint
-        .parse::<u64>()
-        .ok()
+    let record = crate::host::parse_id(&checkpoint)
         .and_then(|c| job.checkpoint(c))
         .ok_or_else(|| ApiError::NotFound(format!("job {id} has no checkpoint `{checkpoint}`")))?;
     let view = crate::view::CheckpointView::from(&record);
@@ -263,9 +334,10 @@ async fn checkpoint(
         }
         None => None,
     };
-    Ok(Json(
+    masked(
+        &job,
         serde_json::json!({ "checkpoint": view, "metadata": metadata }),
-    ))
+    )
 }
 
 async fn exceptions(
@@ -274,7 +346,7 @@ async fn exceptions(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let job = host.job(&id)?;
     let list: Vec<_> = job.lock().exceptions.iter().rev().cloned().collect();
-    Ok(Json(serde_json::json!({ "exceptions": list })))
+    masked(&job, serde_json::json!({ "exceptions": list }))
 }
 
 /// The query string of a state lookup.

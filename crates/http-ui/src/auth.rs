@@ -59,13 +59,27 @@ impl Access {
         let Some(expected) = &self.token else {
             return true;
         };
-        let Some(given) = authorization.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+        let Some(given) = authorization.and_then(bearer_credentials) else {
             return false;
         };
         // `ct_eq` on slices of different lengths is false without comparing the bytes; the
         // length of the token is not a secret worth hiding.
         given.ct_eq(expected).into()
     }
+}
+
+/// The credentials of an `Authorization: Bearer <token>` value. The scheme is matched without
+/// regard to case (RFC 7235 §2.1: `bearer` and `BEARER` are `Bearer`) and is separated from the
+/// token by one or more spaces; the token itself is compared as given.
+fn bearer_credentials(authorization: &[u8]) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"bearer";
+    let scheme = authorization.get(..SCHEME.len())?;
+    let rest = &authorization[SCHEME.len()..];
+    if !scheme.eq_ignore_ascii_case(SCHEME) || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let start = rest.iter().position(|&b| b != b' ')?;
+    Some(&rest[start..])
 }
 
 /// Middleware: 401 with `WWW-Authenticate: Bearer` unless [`Access::allows`] the request.
@@ -116,7 +130,31 @@ mod tests {
         assert!(!access.allows(Some(b"Bearer s3cre")));
         assert!(!access.allows(Some(b"Bearer s3cret2")));
         assert!(!access.allows(Some(b"s3cret")));
+        assert!(!access.allows(Some(b"Bearers3cret")));
+        assert!(!access.allows(Some(b"Bearer ")));
+        assert!(!access.allows(Some(b"Basic s3cret")));
         assert!(!access.allows(None));
         assert!(Access::open().allows(None));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_but_the_token_is_not() {
+        let Ok(access) = Access::token("s3cret") else {
+            panic!("a token");
+        };
+        for given in [
+            &b"bearer s3cret"[..],
+            b"BEARER s3cret",
+            b"bEaReR s3cret",
+            b"Bearer   s3cret",
+        ] {
+            assert!(
+                access.allows(Some(given)),
+                "{:?}",
+                String::from_utf8_lossy(given)
+            );
+        }
+        assert!(!access.allows(Some(b"bearer S3CRET")));
+        assert!(!access.allows(Some(b"bearer s3cret ")));
     }
 }

@@ -47,6 +47,9 @@ pub struct HostConfig {
     pub lookup_burst: u32,
     /// What one job may ask for (subtasks, checkpoint interval, batch sizes, generator rate).
     pub limits: JobLimits,
+    /// The S3 endpoints submitted jobs may reach ([`crate::endpoints`]); by default only the
+    /// server's own.
+    pub endpoints: crate::endpoints::Endpoints,
 }
 
 impl Default for HostConfig {
@@ -58,6 +61,7 @@ impl Default for HostConfig {
             lookup_rate: 100.0,
             lookup_burst: 200,
             limits: JobLimits::default(),
+            endpoints: crate::endpoints::Endpoints::from_env(),
         }
     }
 }
@@ -130,9 +134,9 @@ impl Host {
             .unwrap_or_default()
     }
 
-    /// The job with id `id` (as written in a URL).
+    /// The job with id `id` (as written in a URL: see [`parse_id`]).
     pub fn job(&self, id: &str) -> Result<Arc<HostedJob>, ApiError> {
-        let n: u64 = id.parse().map_err(|_| ApiError::no_job(id))?;
+        let n = parse_id(id).ok_or_else(|| ApiError::no_job(id))?;
         self.jobs
             .read()
             .ok()
@@ -149,6 +153,7 @@ impl Host {
         text: &str,
         overrides: &[Override],
         limits: &JobLimits,
+        endpoints: &crate::endpoints::Endpoints,
     ) -> Result<Plan, ApiError> {
         static TURNS: std::sync::LazyLock<tokio::sync::Semaphore> =
             std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(CHECKS_AT_ONCE));
@@ -157,14 +162,14 @@ impl Host {
             .await
             .map_err(|_| ApiError::Internal("the job checker is closed".into()))?;
         let (file, text, overrides) = (file.to_owned(), text.to_owned(), overrides.to_vec());
-        let limits = limits.clone();
+        let (limits, endpoints) = (limits.clone(), endpoints.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("weir-check".into())
             .stack_size(CHECK_STACK_BYTES)
             .spawn(move || {
                 let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    Self::check(&file, &text, &overrides, &limits)
+                    Self::check(&file, &text, &overrides, &limits, &endpoints)
                 }));
                 // The request may have gone away; then nobody needs the answer.
                 let _ = tx.send(checked);
@@ -179,13 +184,15 @@ impl Host {
         }
     }
 
-    /// Checks a job file without starting it: its problems, what it names on disk, and what
-    /// it asks of the server (`limits`). `file` names the text in messages.
+    /// Checks a job file without starting it: its problems, what it names on disk, what it
+    /// asks of the server (`limits`) and the endpoints it would reach (which `endpoints` must
+    /// allow). `file` names the text in messages.
     pub fn check(
         file: &str,
         text: &str,
         overrides: &[Override],
         limits: &JobLimits,
+        endpoints: &crate::endpoints::Endpoints,
     ) -> Result<Plan, ApiError> {
         let invalid = |e: weir_runtime::spec::SpecError| ApiError::Invalid {
             message: e.to_string(),
@@ -198,6 +205,8 @@ impl Host {
         loaded.problems.extend(problems);
         let problems = limits.check(&loaded.source, &loaded.spec);
         loaded.problems.extend(problems);
+        let problems = crate::endpoints::check(&loaded.source, &loaded.spec, endpoints);
+        loaded.problems.extend(problems);
         weir_runtime::plan::build(&loaded).map_err(invalid)
     }
 
@@ -208,7 +217,14 @@ impl Host {
         text: &str,
         overrides: &[Override],
     ) -> Result<Arc<HostedJob>, ApiError> {
-        let plan = Self::check_isolated(file, text, overrides, &self.config.limits).await?;
+        let plan = Self::check_isolated(
+            file,
+            text,
+            overrides,
+            &self.config.limits,
+            &self.config.endpoints,
+        )
+        .await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
         let running = job::start(&plan, self.options(None))
@@ -409,8 +425,18 @@ pub fn parse_snapshot_name(name: &str) -> Result<(SnapshotKind, u64), ApiError> 
     .into_iter()
     .find(|k| k.prefix() == prefix)
     .ok_or_else(bad)?;
-    let id = id.parse().map_err(|_| bad())?;
+    let id = parse_id(id).ok_or_else(bad)?;
     Ok((kind, id))
+}
+
+/// A number as the API reads it in a URL or a snapshot name: ASCII digits only. `str::parse`
+/// also takes a sign (`+1` would name job 1); leading zeros stay allowed, as snapshot folders
+/// are written zero-padded (`chk-0000000007`).
+pub fn parse_id(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// The job's checkpoint catalog (its storage was checked when the job was submitted).

@@ -235,18 +235,23 @@ pub struct HostedJob {
     pub text: String,
     pub plan: Plan,
     pub submitted_at: i64,
+    /// The secret values of the job file, masked in everything the API and the log say about
+    /// the job; registered with [`crate::redact::registry`] while the job is kept.
+    pub secrets: Arc<crate::redact::Secrets>,
     inner: Mutex<JobInner>,
 }
 
 impl HostedJob {
     pub fn new(id: u64, text: String, plan: Plan, running: &RunningJob) -> Self {
         let now = now_ms();
+        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&text));
         HostedJob {
             id,
             name: plan.name().to_owned(),
             text,
             plan,
             submitted_at: now,
+            secrets,
             inner: Mutex::new(JobInner {
                 state: JobState::Running,
                 run: 1,

@@ -15,8 +15,9 @@
 //! - the dashboard (`web/`, embedded) at `/`.
 //!
 //! Listening anywhere but loopback needs a bearer token ([`Access`]). Request bodies are
-//! limited to [`api::MAX_BODY`]; paths and names in submitted jobs are confined to the server's
-//! working directory ([`paths`]).
+//! limited to [`api::MAX_BODY`] and, with the headers, must arrive in time ([`Timeouts`]);
+//! paths and names in submitted jobs are confined to the server's working directory
+//! ([`paths`]), the endpoints they reach to the server's allow-list ([`endpoints`]).
 //!
 //! # Layout
 //! - [`host`]: [`Host`]: starting, restarting and stopping jobs; limits; the sampler.
@@ -25,6 +26,7 @@
 //! - [`api`]: [`router`]: the routes and their handlers.
 //! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
 //! - [`paths`]: what a submitted job may name on the filesystem.
+//! - [`endpoints`]: what a submitted job may reach over the network.
 //! - [`limits`]: [`JobLimits`]: what one hosted job may ask of the server.
 //! - [`prometheus`]: the `/metrics` text.
 //! - [`ratelimit`]: token buckets per client (state lookups).
@@ -49,6 +51,7 @@
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod endpoints;
 pub mod error;
 pub mod host;
 pub mod job;
@@ -80,6 +83,8 @@ pub struct ServeConfig {
     pub host: HostConfig,
     /// How long jobs get to drain at shutdown before they are aborted.
     pub grace: Duration,
+    /// How long a client may take to send a request.
+    pub timeouts: Timeouts,
 }
 
 impl Default for ServeConfig {
@@ -89,6 +94,34 @@ impl Default for ServeConfig {
             token: None,
             host: HostConfig::default(),
             grace: Duration::from_secs(10),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// How long a client may take to send a request. Without them a client that sends half a
+/// request and waits holds its connection (a socket, a task, buffers) forever, and a few
+/// thousand such clients exhaust the server's file descriptors.
+///
+/// There is no deadline on a handler's own work: a slow client is what these bound, and
+/// abandoning a submit or a restart half-way through starting a job would leave it neither
+/// running nor refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From the moment the server waits for a request (a new connection, or the end of the
+    /// previous response on a kept-alive one) to the end of its headers; then the connection
+    /// is closed. Also closes idle kept-alive connections.
+    pub header_read: Duration,
+    /// From the end of the headers to the end of the body; then 408 and the connection is
+    /// closed.
+    pub body_read: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header_read: Duration::from_secs(10),
+            body_read: api::BODY_TIMEOUT,
         }
     }
 }
@@ -100,6 +133,7 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     access: Access,
     grace: Duration,
+    timeouts: Timeouts,
 }
 
 impl Server {
@@ -122,6 +156,7 @@ impl Server {
             listener,
             access,
             grace: config.grace,
+            timeouts: config.timeouts,
         })
     }
 
@@ -146,15 +181,80 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let app = router(self.host.clone(), self.access);
-        // Peer addresses let the state-lookup rate limit tell clients without a token apart.
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let app = api::router_with(self.host.clone(), self.access, self.timeouts.body_read);
+        serve_connections(self.listener, app, self.timeouts.header_read, shutdown).await;
         self.host.shutdown(self.grace).await;
-        served.map_err(ServeError::Io)
+        Ok(())
     }
+}
+
+/// Accepts connections on `listener` and serves `app` on each (HTTP/1.1), until `shutdown`
+/// completes; then stops accepting, lets every connection finish the request it is serving,
+/// and returns once all are closed.
+///
+/// axum's own `serve` takes no settings; hyper's connection builder is used directly to give
+/// every connection its header-read timeout. One task per connection, owned by a `JoinSet`
+/// here.
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    header_read: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    use tower::ServiceExt;
+
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let mut connections = tokio::task::JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was accepted:
+                    // the listener itself is fine. Wait a little so that a lasting shortage
+                    // does not spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        while connections.try_join_next().is_some() {}
+        // Peer addresses let the state-lookup rate limit tell clients without a token apart.
+        let service = app.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request.map(axum::body::Body::new)
+            },
+        );
+        let service = hyper_util::service::TowerToHyperService::new(service);
+        let stopping = stopping.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_read);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let served = tokio::select! {
+                served = connection.as_mut() => served,
+                () = stopping.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    stopping.cancel();
+    while connections.join_next().await.is_some() {}
 }
 
 /// A server serving in the background: stop it with [`Background::stop`] (dropping it stops

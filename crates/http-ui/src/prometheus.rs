@@ -48,22 +48,24 @@ pub fn render(host: &Host) -> String {
     let mut pools = Vec::new();
     let mut restores = Vec::new();
     for job in &jobs {
+        // A label may quote a secret of the job file (an alias can make one a name).
+        let name = job.secrets.mask(&job.name).into_owned();
         for pool in crate::view::PoolView::of(&job.plan) {
-            pools.push((job.id.to_string(), job.name.clone(), pool));
+            pools.push((job.id.to_string(), name.clone(), pool));
         }
         let s = job.lock();
         let id = job.id.to_string();
-        job_events.push((id.clone(), job.name.clone(), s.metrics.events()));
+        job_events.push((id.clone(), name.clone(), s.metrics.events()));
         job_restarts.push((
             id.clone(),
-            job.name.clone(),
+            name.clone(),
             s.metrics.restarts.load(Ordering::Relaxed),
         ));
         if let Some(stats) = s.checkpoint_stats() {
-            checkpoints.push((id.clone(), job.name.clone(), stats));
+            checkpoints.push((id.clone(), name.clone(), stats));
         }
         if let Some(restore) = s.restore_stats() {
-            restores.push((id.clone(), job.name.clone(), restore.stats));
+            restores.push((id.clone(), name.clone(), restore.stats));
         }
         for n in &s.metrics.nodes {
             let counts = NodeCounts {
@@ -73,7 +75,12 @@ pub fn render(host: &Host) -> String {
                 watermark: n.watermark(),
                 control_messages: n.sum(|t| &t.control_messages),
             };
-            nodes.push((id.clone(), job.name.clone(), n.name.clone(), counts));
+            nodes.push((
+                id.clone(),
+                name.clone(),
+                job.secrets.mask(&n.name).into_owned(),
+                counts,
+            ));
         }
     }
 

@@ -1,14 +1,28 @@
-//! Secrets in a job's YAML are masked before the API hands the text back, as Flink's REST API
-//! masks the values of sensitive configuration keys: anybody allowed to read a job may not be
-//! allowed to log in to its database.
+//! Secrets in a job's YAML are masked before the API hands anything about the job back, as
+//! Flink's REST API masks the values of sensitive configuration keys: anybody allowed to read a
+//! job may not be allowed to log in to its database.
 //!
-//! Masked: the value of any key whose name contains `password`, `secret`, `token` or
-//! `credential` (so `secret-access-key`), and the password inside a connection string, libpq
-//! style (`password=...`) or URL style (`postgres://user:...@host`). A text with nothing to mask
-//! is returned as written, comments and layout included; one with secrets is re-serialised from
-//! its parsed form, which drops comments.
+//! Secrets are masked **by value**. [`Secrets::of`] reads the job's parsed tree (aliases
+//! expanded) and collects the value of every key whose name contains `password`, `secret`,
+//! `token` or `credential` (so `secret-access-key`), and the password inside every connection
+//! string, libpq style (`password=...`) or URL style (`postgres://user:...@host`). Every
+//! occurrence of those values is then masked wherever it appears: a YAML alias copying a secret
+//! into `description`, the same password in another field, an error message or a log line
+//! quoting it. Checking keys alone is not enough: `secret-access-key: &k ...` then
+//! `description: *k` puts the secret under a key that is not sensitive.
+//!
+//! Where masking applies: the text of `GET /spec` ([`redact`]), every per-job answer of the API
+//! (the job list and detail, exceptions, savepoints, checkpoints) and the errors of requests
+//! about a job, and the server's log lines ([`MaskedStderr`], through the [`registry`] of every
+//! hosted job's secrets).
+//!
+//! The text of `/spec` keeps its comments and layout: the values are masked in the text as
+//! written. The masked text is then parsed again and checked; where a secret was written so
+//! that its value does not appear literally (escapes in a double-quoted scalar, a folded
+//! block), the text is instead re-serialised from its masked parsed form, which drops comments.
 
 use std::borrow::Cow;
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 
 use serde_yaml::Value;
 
@@ -17,51 +31,357 @@ pub const MASK: &str = "******";
 
 const SENSITIVE: [&str; 4] = ["password", "secret", "token", "credential"];
 
+/// The secret values of one job, longest first (so that a secret containing another is masked
+/// whole).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Secrets {
+    values: Vec<String>,
+}
+
+impl Secrets {
+    /// The secrets of a job file (see the module docs). A text that does not parse as YAML has
+    /// none that can be found; [`redact`] withholds such a text whole.
+    pub fn of(text: &str) -> Self {
+        // The loader's first pass, before serde_yaml reads anything: a file it refuses (an
+        // alias bomb, deep nesting) was refused before any of its values was shown.
+        if weir_runtime::spec::positions::PositionIndex::build_checked(text).is_err() {
+            return Secrets::default();
+        }
+        match serde_yaml::from_str::<Value>(text) {
+            Ok(value) => Self::in_value(&value),
+            Err(_) => Secrets::default(),
+        }
+    }
+
+    fn in_value(value: &Value) -> Self {
+        let mut values = Vec::new();
+        collect(value, false, &mut values);
+        values.retain(|v| !v.is_empty() && v != MASK);
+        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        values.dedup();
+        Secrets { values }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// `text` with every occurrence of every secret replaced by [`MASK`].
+    pub fn mask<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut out = Cow::Borrowed(text);
+        for secret in &self.values {
+            if out.contains(secret.as_str()) {
+                out = Cow::Owned(out.replace(secret.as_str(), MASK));
+            }
+        }
+        out
+    }
+
+    /// YAML text with every occurrence of every secret masked, so that it stays YAML: where
+    /// an occurrence starts a plain scalar (`key: hunter2`), the mask is quoted, as a plain
+    /// `******` would read as an alias.
+    fn mask_yaml(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.values {
+            if !out.contains(secret.as_str()) {
+                continue;
+            }
+            let mut next = String::with_capacity(out.len());
+            let mut copied = 0;
+            for (at, _) in out.match_indices(secret.as_str()) {
+                if at < copied {
+                    continue;
+                }
+                next.push_str(&out[copied..at]);
+                if starts_plain_scalar(&out, at) {
+                    next.push('\'');
+                    next.push_str(MASK);
+                    next.push('\'');
+                } else {
+                    next.push_str(MASK);
+                }
+                copied = at + secret.len();
+            }
+            next.push_str(&out[copied..]);
+            out = next;
+        }
+        out
+    }
+
+    /// Masks every string of a JSON document in place (keys included).
+    pub fn mask_json(&self, value: &mut serde_json::Value) {
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            serde_json::Value::String(s) => {
+                if let Cow::Owned(masked) = self.mask(s) {
+                    *s = masked;
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.mask_json(v)),
+            serde_json::Value::Object(map) => {
+                let entries = std::mem::take(map);
+                for (key, mut v) in entries {
+                    self.mask_json(&mut v);
+                    map.insert(self.mask(&key).into_owned(), v);
+                }
+            }
+            serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {
+            }
+        }
+    }
+
+    /// An API error with the secrets masked in its message and in every problem's message.
+    pub fn mask_error(&self, error: crate::ApiError) -> crate::ApiError {
+        use crate::ApiError as E;
+        if self.is_empty() {
+            return error;
+        }
+        let m = |s: String| self.mask(&s).into_owned();
+        match error {
+            E::Invalid {
+                message,
+                mut problems,
+            } => {
+                for p in &mut problems {
+                    p.message = m(std::mem::take(&mut p.message));
+                }
+                E::Invalid {
+                    message: m(message),
+                    problems,
+                }
+            }
+            E::BadRequest(s) => E::BadRequest(m(s)),
+            E::NotFound(s) => E::NotFound(m(s)),
+            E::Conflict(s) => E::Conflict(m(s)),
+            E::TooMany(s) => E::TooMany(m(s)),
+            E::Start(s) => E::Start(m(s)),
+            E::RateLimited {
+                message,
+                retry_after,
+            } => E::RateLimited {
+                message: m(message),
+                retry_after,
+            },
+            E::Unavailable(s) => E::Unavailable(m(s)),
+            E::Timeout(s) => E::Timeout(m(s)),
+            E::Internal(s) => E::Internal(m(s)),
+        }
+    }
+
+    /// Whether a parsed tree still holds a secret: in a scalar or a key, or as the unmasked
+    /// value of a sensitive key.
+    fn left_in(&self, value: &Value) -> bool {
+        let again = Secrets::in_value(value);
+        if !again.is_empty() {
+            return true;
+        }
+        let mut scalars = Vec::new();
+        collect(value, true, &mut scalars);
+        scalars
+            .iter()
+            .any(|s| self.values.iter().any(|secret| s.contains(secret.as_str())))
+    }
+}
+
 /// `text` with its secrets masked (see the module docs). A text that does not parse as YAML
 /// (a job's text always does: it was accepted) is withheld whole rather than returned unmasked.
 pub fn redact(text: &str) -> Cow<'_, str> {
-    let Ok(mut value) = serde_yaml::from_str::<Value>(text) else {
-        return Cow::Borrowed(
-            "# withheld: the job's YAML could not be re-read to mask its secrets\n",
-        );
+    const WITHHELD: &str = "# withheld: the job's YAML could not be re-read to mask its secrets\n";
+    let Ok(value) = serde_yaml::from_str::<Value>(text) else {
+        return Cow::Borrowed(WITHHELD);
     };
-    if !mask(&mut value) {
+    let secrets = Secrets::in_value(&value);
+    if secrets.is_empty() {
         return Cow::Borrowed(text);
     }
+    // As written, comments and layout kept, if that hides every secret.
+    let masked = secrets.mask_yaml(text);
+    if let Ok(back) = serde_yaml::from_str::<Value>(&masked) {
+        if !secrets.left_in(&back) {
+            return Cow::Owned(masked);
+        }
+    }
+    // A secret spelt otherwise than its value (escapes, folding): from the parsed form.
+    let mut value = value;
+    mask(&mut value, &secrets);
     match serde_yaml::to_string(&value) {
-        Ok(masked) => Cow::Owned(format!("# secrets masked by weir\n{masked}")),
-        Err(_) => Cow::Borrowed(
+        Ok(out) if !secrets.values.iter().any(|s| out.contains(s.as_str())) => {
+            Cow::Owned(format!("# secrets masked by weir\n{out}"))
+        }
+        _ => Cow::Borrowed(
             "# withheld: the job's YAML could not be re-written with its secrets masked\n",
         ),
     }
 }
 
-/// Masks secrets in place; returns whether there were any.
-fn mask(value: &mut Value) -> bool {
+/// Whether the text at `at` starts a plain (unquoted) YAML scalar: it follows a line's
+/// indentation, a `: `, `- ` or `? ` indicator, a flow collection's `[`, `{` or `,`, or an
+/// anchor or a tag. A guess, checked by parsing the result.
+fn starts_plain_scalar(text: &str, at: usize) -> bool {
+    let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+    let before = &text[line_start..at];
+    let trimmed = before.trim_end_matches([' ', '\t']);
+    let spaced = trimmed.len() < before.len();
+    match trimmed.chars().last() {
+        None | Some('[' | '{' | ',') => true,
+        Some(':' | '-' | '?') => spaced,
+        Some(_) if spaced => trimmed
+            .rsplit([' ', '\t'])
+            .next()
+            .is_some_and(|token| token.starts_with('&') || token.starts_with('!')),
+        Some(_) => false,
+    }
+}
+
+/// Collects secrets: the scalars under sensitive keys, and the passwords of connection strings.
+/// With `every`, collects every scalar and key instead (to check a masked tree).
+fn collect(value: &Value, every: bool, out: &mut Vec<String>) {
     match value {
         Value::Mapping(map) => {
-            let mut masked = false;
-            for (key, v) in map.iter_mut() {
-                let sensitive = key.as_str().is_some_and(is_sensitive);
-                if sensitive && !v.is_null() {
-                    *v = Value::String(MASK.to_owned());
-                    masked = true;
+            for (key, v) in map {
+                if every {
+                    collect(key, true, out);
+                }
+                if !every && key.as_str().is_some_and(is_sensitive) {
+                    scalars(v, out);
                 } else {
-                    masked |= mask(v);
+                    collect(v, every, out);
                 }
             }
-            masked
         }
-        Value::Sequence(items) => items.iter_mut().fold(false, |m, v| mask(v) | m),
-        Value::Tagged(tagged) => mask(&mut tagged.value),
-        Value::String(s) => match mask_connection_string(s) {
-            Some(masked) => {
-                *s = masked;
-                true
+        Value::Sequence(items) => items.iter().for_each(|v| collect(v, every, out)),
+        Value::Tagged(tagged) => collect(&tagged.value, every, out),
+        Value::String(s) if every => out.push(s.clone()),
+        Value::String(s) => out.extend(connection_string_passwords(s)),
+        Value::Bool(_) | Value::Number(_) if every => {
+            out.extend(scalar_text(value));
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// Every scalar under a sensitive key, as text.
+fn scalars(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Mapping(map) => map.iter().for_each(|(_, v)| scalars(v, out)),
+        Value::Sequence(items) => items.iter().for_each(|v| scalars(v, out)),
+        Value::Tagged(tagged) => scalars(&tagged.value, out),
+        other => out.extend(scalar_text(other)),
+    }
+}
+
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Masks a parsed tree in place: sensitive keys' values, and every secret in any string.
+fn mask(value: &mut Value, secrets: &Secrets) {
+    match value {
+        Value::Mapping(map) => {
+            let entries = std::mem::take(map);
+            for (key, mut v) in entries {
+                let key = match key {
+                    Value::String(k) => Value::String(secrets.mask(&k).into_owned()),
+                    other => other,
+                };
+                if key.as_str().is_some_and(is_sensitive) && !v.is_null() {
+                    v = Value::String(MASK.to_owned());
+                } else {
+                    mask(&mut v, secrets);
+                }
+                map.insert(key, v);
             }
-            None => false,
-        },
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+        Value::Sequence(items) => items.iter_mut().for_each(|v| mask(v, secrets)),
+        Value::Tagged(tagged) => mask(&mut tagged.value, secrets),
+        Value::String(s) => {
+            if let Cow::Owned(masked) = secrets.mask(s) {
+                *s = masked;
+            }
+        }
+        Value::Number(_) | Value::Bool(_) => {
+            if scalar_text(value).is_some_and(|t| secrets.values.contains(&t)) {
+                *value = Value::String(MASK.to_owned());
+            }
+        }
+        Value::Null => {}
+    }
+}
+
+/// The secrets of every job this process hosts, for masking its log lines. A process-wide
+/// registry because logging is process-wide: the log writer cannot be handed a host. Jobs
+/// register their secrets when created and hold them; the registry holds them weakly, so a
+/// job forgotten by its host takes its secrets with it.
+#[derive(Debug, Default)]
+pub struct Registry {
+    jobs: RwLock<Vec<Weak<Secrets>>>,
+}
+
+/// The process's [`Registry`].
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(Registry::default)
+}
+
+impl Registry {
+    /// Masks `secrets` in log lines for as long as the returned handle lives.
+    pub fn register(&self, secrets: Secrets) -> Arc<Secrets> {
+        let secrets = Arc::new(secrets);
+        if secrets.is_empty() {
+            return secrets;
+        }
+        let mut jobs = self
+            .jobs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        jobs.retain(|w| w.strong_count() > 0);
+        jobs.push(Arc::downgrade(&secrets));
+        secrets
+    }
+
+    /// `text` with the secrets of every registered job masked.
+    pub fn mask<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let jobs = self
+            .jobs
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = Cow::Borrowed(text);
+        for secrets in jobs.iter().filter_map(Weak::upgrade) {
+            if let Cow::Owned(masked) = secrets.mask(&out) {
+                out = Cow::Owned(masked);
+            }
+        }
+        out
+    }
+}
+
+/// Standard error with the [`registry`]'s secrets masked: a `tracing_subscriber` writer
+/// (`.with_writer(MaskedStderr::default)`). The formatter writes each event in one call, so a
+/// secret is never split between two writes.
+#[derive(Debug, Default)]
+pub struct MaskedStderr;
+
+impl std::io::Write for MaskedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => {
+                let masked = registry().mask(text);
+                std::io::stderr().write_all(masked.as_bytes())?;
+            }
+            Err(_) => std::io::stderr().write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
     }
 }
 
@@ -70,38 +390,58 @@ fn is_sensitive(key: &str) -> bool {
     SENSITIVE.iter().any(|word| key.contains(word))
 }
 
-/// `s` with the passwords of a connection string masked, or `None` if it has none.
-fn mask_connection_string(s: &str) -> Option<String> {
-    let url = mask_url_password(s);
-    let text = url.as_deref().unwrap_or(s);
-    match mask_keyword_password(text) {
-        Some(masked) => Some(masked),
-        None => url,
+/// The passwords of a connection string: each as written (quotes included) and, if quoted,
+/// as its value.
+fn connection_string_passwords(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(range) = url_password(s) {
+        out.push(s[range].to_owned());
     }
+    for range in keyword_passwords(s) {
+        let written = &s[range];
+        if let Some(inner) = written
+            .strip_prefix('\'')
+            .map(|w| w.strip_suffix('\'').unwrap_or(w))
+        {
+            out.push(inner.replace("\\'", "'").replace("\\\\", "\\"));
+        }
+        out.push(written.to_owned());
+    }
+    out
 }
 
-/// `scheme://user:password@host...` → `scheme://user:******@host...`.
-fn mask_url_password(s: &str) -> Option<String> {
+/// `s` with the passwords of a connection string masked, or `None` if it has none.
+#[cfg(test)]
+fn mask_connection_string(s: &str) -> Option<String> {
+    let mut ranges: Vec<_> = url_password(s).into_iter().collect();
+    ranges.extend(keyword_passwords(s));
+    if ranges.is_empty() {
+        return None;
+    }
+    ranges.sort_by_key(|r| std::cmp::Reverse(r.start));
+    let mut masked = s.to_owned();
+    for range in ranges {
+        masked.replace_range(range, MASK);
+    }
+    Some(masked)
+}
+
+/// Where the password of `scheme://user:password@host...` is.
+fn url_password(s: &str) -> Option<std::ops::Range<usize>> {
     let authority_start = s.find("://")? + 3;
     let rest = &s[authority_start..];
     let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let at = rest[..authority_len].rfind('@')?;
     let colon = rest[..at].find(':')?;
     let password = authority_start + colon + 1..authority_start + at;
-    if password.is_empty() {
-        return None;
-    }
-    let mut masked = s.to_owned();
-    masked.replace_range(password, MASK);
-    Some(masked)
+    (!password.is_empty()).then_some(password)
 }
 
-/// libpq's `password=value` or `password = 'quoted value'` → `password=******`, every time it
-/// appears.
-fn mask_keyword_password(s: &str) -> Option<String> {
+/// Where the values of libpq's `password=value` or `password = 'quoted value'` are, every
+/// time it appears.
+fn keyword_passwords(s: &str) -> Vec<std::ops::Range<usize>> {
     let lower = s.to_ascii_lowercase();
-    let mut out = String::with_capacity(s.len());
-    let mut copied = 0;
+    let mut out = Vec::new();
     let mut from = 0;
     while let Some(found) = lower[from..].find("password") {
         let key_end = from + found + "password".len();
@@ -114,16 +454,12 @@ fn mask_keyword_password(s: &str) -> Option<String> {
         }
         let value_start = skip_spaces(s, after_key + 1);
         let value_end = value_end(s, value_start);
-        out.push_str(&s[copied..value_start]);
-        out.push_str(MASK);
-        copied = value_end;
-        from = value_end;
+        if value_end > value_start {
+            out.push(value_start..value_end);
+        }
+        from = value_end.max(after_key + 1);
     }
-    if copied == 0 {
-        return None;
-    }
-    out.push_str(&s[copied..]);
-    Some(out)
+    out
 }
 
 fn skip_spaces(s: &str, at: usize) -> usize {
@@ -210,6 +546,80 @@ mod tests {
         let out = redact(text);
         assert!(!out.contains("hunter2"), "{out}");
         assert!(out.contains("host=db password=******"), "{out}");
+    }
+
+    #[test]
+    fn a_secret_copied_by_an_alias_is_masked_where_it_lands_and_comments_survive() {
+        let text = "# the job\nname: j\ncheckpoint:\n  storage:\n    url: s3://b/p\n    \
+                    secret-access-key: &k hunter2 # rotate monthly\ndescription: *k\n";
+        let out = redact(text);
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(
+            out.contains("# the job") && out.contains("# rotate monthly"),
+            "{out}"
+        );
+        let back: Value = serde_yaml::from_str(&out).expect("still YAML");
+        assert_eq!(back["description"], MASK, "{out}");
+    }
+
+    #[test]
+    fn a_secret_repeated_in_flow_style_quoted_or_inside_other_text_is_masked() {
+        let text = "name: j\ndescription: \"reach us with 'hunter2' or s3cr3t!\"\n\
+                    sinks:\n  - {kind: postgres, connection: 'host=db password=s3cr3t!', table: t}\n\
+                    extra: [\"hunter2\", 'hunter2']\nsources:\n  a: {password: \"hunter2\"}\n";
+        let out = redact(text);
+        for secret in ["hunter2", "s3cr3t!"] {
+            assert!(!out.contains(secret), "{secret} left in:\n{out}");
+        }
+        assert!(out.contains("reach us with"), "{out}");
+        assert!(out.contains("host=db password=******"), "{out}");
+    }
+
+    #[test]
+    fn a_secret_spelt_with_escapes_is_masked_from_the_parsed_form() {
+        // `\x68` is `h`: the value is hunter2, the text never says so literally.
+        let text = "name: j # comment\npassword: \"\\x68unter2\"\ndescription: hunter2 again\n";
+        let out = redact(text);
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(!out.contains("\\x68unter2"), "{out}");
+        assert!(out.starts_with("# secrets masked by weir"), "{out}");
+        let back: Value = serde_yaml::from_str(&out).expect("still YAML");
+        assert_eq!(back["password"], MASK);
+        assert_eq!(back["description"], format!("{MASK} again"));
+    }
+
+    #[test]
+    fn secrets_are_masked_by_value_in_messages_and_json() {
+        let secrets = Secrets::of(
+            "name: j\nsinks:\n  o: {connection: \"postgres://u:pa55word@db/d\"}\napi-token: tok-123\n",
+        );
+        assert_eq!(
+            secrets.mask("connecting with pa55word failed; token tok-123"),
+            format!("connecting with {MASK} failed; token {MASK}")
+        );
+        assert!(matches!(secrets.mask("nothing here"), Cow::Borrowed(_)));
+        let mut json = serde_json::json!({
+            "description": "uses tok-123",
+            "nodes": [{"error": "pa55word rejected"}],
+            "tok-123": 1,
+        });
+        secrets.mask_json(&mut json);
+        let text = json.to_string();
+        assert!(
+            !text.contains("tok-123") && !text.contains("pa55word"),
+            "{text}"
+        );
+        let e = secrets.mask_error(crate::ApiError::Start("login as u/pa55word".into()));
+        assert_eq!(e.to_string(), format!("login as u/{MASK}"));
+    }
+
+    #[test]
+    fn log_lines_are_masked_while_the_job_that_registered_them_is_kept() {
+        let registry = Registry::default();
+        let kept = registry.register(Secrets::of("password: zebra-77\n"));
+        assert_eq!(registry.mask("failed: zebra-77"), format!("failed: {MASK}"));
+        drop(kept);
+        assert_eq!(registry.mask("failed: zebra-77"), "failed: zebra-77");
     }
 
     #[test]
