@@ -11,6 +11,7 @@
 //! - `hostile`: job files built to crash or exhaust a server (deep nesting, alias bombs, long
 //!   expression chains, settings a run would choke on) against a running one: each refused
 //!   with its problem and position, and the running job goes on.
+//! - `jsonl`: JSON-lines sources on over-long, invalid and deeply nested lines (skip and fail).
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
 //! - `recovery`: SIGKILL at random points, restart from the latest checkpoint, output equal
 //!   to the golden run; rescaling on restore.
@@ -35,6 +36,7 @@ mod checkpoints;
 mod cli;
 mod dashboard;
 mod hostile;
+mod jsonl;
 mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;

@@ -4,6 +4,12 @@
 //! subtasks' positions in event time stay close and their watermarks advance together. A line
 //! belongs to the chunk holding its first byte, so chunks partition the lines exactly.
 //!
+//! A line that fails (bad JSON, a value that does not fit the schema, longer than
+//! `max-line-length`) fails the job naming its file, line number and byte offset, or under
+//! `on-error: skip` is skipped and counted. The line number is counted only then
+//! ([`line_number`]), by reading the file up to the line: chunks start mid-file, and counting
+//! as lines go by would need every earlier chunk counted first.
+//!
 //! A checkpoint records what each subtask has left to read, as chunks (the current one from
 //! its next unread line). A restore deals every old subtask's remaining chunks out again
 //! round-robin, in file order, so any parallelism reads each remaining line exactly once.
@@ -17,8 +23,8 @@ use futures::future::BoxFuture;
 use super::source::{Source, SourceEvent};
 use crate::error::OperatorError;
 use crate::exec::metrics::SubtaskMetrics;
-use crate::format::json::{Decoded, JsonDecoder, JsonLayout};
-use crate::format::lines::{Chunk, LineReader, plan_chunks};
+use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout};
+use crate::format::lines::{Chunk, LineReader, LineTooLong, LongLines, line_number, plan_chunks};
 use crate::spec::{JsonlSourceSpec, OnError};
 
 /// Read buffer per subtask.
@@ -97,8 +103,15 @@ impl JsonlSource {
         batch_size: usize,
         metrics: Arc<SubtaskMetrics>,
     ) -> Self {
+        let long_lines = match spec.on_error {
+            OnError::Fail => LongLines::Fail,
+            OnError::Skip => LongLines::Skip,
+        };
+        let max_line_length = usize::try_from(spec.max_line_length.0).unwrap_or(usize::MAX);
         Self {
-            reader: LineReader::new(chunks, READ_BUFFER),
+            reader: LineReader::new(chunks, READ_BUFFER)
+                .with_max_line_length(max_line_length)
+                .with_long_lines(long_lines),
             decoder: JsonDecoder::new(layout, want, batch_size),
             on_error: spec.on_error,
             batch_size: batch_size.max(1),
@@ -121,7 +134,7 @@ impl Source for JsonlSource {
                 let on_error = self.on_error;
                 let batch_size = self.batch_size;
                 let mut lines = 0u64;
-                let more = self
+                let read = self
                     .reader
                     .next_lines(|line: &[u8], offset: u64, path: &Path| {
                         lines += 1;
@@ -132,19 +145,27 @@ impl Source for JsonlSource {
                                 }
                             }
                             Ok(Decoded::Skipped) => SubtaskMetrics::add(&metrics.skipped, 1),
-                            Err(e) => match on_error {
+                            Err(error) => match on_error {
                                 OnError::Skip => SubtaskMetrics::add(&metrics.skipped, 1),
                                 OnError::Fail => {
-                                    return Err(OperatorError::Data(format!(
-                                        "{} at byte {offset}: {e} (set `on-error: skip` to skip such lines)",
-                                        path.display()
-                                    )));
+                                    return Err(LineFailure::Decode {
+                                        path: path.to_path_buf(),
+                                        offset,
+                                        error,
+                                    });
                                 }
                             },
                         }
                         Ok(())
                     })
-                    .await?;
+                    .await;
+                let too_long = self.reader.take_long_lines_skipped();
+                SubtaskMetrics::add(&self.metrics.skipped, too_long);
+                lines += too_long;
+                let more = match read {
+                    Ok(more) => more,
+                    Err(failure) => return Err(failure.into_operator_error().await),
+                };
                 SubtaskMetrics::add(&self.metrics.events, lines);
                 self.metrics.progress.store(
                     self.reader.bytes_read(),
@@ -172,6 +193,59 @@ impl Source for JsonlSource {
             })
             .collect();
         Ok(Some(serde_json::json!({ "chunks": chunks })))
+    }
+}
+
+/// Why reading lines stopped.
+#[derive(Debug)]
+enum LineFailure {
+    Io(std::io::Error),
+    TooLong(LineTooLong),
+    /// A line that did not decode, under `on-error: fail`; its line number is not counted yet.
+    Decode {
+        path: PathBuf,
+        offset: u64,
+        error: DecodeError,
+    },
+}
+
+impl From<std::io::Error> for LineFailure {
+    fn from(e: std::io::Error) -> Self {
+        LineFailure::Io(e)
+    }
+}
+
+impl From<LineTooLong> for LineFailure {
+    fn from(e: LineTooLong) -> Self {
+        LineFailure::TooLong(e)
+    }
+}
+
+impl LineFailure {
+    /// The job's error, naming file, line number and byte offset of a bad line. Counting the
+    /// line reads the file up to it; if that fails, the message says so instead of a number.
+    async fn into_operator_error(self) -> OperatorError {
+        match self {
+            LineFailure::Io(e) => e.into(),
+            LineFailure::TooLong(e) => OperatorError::Data(format!(
+                "{e} (raise `max-line-length`, or set `on-error: skip` to skip such lines)"
+            )),
+            LineFailure::Decode {
+                path,
+                offset,
+                error,
+            } => {
+                let line = match line_number(&path, offset).await {
+                    Ok(line) => line.to_string(),
+                    Err(e) => format!("? (counting lines failed: {e})"),
+                };
+                OperatorError::Data(format!(
+                    "{}: line {line} (byte {offset}): {error} (set `on-error: skip` to skip such \
+                     lines)",
+                    path.display()
+                ))
+            }
+        }
     }
 }
 

@@ -9,6 +9,13 @@
 //! Chunk `c` of all files' chunks goes to subtask `c % parallelism`: round-robin keeps the
 //! subtasks at similar event times, so their watermarks stay close.
 //!
+//! A line longer than the reader's limit is never buffered whole: it fails the read
+//! ([`LineTooLong`]) or, with [`LongLines::Skip`], is read past up to its `'\n'` and counted.
+//!
+//! Readers count no lines: a chunk starts mid-file, so its line numbers are only known after
+//! counting the newlines of everything before it. [`line_number`] does that lazily, when a
+//! message must name a line, so neither planning nor the per-line path pays for it.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> std::io::Result<()> {
@@ -52,6 +59,56 @@ pub const DEFAULT_MAX_LINE_LENGTH: usize = 256 << 20;
 
 /// Read size once past a chunk's end, where only the rest of one line is still needed.
 const TAIL_READ: usize = 64 << 10;
+
+/// What a [`LineReader`] does with a line longer than its limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LongLines {
+    /// Stop reading with [`LineTooLong`].
+    #[default]
+    Fail,
+    /// Read past the line to its `'\n'` without buffering it, and count it
+    /// ([`LineReader::take_long_lines_skipped`]).
+    Skip,
+}
+
+/// A line longer than a reader's limit, under [`LongLines::Fail`]. The reader stays at the
+/// line: [`LineReader::position`] points at it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line} (byte {offset}) of {} is longer than {limit} bytes", path.display())]
+pub struct LineTooLong {
+    /// The file.
+    pub path: PathBuf,
+    /// File offset of the line's first byte.
+    pub offset: u64,
+    /// One-based line number in the file ([`line_number`]).
+    pub line: u64,
+    /// The reader's limit.
+    pub limit: usize,
+}
+
+impl From<LineTooLong> for std::io::Error {
+    fn from(e: LineTooLong) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// The one-based number of the line that starts at byte `offset` of `path`: one more than the
+/// newlines before it.
+///
+/// Reads the file up to `offset`, so it costs a pass over that prefix: it is meant for the
+/// message of a failure, not for every line.
+pub async fn line_number(path: &Path, offset: u64) -> std::io::Result<u64> {
+    let mut file = File::open(path).await?.take(offset);
+    let mut buf = vec![0; DEFAULT_BUFFER_SIZE];
+    let mut newlines = 0u64;
+    loop {
+        let read = file.read(&mut buf).await?;
+        if read == 0 {
+            return Ok(newlines + 1);
+        }
+        newlines += memchr::memchr_iter(b'\n', &buf[..read]).count() as u64;
+    }
+}
 
 /// A byte range of a file; its lines are those that start inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +169,13 @@ pub struct LineReader {
     buffer_size: usize,
     /// Longest line accepted; the buffer grows to hold a line, up to this.
     max_line_length: usize,
+    /// What a longer line does.
+    long_lines: LongLines,
+    /// Reading past a line longer than the limit (under [`LongLines::Skip`]): `next_line` is
+    /// its start, the buffer holds none of it, and `buf_start` is how far it has been read.
+    discarding: bool,
+    /// Lines skipped for their length since the last [`take_long_lines_skipped`](Self::take_long_lines_skipped).
+    long_lines_skipped: u64,
     /// The chunk being read; `chunks.len()` when all are done.
     current: usize,
     /// File offset of the next unread line of the current chunk; `None` while the chunk's first
@@ -151,6 +215,9 @@ impl LineReader {
             chunks,
             buffer_size,
             max_line_length: DEFAULT_MAX_LINE_LENGTH,
+            long_lines: LongLines::Fail,
+            discarding: false,
+            long_lines_skipped: 0,
             current: 0,
             next_line: None,
             buf: Vec::new(),
@@ -160,11 +227,22 @@ impl LineReader {
         }
     }
 
-    /// Sets the longest line accepted (default [`DEFAULT_MAX_LINE_LENGTH`]); a longer one makes
-    /// [`next_lines`](Self::next_lines) fail with [`std::io::ErrorKind::InvalidData`].
+    /// Sets the longest line accepted, in bytes without its `'\n'` (default
+    /// [`DEFAULT_MAX_LINE_LENGTH`]); what a longer one does is [`with_long_lines`](Self::with_long_lines).
     pub fn with_max_line_length(mut self, bytes: usize) -> Self {
         self.max_line_length = bytes;
         self
+    }
+
+    /// Sets what a line longer than the limit does (default [`LongLines::Fail`]).
+    pub fn with_long_lines(mut self, long_lines: LongLines) -> Self {
+        self.long_lines = long_lines;
+        self
+    }
+
+    /// Lines skipped for their length (under [`LongLines::Skip`]) since the last call.
+    pub fn take_long_lines_skipped(&mut self) -> u64 {
+        std::mem::take(&mut self.long_lines_skipped)
     }
 
     /// Reads the next buffer-full and calls `f(line, offset_in_file, path)` for each complete
@@ -172,8 +250,10 @@ impl LineReader {
     /// has been read.
     ///
     /// If `f` fails, reading stops there and the error is returned: the lines before were
-    /// consumed, the failed one was not ([`position`](Self::position) points at it).
-    pub async fn next_lines<E: From<std::io::Error>>(
+    /// consumed, the failed one was not ([`position`](Self::position) points at it). A line
+    /// longer than the limit is, under [`LongLines::Fail`], a [`LineTooLong`] error with the
+    /// same position rule.
+    pub async fn next_lines<E: From<std::io::Error> + From<LineTooLong>>(
         &mut self,
         mut f: impl FnMut(&[u8], u64, &Path) -> Result<(), E>,
     ) -> Result<bool, E> {
@@ -182,6 +262,10 @@ impl LineReader {
                 return Ok(false);
             };
             let end = chunk.end;
+            if self.discarding {
+                self.discard().await?;
+                return Ok(true);
+            }
             let next_line = match self.next_line {
                 Some(line) => line,
                 None => match self.find_first_line().await? {
@@ -197,30 +281,87 @@ impl LineReader {
                 continue;
             }
 
-            let eof = self.fill().await?;
+            // Read more only when the buffer holds no complete line: with chunks smaller than
+            // a read, reading on every call would pile the file up in memory, and a partial
+            // line plus one read is what bounds the buffer (`max_line_length` + a read).
+            let eof = if memchr::memchr(b'\n', &self.buf).is_some() {
+                false
+            } else {
+                self.fill().await?
+            };
             let chunk = &self.chunks[self.current];
-            let (consumed, result) = deliver(&self.buf, next_line, end, eof, &chunk.path, &mut f);
+            let limits = Limits {
+                max: self.max_line_length,
+                skip: self.long_lines == LongLines::Skip,
+                skipped: &mut self.long_lines_skipped,
+            };
+            let (consumed, result) =
+                deliver(&self.buf, next_line, end, eof, &chunk.path, limits, &mut f);
             self.buf.drain(..consumed);
             self.buf_start += consumed as u64;
             let next_line = next_line + consumed as u64;
             self.next_line = Some(next_line);
-            result?;
+            match result {
+                Ok(()) => {}
+                Err(Stop::Callback(e)) => return Err(e),
+                Err(Stop::TooLong) => return Err(self.too_long(next_line).await?.into()),
+            }
             if next_line >= end || (eof && self.buf.is_empty()) {
                 self.finish_chunk(Some(next_line));
             } else if self.buf.len() > self.max_line_length {
                 // What is left is the start of one line that has no end in sight.
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "the line at byte {next_line} of {} is longer than {} bytes",
-                        chunk_path(&self.chunks, self.current).display(),
-                        self.max_line_length
-                    ),
-                )
-                .into());
+                match self.long_lines {
+                    LongLines::Fail => return Err(self.too_long(next_line).await?.into()),
+                    LongLines::Skip => {
+                        self.buf_start += self.buf.len() as u64;
+                        self.buf.clear();
+                        self.discarding = true;
+                    }
+                }
             }
             return Ok(true);
         }
+    }
+
+    /// The error for the over-long line at `offset` of the current chunk's file.
+    async fn too_long(&self, offset: u64) -> std::io::Result<LineTooLong> {
+        let path = chunk_path(&self.chunks, self.current).to_path_buf();
+        let line = line_number(&path, offset).await?;
+        Ok(LineTooLong {
+            path,
+            offset,
+            line,
+            limit: self.max_line_length,
+        })
+    }
+
+    /// Reads one more buffer-full of the over-long line being skipped, dropping it; at its
+    /// `'\n'` (or the end of the file) the line is counted and reading goes on after it.
+    async fn discard(&mut self) -> std::io::Result<()> {
+        let eof = self.fill().await?;
+        let after = match memchr::memchr(b'\n', &self.buf) {
+            Some(i) => {
+                self.buf.drain(..=i);
+                self.buf_start += i as u64 + 1;
+                self.buf_start
+            }
+            None => {
+                self.buf_start += self.buf.len() as u64;
+                self.buf.clear();
+                if !eof {
+                    return Ok(());
+                }
+                self.buf_start
+            }
+        };
+        self.discarding = false;
+        self.long_lines_skipped += 1;
+        self.next_line = Some(after);
+        let chunk = &self.chunks[self.current];
+        if after >= chunk.end || (eof && self.buf.is_empty()) {
+            self.finish_chunk(Some(after));
+        }
+        Ok(())
     }
 
     /// `(chunk index, file offset of the next unread line)`: where [`seek`](Self::seek) resumes.
@@ -266,6 +407,7 @@ impl LineReader {
             .sum();
         self.buf.clear();
         self.next_line = None;
+        self.discarding = false;
         if let Some(chunk) = self.chunks.get(self.current) {
             if offset > chunk.start {
                 self.next_line = Some(offset);
@@ -337,7 +479,10 @@ impl LineReader {
     async fn fill(&mut self) -> std::io::Result<bool> {
         let chunk = &self.chunks[self.current];
         let at = self.buf_start + self.buf.len() as u64;
-        let want = if at < chunk.end {
+        let want = if self.discarding {
+            // Nothing of it is kept, so the reads can be as large as the buffer allows.
+            self.buffer_size
+        } else if at < chunk.end {
             let size = self.buffer_size as u64;
             (chunk.end - at).clamp(MIN_READ.min(size), size) as usize
         } else {
@@ -375,17 +520,35 @@ fn chunk_path(chunks: &[Chunk], index: usize) -> &Path {
     chunks.get(index).map_or(Path::new(""), |c| &c.path)
 }
 
+/// The line-length rule [`deliver`] applies.
+struct Limits<'a> {
+    /// Longest line handed to the callback.
+    max: usize,
+    /// Longer lines are consumed and counted in `skipped`, not an error.
+    skip: bool,
+    skipped: &'a mut u64,
+}
+
+/// Why [`deliver`] stopped early.
+enum Stop<E> {
+    /// The callback failed on the first line not consumed.
+    Callback(E),
+    /// The first line not consumed is longer than the limit (and is not to be skipped).
+    TooLong,
+}
+
 /// Calls `f` for each line at the front of `buf` (which starts at file offset `offset`) that
 /// starts before `end` and is complete: ended by `'\n'`, or by the end of the file when `eof`.
-/// Returns how many bytes were consumed and `f`'s error, if any.
+/// Returns how many bytes were consumed, and why it stopped before a line if it did.
 fn deliver<E>(
     buf: &[u8],
     mut offset: u64,
     end: u64,
     eof: bool,
     path: &Path,
+    limits: Limits<'_>,
     f: &mut impl FnMut(&[u8], u64, &Path) -> Result<(), E>,
-) -> (usize, Result<(), E>) {
+) -> (usize, Result<(), Stop<E>>) {
     let mut consumed = 0;
     while offset < end {
         let rest = &buf[consumed..];
@@ -394,8 +557,13 @@ fn deliver<E>(
             None if eof && !rest.is_empty() => (rest, rest.len()),
             None => break,
         };
-        if let Err(e) = f(line, offset, path) {
-            return (consumed, Err(e));
+        if line.len() > limits.max {
+            if !limits.skip {
+                return (consumed, Err(Stop::TooLong));
+            }
+            *limits.skipped += 1;
+        } else if let Err(e) = f(line, offset, path) {
+            return (consumed, Err(Stop::Callback(e)));
         }
         consumed += next;
         offset += next as u64;
@@ -654,15 +822,157 @@ mod tests {
             }
         };
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
-        assert!(
-            err.to_string().starts_with("the line at byte 6 of "),
-            "{err}"
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "line 2 (byte 6) of {} is longer than 1000 bytes",
+                path.display()
+            )
         );
         assert_eq!(lines, [b"short".to_vec()]);
         assert_eq!(reader.position(), (0, 6));
 
         let mut roomy = LineReader::new(chunks, 100).with_max_line_length(5000);
         assert_eq!(read_all(&mut roomy, &path).await.len(), 3);
+    }
+
+    /// Seeded random file contents where some lines are far longer than `limit`.
+    fn file_with_long_lines(seed: u64, limit: usize) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut data = Vec::new();
+        for i in 0..next() % 40 {
+            let len = match next() % 6 {
+                0 => limit + 1 + (next() % (8 * limit as u64)) as usize,
+                1 => limit,
+                _ => (next() % limit as u64) as usize,
+            };
+            data.extend((0..len).map(|j| b'a' + ((i as usize + j) % 26) as u8));
+            data.push(b'\n');
+        }
+        if next() % 2 == 0 {
+            let len = if next() % 2 == 0 { 3 * limit } else { 3 };
+            data.extend(std::iter::repeat_n(b'z', len));
+        }
+        data
+    }
+
+    #[tokio::test]
+    async fn over_long_lines_are_skipped_and_counted_without_being_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = 50;
+        for seed in 0..16 {
+            let data = file_with_long_lines(seed, limit);
+            let path = dir.path().join(format!("f{seed}"));
+            std::fs::write(&path, &data).unwrap();
+            let all = reference(&data);
+            let long = all.iter().filter(|(_, l)| l.len() > limit).count() as u64;
+            let expected: Lines = all.into_iter().filter(|(_, l)| l.len() <= limit).collect();
+            let files = [(path.clone(), data.len() as u64)];
+            for chunk_size in [1, 7, 64, 333, 1 << 20] {
+                for parallelism in 1..=3 {
+                    let (mut lines, mut skipped) = (Vec::new(), 0);
+                    for subtask in 0..parallelism {
+                        let chunks = plan_chunks(&files, chunk_size, subtask, parallelism);
+                        let buffer = [1, 16, 64][(seed as usize + subtask) % 3];
+                        let mut reader = LineReader::new(chunks, buffer)
+                            .with_max_line_length(limit)
+                            .with_long_lines(LongLines::Skip);
+                        let mut most_buffered = 0;
+                        while reader
+                            .next_lines(|line, offset, _| {
+                                lines.push((offset, line.to_vec()));
+                                Ok::<_, std::io::Error>(())
+                            })
+                            .await
+                            .unwrap()
+                        {
+                            most_buffered = most_buffered.max(reader.buf.len());
+                        }
+                        skipped += reader.take_long_lines_skipped();
+                        assert!(
+                            most_buffered <= limit + buffer,
+                            "buffered {most_buffered} bytes of a line (limit {limit})"
+                        );
+                    }
+                    lines.sort();
+                    let at = format!("seed {seed} chunk {chunk_size} p {parallelism}");
+                    assert_eq!(lines, expected, "{at}");
+                    assert_eq!(skipped, long, "{at}");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_over_long_line_fails_naming_its_line_number_from_any_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = 50;
+        for seed in 100..116 {
+            let data = file_with_long_lines(seed, limit);
+            let path = dir.path().join(format!("f{seed}"));
+            std::fs::write(&path, &data).unwrap();
+            // Naively: the line number of each line is its index in the file, plus one.
+            let numbered: Vec<(u64, u64, usize)> = reference(&data)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (offset, line))| (i as u64 + 1, offset, line.len()))
+                .collect();
+            let files = [(path.clone(), data.len() as u64)];
+            for (chunk_size, parallelism) in [(1, 1), (13, 3), (100, 2), (1 << 20, 1)] {
+                for subtask in 0..parallelism {
+                    let chunks = plan_chunks(&files, chunk_size, subtask, parallelism);
+                    let owned =
+                        |offset: u64| chunks.iter().any(|c| (c.start..c.end).contains(&offset));
+                    let first_long = numbered
+                        .iter()
+                        .find(|&&(_, offset, len)| len > limit && owned(offset));
+                    let mut reader =
+                        LineReader::new(chunks.clone(), 32).with_max_line_length(limit);
+                    let result = loop {
+                        match reader
+                            .next_lines(|_, _, _| Ok::<_, std::io::Error>(()))
+                            .await
+                        {
+                            Ok(true) => {}
+                            Ok(false) => break None,
+                            Err(e) => {
+                                let inner = e.into_inner().expect("a LineTooLong");
+                                break Some(*inner.downcast::<LineTooLong>().unwrap());
+                            }
+                        }
+                    };
+                    let at = format!("seed {seed} chunk {chunk_size} subtask {subtask}");
+                    match (first_long, result) {
+                        (None, None) => {}
+                        (Some(&(line, offset, _)), Some(e)) => {
+                            assert_eq!((e.line, e.offset, e.limit), (line, offset, limit), "{at}");
+                            assert_eq!(e.path, path);
+                            assert_eq!(reader.position().1, offset, "{at}: stays at the line");
+                        }
+                        (expected, got) => panic!("{at}: expected {expected:?}, got {got:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn line_number_counts_the_newlines_before_the_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        for seed in 0..8 {
+            let data = random_file(seed);
+            let path = dir.path().join(format!("f{seed}"));
+            std::fs::write(&path, &data).unwrap();
+            for (i, (offset, _)) in reference(&data).into_iter().enumerate() {
+                assert_eq!(line_number(&path, offset).await.unwrap(), i as u64 + 1);
+            }
+        }
     }
 
     #[test]

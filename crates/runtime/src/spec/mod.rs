@@ -211,13 +211,18 @@ pub struct JsonlSourceSpec {
     /// lines of undeclared variants are skipped and counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variants: Option<IndexMap<String, IndexMap<String, JsonType>>>,
-    /// What a line that does not parse or does not fit the schema does: fail the job (naming
-    /// the file and byte offset), or skip it and count it.
+    /// What a line that does not parse, does not fit the schema or is longer than
+    /// `max-line-length` does: fail the job (naming the file, line number and byte offset), or
+    /// skip it and count it.
     #[serde(default)]
     pub on_error: OnError,
     /// Size of the file chunks handed to subtasks.
     #[serde(default = "default_chunk_size")]
     pub chunk_size: ByteSize,
+    /// Longest line read (without its line break); a longer one is never held in memory whole,
+    /// and `on-error` decides whether it fails the job or is skipped.
+    #[serde(default = "default_max_line_length")]
+    pub max_line_length: ByteSize,
     /// Subtasks of this source (default: the job's parallelism).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
@@ -229,6 +234,10 @@ pub struct JsonlSourceSpec {
 
 fn default_chunk_size() -> ByteSize {
     ByteSize(4 * 1024 * 1024)
+}
+
+fn default_max_line_length() -> ByteSize {
+    ByteSize(crate::format::lines::DEFAULT_MAX_LINE_LENGTH as u64)
 }
 
 /// What to do with a record that cannot be read.

@@ -3,7 +3,8 @@
 
 use arrow_schema::DataType;
 
-/// Why one JSON line could not be decoded. The caller adds the file name and byte offset.
+/// Why one JSON line could not be decoded. The caller adds the file name, line number and byte
+/// offset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     /// The line is not valid JSON (or has trailing characters after the object).

@@ -888,3 +888,97 @@ fn decoders_can_move_between_threads() {
     assert_send::<JsonEncoder>();
     assert_send::<DecodeError>();
 }
+
+/// Values nested 100,000 deep, in every place a line can hold them: the whole line, a declared
+/// nested field, an undeclared field, a variant key, an unwanted variant. Where the layout
+/// declares an object, decoding stops at the first level it does not declare (a per-line
+/// error); a value nobody reads is skipped by serde_json's `IgnoredAny`, which keeps a stack of
+/// brackets instead of recursing. Either way the decoder never recurses per level: decoding on
+/// a small stack proves it.
+#[test]
+fn deeply_nested_values_are_refused_or_skipped_per_line_without_deep_recursion() {
+    const DEPTH: usize = 100_000;
+    let arrays = format!("{}{}", "[".repeat(DEPTH), "]".repeat(DEPTH));
+    let objects = format!("{}1{}", r#"{"a":"#.repeat(DEPTH), "}".repeat(DEPTH));
+    let single_layout = single(r#"{"id":"int","a":{"a":{"a":"int"}}}"#);
+    let variants_layout = variants(r#"{"bid":{"a":{"a":"int"}},"person":{"id":"int"}}"#);
+    // `Err(message)`: refused; `Ok(decoded)`: what the line decodes to.
+    let mismatch = r#"field "a.a.a": expected int, found object"#;
+    let skipped = Ok(Decoded::Skipped);
+    let row = Ok(Decoded::Row { port: 0 });
+    let cases: [(&JsonLayout, String, Result<Decoded, &str>); 9] = [
+        (
+            &single_layout,
+            arrays.clone(),
+            Err("expected a JSON object, found array"),
+        ),
+        (&single_layout, objects.clone(), Err(mismatch)),
+        (
+            &single_layout,
+            format!(r#"{{"id":1,"a":{objects}}}"#),
+            Err(mismatch),
+        ),
+        (
+            &single_layout,
+            format!(r#"{{"id":1,"a":{{"a":{arrays}}}}}"#),
+            Err("found array"),
+        ),
+        (
+            &single_layout,
+            format!(r#"{{"id":1,"other":{arrays}}}"#),
+            row,
+        ),
+        (
+            &single_layout,
+            format!(r#"{{"id":1,"other":{objects}}}"#),
+            row,
+        ),
+        (&variants_layout, format!(r#"{{"bid":{arrays}}}"#), skipped),
+        (
+            &variants_layout,
+            format!(r#"{{"person":{objects}}}"#),
+            skipped,
+        ),
+        (
+            &variants_layout,
+            format!(r#"{{"other":{arrays},"bid":{{"a":{{"a":2}}}}}}"#),
+            row,
+        ),
+    ];
+    let messages = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn_scoped(scope, move || {
+                let mut messages = Vec::new();
+                for (layout, line, expected) in cases {
+                    // `person` unwanted: its values are only checked for being objects.
+                    let mut decoder = JsonDecoder::new(layout, &[true, false], 4);
+                    let got = decoder.decode_line(line.as_bytes());
+                    messages.push((got.map_err(|e| e.to_string()), expected));
+                    // The decoder goes on with the next line; a refused one left nothing.
+                    let ok = if layout.ports().len() == 1 {
+                        r#"{"id":7}"#
+                    } else {
+                        r#"{"bid":{"a":{"a":7}}}"#
+                    };
+                    assert_eq!(
+                        decoder.decode_line(ok.as_bytes()),
+                        Ok(Decoded::Row { port: 0 })
+                    );
+                    let rows = decoder.flush()[0].1.num_rows();
+                    assert_eq!(rows, 1 + usize::from(expected == row), "{expected:?}");
+                }
+                messages
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow")
+    });
+    for (got, expected) in messages {
+        match (&got, expected) {
+            (Err(message), Err(part)) => assert!(message.contains(part), "{message}: {part:?}"),
+            (Ok(decoded), Ok(want)) => assert_eq!(*decoded, want),
+            _ => panic!("got {got:?}, expected {expected:?}"),
+        }
+    }
+}
