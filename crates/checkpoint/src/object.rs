@@ -739,7 +739,12 @@ mod tests {
     #[tokio::test]
     async fn unsigned_requests_when_asked_for_go_to_the_endpoint_alone() {
         let a = anonymous(StorageConfig::url(URL), &[("AWS_SKIP_SIGNATURE", "true")]);
-        let e = a.opened.unwrap().get("job/_metadata").await.unwrap_err();
+        let e = a
+            .opened
+            .unwrap()
+            .get("job/_metadata", 1 << 20)
+            .await
+            .unwrap_err();
         assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound, "{e}");
         let heads = a.endpoint.heads();
         assert_eq!(heads.len(), 1, "{heads:?}");
@@ -759,7 +764,8 @@ mod tests {
         let a = anonymous(StorageConfig::url(URL), &[(INSTANCE_METADATA, "true")]);
         let s = a.opened.unwrap();
         // No credentials come back, so the read fails; the metadata service was asked.
-        let read = tokio::time::timeout(Duration::from_secs(30), s.get("job/_metadata")).await;
+        let read =
+            tokio::time::timeout(Duration::from_secs(30), s.get("job/_metadata", 1 << 20)).await;
         assert!(matches!(read, Ok(Err(_))), "{read:?}");
         assert!(!a.metadata.heads().is_empty());
         assert!(a.endpoint.heads().is_empty(), "{:?}", a.endpoint.heads());
