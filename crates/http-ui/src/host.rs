@@ -203,8 +203,12 @@ impl Host {
         // Before planning, which may look at the files a job names.
         let problems = crate::paths::check(&loaded.source, &loaded.spec);
         loaded.problems.extend(problems);
-        let problems = limits.check(&loaded.source, &loaded.spec);
-        loaded.problems.extend(problems);
+        // Only a job without problems of its own: a field left out because it was wrong
+        // (`events: lots`) would read as its default here (an unbounded generator).
+        if loaded.problems.is_empty() {
+            let problems = limits.check(&loaded.source, &loaded.spec);
+            loaded.problems.extend(problems);
+        }
         let problems = crate::endpoints::check(&loaded.source, &loaded.spec, endpoints);
         loaded.problems.extend(problems);
         weir_runtime::plan::build(&loaded).map_err(invalid)
