@@ -1,5 +1,6 @@
 # weir: `make run` builds weir and serves the default job with the dashboard; `make test` checks everything;
-# `make bench` prints the benchmark tables recorded in BENCHMARKS.md.
+# `make bench` prints the benchmark tables recorded in BENCHMARKS.md; `make fuzz` fuzzes the decoders of
+# untrusted input.
 #
 # Everything builds with the release profile (tests and lints too), so C/C++ dependencies
 # are compiled once, not once per profile.
@@ -22,7 +23,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
 # scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
 TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv
 
-.PHONY: run test bench build deps toolchain lint loom nexmark-data clean
+.PHONY: run test bench build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -48,6 +49,19 @@ test: deps
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) test --release --workspace
 	@$(MAKE) --no-print-directory loom
+
+## The fuzz targets (fuzz/: job files, expressions, JSON lines, checkpoint metadata, logical
+## snapshots), each for FUZZ_SECONDS from its checked-in seeds; crashes land in
+## $(TARGET_DIR)/fuzz/artifacts. They link the main build's RocksDB library rather than compile
+## RocksDB again (see scripts/fuzz.sh), hence `build` first.
+FUZZ_SECONDS ?= 60
+fuzz: build
+	CARGO_TARGET_DIR=$(TARGET_DIR) scripts/fuzz.sh run $(FUZZ_SECONDS)
+
+## A few seconds of each fuzz target (its seeds, then 2,000 inputs): not yet part of `make test`,
+## whose CI budget the fuzz crate's clean build (~19 minutes of two cores) would nearly exhaust.
+fuzz-smoke: build
+	CARGO_TARGET_DIR=$(TARGET_DIR) scripts/fuzz.sh smoke
 
 ## The connection pool's combiner and queue under the loom model checker: every interleaving of
 ## small scenarios, against the shipped code compiled with loom's primitives. Its own target

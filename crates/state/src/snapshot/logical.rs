@@ -589,6 +589,16 @@ impl<R: Read + Seek> Reader<R> {
     }
 }
 
+/// Checks a logical snapshot file held in memory and reads all of it as a restore into a heap
+/// backend would; `origin` names it in errors. For the fuzz targets in `fuzz/`, which feed it
+/// damaged files: whatever the bytes, the answer is `Ok` or an error, never a panic.
+#[doc(hidden)]
+pub fn read_from_memory(origin: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    let mut reader = Reader::new(origin, std::io::Cursor::new(bytes))?;
+    let range = reader.range;
+    reader.read(range, &mut super::HeapSink::default())
+}
+
 /// What a reader reads from: a file, or bytes in memory (tests).
 trait ReadSeek: Read + Seek {}
 impl<R: Read + Seek> ReadSeek for R {}
