@@ -171,8 +171,7 @@ async fn validate(
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let text = text(&body)?;
-    let config = host.config();
-    let plan = Host::check_isolated(SUBMITTED, text, &[], &config.limits, &config.endpoints)
+    let plan = Host::check_isolated(SUBMITTED, text, &[], host.config())
         .await
         .map_err(|e| Secrets::of(text).mask_error(e))?;
     Ok(Json(serde_json::json!({

@@ -152,8 +152,7 @@ impl Host {
         file: &str,
         text: &str,
         overrides: &[Override],
-        limits: &JobLimits,
-        endpoints: &crate::endpoints::Endpoints,
+        config: &HostConfig,
     ) -> Result<Plan, ApiError> {
         static TURNS: std::sync::LazyLock<tokio::sync::Semaphore> =
             std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(CHECKS_AT_ONCE));
@@ -162,14 +161,14 @@ impl Host {
             .await
             .map_err(|_| ApiError::Internal("the job checker is closed".into()))?;
         let (file, text, overrides) = (file.to_owned(), text.to_owned(), overrides.to_vec());
-        let (limits, endpoints) = (limits.clone(), endpoints.clone());
+        let config = config.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("weir-check".into())
             .stack_size(CHECK_STACK_BYTES)
             .spawn(move || {
                 let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    Self::check(&file, &text, &overrides, &limits, &endpoints)
+                    Self::check(&file, &text, &overrides, &config)
                 }));
                 // The request may have gone away; then nobody needs the answer.
                 let _ = tx.send(checked);
@@ -185,14 +184,13 @@ impl Host {
     }
 
     /// Checks a job file without starting it: its problems, what it names on disk, what it
-    /// asks of the server (`limits`) and the endpoints it would reach (which `endpoints` must
-    /// allow). `file` names the text in messages.
+    /// asks of the server (`config.limits`) and the endpoints it would reach (which
+    /// `config.endpoints` must allow). `file` names the text in messages.
     pub fn check(
         file: &str,
         text: &str,
         overrides: &[Override],
-        limits: &JobLimits,
-        endpoints: &crate::endpoints::Endpoints,
+        config: &HostConfig,
     ) -> Result<Plan, ApiError> {
         let invalid = |e: weir_runtime::spec::SpecError| ApiError::Invalid {
             message: e.to_string(),
@@ -206,10 +204,10 @@ impl Host {
         // Only a job without problems of its own: a field left out because it was wrong
         // (`events: lots`) would read as its default here (an unbounded generator).
         if loaded.problems.is_empty() {
-            let problems = limits.check(&loaded.source, &loaded.spec);
+            let problems = config.limits.check(&loaded.source, &loaded.spec);
             loaded.problems.extend(problems);
         }
-        let problems = crate::endpoints::check(&loaded.source, &loaded.spec, endpoints);
+        let problems = crate::endpoints::check(&loaded.source, &loaded.spec, &config.endpoints);
         loaded.problems.extend(problems);
         weir_runtime::plan::build(&loaded).map_err(invalid)
     }
@@ -221,14 +219,7 @@ impl Host {
         text: &str,
         overrides: &[Override],
     ) -> Result<Arc<HostedJob>, ApiError> {
-        let plan = Self::check_isolated(
-            file,
-            text,
-            overrides,
-            &self.config.limits,
-            &self.config.endpoints,
-        )
-        .await?;
+        let plan = Self::check_isolated(file, text, overrides, &self.config).await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
         let running = job::start(&plan, self.options(None))
