@@ -21,6 +21,8 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
 # its WebDriver (the dashboard's end-to-end test drives a headless browser), and Python with
 # venv (the checkpoint-storage tests start S3-compatible moto_server instances with
 # scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
+# The Kafka tests start tansu brokers with scripts/kafka-broker.sh, which builds tansu from
+# crates.io into ~/.cache/weir once (in the background while weir compiles).
 TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv
 
 .PHONY: run test bench build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
@@ -45,8 +47,10 @@ run: build
 test: deps
 	@scripts/ensure-packages.sh $(TEST_PACKAGES)
 	@scripts/s3-server.sh install
+	@scripts/kafka-broker.sh install-background
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	@scripts/kafka-broker.sh install
 	$(CARGO) test --release --workspace
 	@$(MAKE) --no-print-directory loom
 
@@ -78,6 +82,7 @@ bench: build
 	$(WEIR) bench backends
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
+	$(WEIR) bench kafka
 	@s3=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	if scripts/s3-server.sh start $$s3 $$port weir-bench; then \
 	  $(WEIR) bench restore --s3 http://127.0.0.1:$$port; status=$$?; scripts/s3-server.sh stop $$s3; rm -rf $$s3; exit $$status; \

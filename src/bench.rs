@@ -100,6 +100,9 @@ enum Bench {
     /// `weir serve`: API latency with many jobs hosted, and the throughput cost of ten live
     /// dashboards.
     Serve(crate::serve_bench::BenchServeArgs),
+    /// The Kafka source beside the file source on the same events (q1), and end-to-end
+    /// latency through Kafka, at least once and exactly once.
+    Kafka(crate::kafka_bench::BenchKafkaArgs),
     /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
     Checkpoint {
         #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
@@ -222,6 +225,7 @@ pub fn main(args: BenchArgs) -> ExitCode {
             prewake,
         } => scheduler(measure, runs.max(1), &pipelines, max_spin, prewake),
         Bench::Serve(args) => return crate::serve_bench::main(args),
+        Bench::Kafka(args) => crate::kafka_bench::main(args),
         Bench::Pool {
             measure,
             runs,
@@ -337,17 +341,17 @@ struct NexmarkBench {
 
 /// One measured run.
 #[derive(Clone, Copy, Debug)]
-struct Sample {
-    events: u64,
+pub(crate) struct Sample {
+    pub(crate) events: u64,
     wall: Duration,
     cpu: Duration,
 }
 
 impl Sample {
-    fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.events as f64 / self.wall.as_secs_f64().max(1e-9)
     }
-    fn per_core(&self) -> f64 {
+    pub(crate) fn per_core(&self) -> f64 {
         self.events as f64 / self.cpu.as_secs_f64().max(1e-9)
     }
 }
@@ -368,7 +372,7 @@ fn run_once(
     run_with(runtime, job, overrides, Default::default()).map(|(sample, _)| sample)
 }
 
-fn run_with(
+pub(crate) fn run_with(
     runtime: &tokio::runtime::Runtime,
     job: &Path,
     overrides: &[Override],
@@ -391,7 +395,7 @@ fn run_with(
     Ok((sample, summary))
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
 }
@@ -480,7 +484,7 @@ fn nexmark(b: &NexmarkBench) -> anyhow::Result<()> {
 }
 
 /// The bench's JSON-lines input, written once and reused while its size matches.
-fn ensure_jsonl(dir: &Path, events: u64) -> anyhow::Result<PathBuf> {
+pub(crate) fn ensure_jsonl(dir: &Path, events: u64) -> anyhow::Result<PathBuf> {
     use weir_runtime::connectors::nexmark::{Generator, GeneratorConfig, write_file};
     std::fs::create_dir_all(dir)?;
     let file = dir.join(format!("nexmark-{events}.jsonl"));

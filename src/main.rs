@@ -12,6 +12,7 @@
 
 mod bench;
 mod client;
+mod kafka_bench;
 mod run;
 mod savepoint;
 mod serve;

@@ -453,7 +453,20 @@ function operatorTab(job, name, body) {
       <div class="stat"><div class="v">${rate(n["rate-out"])}</div><div class="k">records out per second</div></div>
       <div class="stat"><div class="v">${(100 * n.backpressure).toFixed(0)}%</div><div class="k">backpressure</div></div>
       <div class="stat"><div class="v">${num(n["control-messages"])}</div><div class="k">ordered lookups answered</div></div>
-    </div>`;
+    </div>${partitionsTable(n.partitions || [])}`;
+}
+
+// A source reading a partitioned log (Kafka): where each subtask is in each partition.
+function partitionsTable(parts) {
+  if (!parts.length) return "";
+  const lag = parts.reduce((sum, p) => sum + (p.lag || 0), 0);
+  return `<h2>Partitions <span class="muted">${parts.length}, lag ${num(lag)} records</span></h2>
+    <div class="panel"><table id="partitions"><thead><tr><th>topic</th><th class="num">partition</th><th class="num">subtask</th>
+      <th class="num">position</th><th class="num">end</th><th class="num">lag</th></tr></thead><tbody>
+    ${parts.map(p => `<tr><td>${esc(p.topic)}</td><td class="num">${p.partition}</td><td class="num">${p.subtask}</td>
+      <td class="num">${num(p.position)}</td><td class="num">${p.end == null ? "–" : num(p.end)}</td>
+      <td class="num">${p.lag == null ? "–" : num(p.lag)}</td></tr>`).join("")}
+    </tbody></table></div>`;
 }
 
 async function lookup(id, name, form) {

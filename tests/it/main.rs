@@ -37,6 +37,7 @@ mod cli;
 mod dashboard;
 mod hostile;
 mod jsonl;
+mod kafka;
 mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;

@@ -47,6 +47,8 @@ pub fn render(host: &Host) -> String {
     let mut nodes = Vec::new();
     let mut pools = Vec::new();
     let mut restores = Vec::new();
+    // (job id, job, node, topic, partition, lag) of sources reading partitioned logs.
+    let mut lags: Vec<(String, String, String, String, String, i64)> = Vec::new();
     for job in &jobs {
         // A label may quote a secret of the job file (an alias can make one a name).
         let name = job.secrets.mask(&job.name).into_owned();
@@ -75,15 +77,44 @@ pub fn render(host: &Host) -> String {
                 watermark: n.watermark(),
                 control_messages: n.sum(|t| &t.control_messages),
             };
-            nodes.push((
-                id.clone(),
-                name.clone(),
-                job.secrets.mask(&n.name).into_owned(),
-                counts,
-            ));
+            let node = job.secrets.mask(&n.name).into_owned();
+            for t in &n.subtasks {
+                for p in t.partitions() {
+                    if let Some(lag) = p.lag() {
+                        lags.push((
+                            id.clone(),
+                            name.clone(),
+                            node.clone(),
+                            job.secrets.mask(&p.topic).into_owned(),
+                            p.partition.to_string(),
+                            lag,
+                        ));
+                    }
+                }
+            }
+            nodes.push((id.clone(), name.clone(), node, counts));
         }
     }
 
+    out.family(
+        "weir_source_partition_lag",
+        "gauge",
+        "Records of a partition a source has not emitted yet (its end, as the client last heard \
+         it, minus the source's position).",
+    );
+    for (id, job, node, topic, partition, lag) in &lags {
+        out.sample(
+            "weir_source_partition_lag",
+            &[
+                ("id", id),
+                ("job", job),
+                ("node", node),
+                ("topic", topic),
+                ("partition", partition),
+            ],
+            *lag as f64,
+        );
+    }
     out.family(
         "weir_job_events_total",
         "counter",

@@ -79,6 +79,9 @@ pub struct NodeView {
     pub alignment_ms: u64,
     pub skipped: u64,
     pub late_dropped: u64,
+    /// Sources reading partitioned logs (Kafka): each partition's subtask, position, end and
+    /// lag; empty for other nodes.
+    pub partitions: Vec<PartitionView>,
     /// States that can be looked up by key (`GET /api/v1/jobs/{id}/state/{node}/{state}`).
     pub queryable: Vec<QueryableView>,
     /// The key columns a lookup gives values for (queryable nodes).
@@ -87,6 +90,20 @@ pub struct NodeView {
     pub control_messages: u64,
     /// Oldest first, one point per sampling interval.
     pub history: NodeHistory,
+}
+
+/// Where a source subtask is in one partition.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PartitionView {
+    pub topic: String,
+    pub partition: i32,
+    pub subtask: usize,
+    /// The offset of the next record the source emits.
+    pub position: i64,
+    /// The partition's end as the client last heard it (`null` before it heard).
+    pub end: Option<i64>,
+    pub lag: Option<i64>,
 }
 
 /// One queryable state of a node.
@@ -378,6 +395,21 @@ impl HostedJob {
                     alignment_ms: n.sum(|t| &t.alignment_ns) / 1_000_000,
                     skipped: n.sum(|t| &t.skipped),
                     late_dropped: n.sum(|t| &t.late_dropped),
+                    partitions: n
+                        .subtasks
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(subtask, t)| {
+                            t.partitions().into_iter().map(move |p| PartitionView {
+                                lag: p.lag(),
+                                topic: p.topic,
+                                partition: p.partition,
+                                subtask,
+                                position: p.position,
+                                end: p.end,
+                            })
+                        })
+                        .collect(),
                     queryable: queryable.map_or_else(Vec::new, |q| {
                         q.states
                             .iter()

@@ -23,7 +23,9 @@ use futures::future::BoxFuture;
 use super::source::{Source, SourceEvent};
 use crate::error::OperatorError;
 use crate::exec::metrics::SubtaskMetrics;
-use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout};
+use indexmap::IndexMap;
+
+use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout, JsonType};
 use crate::format::lines::{Chunk, LineReader, LineTooLong, LongLines, line_number, plan_chunks};
 use crate::spec::{JsonlSourceSpec, OnError};
 
@@ -32,7 +34,15 @@ const READ_BUFFER: usize = 1 << 20;
 
 /// The layout a source spec declares, or a message saying what is missing.
 pub fn layout(spec: &JsonlSourceSpec) -> Result<JsonLayout, String> {
-    let layout = match (&spec.schema, &spec.variants) {
+    layout_of(&spec.schema, &spec.variants)
+}
+
+/// The layout of `schema` or `variants` (of any source that decodes JSON objects).
+pub fn layout_of(
+    schema: &Option<IndexMap<String, JsonType>>,
+    variants: &Option<IndexMap<String, IndexMap<String, JsonType>>>,
+) -> Result<JsonLayout, String> {
+    let layout = match (schema, variants) {
         (Some(schema), None) => JsonLayout::Single(schema.clone()),
         (None, Some(variants)) => JsonLayout::Variants(variants.clone()),
         (Some(_), Some(_)) => return Err("declare either `schema` or `variants`, not both".into()),

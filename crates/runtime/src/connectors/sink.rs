@@ -130,10 +130,12 @@ pub fn decode_transactions<T: SnapshotTransaction>(
     Ok(out)
 }
 
-/// The factory of a sink spec whose input has `schema`.
+/// The factory of a sink spec whose input has `schema`, for node `node` of job `job`.
 pub fn factory(
     spec: &crate::spec::SinkSpec,
     schema: arrow_schema::SchemaRef,
+    job: &str,
+    node: &str,
 ) -> Result<std::sync::Arc<dyn SinkFactory>, String> {
     use crate::spec::SinkSpec;
     Ok(match spec {
@@ -149,6 +151,9 @@ pub fn factory(
         SinkSpec::Postgres(p) => {
             std::sync::Arc::new(super::postgres::PostgresSinkFactory::new(p, schema)?)
         }
+        SinkSpec::Kafka(k) => std::sync::Arc::new(super::kafka::sink::KafkaSinkFactory::new(
+            k, schema, job, node,
+        )?),
     })
 }
 

@@ -32,6 +32,14 @@ pub trait Source: Send {
         None
     }
 
+    /// Whether nothing the source reads can hold event time back (a Kafka subtask without
+    /// partitions, or whose partitions have all been quiet for `idle-timeout`): after its
+    /// next batches the task marks itself idle at once, as it does after `idle-timeout`
+    /// without batches, and active again with the next rows.
+    fn idle(&self) -> bool {
+        false
+    }
+
     /// The position after everything returned so far, for a checkpoint. A restored subtask
     /// receives the positions of every old subtask (see [`SourceFactory::create`]).
     fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
@@ -69,4 +77,11 @@ pub trait SourceFactory: Send + Sync {
     /// A subtask. When restoring, `ctx.restore` holds the positions of every old subtask: the
     /// new subtasks split them between themselves, each taking its share.
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Source>, OperatorError>;
+
+    /// A checkpoint completed; `states` are the positions its subtasks recorded. For telling
+    /// an external system how far the job got (a Kafka consumer group's offsets); must not
+    /// block, and nothing may depend on it: the checkpoint is the source of truth.
+    fn checkpoint_complete(&self, states: Vec<serde_json::Value>) {
+        let _ = states;
+    }
 }

@@ -38,6 +38,7 @@ use super::restore::{Prepared, RestoreFrom};
 use super::snapshot::NodeState;
 use super::task::{SinkTail, TaskFailure, TaskOutcome};
 use crate::connectors::sink::SinkFactory;
+use crate::connectors::source::SourceFactory;
 use crate::error::{JobError, OperatorError, RunError};
 use crate::plan::physical::{RunContext, TaskWiring, chaining, instantiate, prepare_sinks};
 use crate::plan::{Factory, Plan};
@@ -371,6 +372,7 @@ impl Run {
                 stop: self.stop.clone(),
                 stopped_by_savepoint: AtomicBool::new(false),
                 sinks: sink_factories(plan),
+                sources: source_factories(plan),
                 committed: committed.clone(),
                 failure: Arc::new(Mutex::new(None)),
                 failed: CancellationToken::new(),
@@ -731,6 +733,7 @@ struct Hooks {
     stop: CancellationToken,
     stopped_by_savepoint: AtomicBool,
     sinks: Vec<(usize, Arc<dyn SinkFactory>)>,
+    sources: Vec<(usize, Arc<dyn SourceFactory>)>,
     /// The newest snapshot whose transactions are committed (sinks read it at barriers).
     committed: Arc<AtomicU64>,
     /// A commit that failed: it fails the attempt (the restore commits again).
@@ -769,15 +772,15 @@ impl JobHooks for Hooks {
     fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>> {
         let mut commits = Vec::new();
         for (node, factory) in &self.sinks {
-            let states: Vec<serde_json::Value> = completed
-                .operator_states
-                .iter()
-                .filter(|((n, _), _)| n == node)
-                .filter_map(|(_, bytes)| NodeState::decode(bytes).ok()?.state)
-                .collect();
+            let states = node_states(&completed, *node);
             if !states.is_empty() {
                 commits.push(factory.commit(states));
             }
+        }
+        // Sources hear of the completed checkpoint too (a Kafka source commits its offsets to
+        // its consumer group, for lag monitoring); what they do with it cannot fail the job.
+        for (node, factory) in &self.sources {
+            factory.checkpoint_complete(node_states(&completed, *node));
         }
         let committed = self.committed.clone();
         let id = completed.metadata.id;
@@ -806,6 +809,27 @@ impl JobHooks for Hooks {
 }
 
 /// The sink nodes of `plan`, by node index, with their factories.
+/// The operator states the subtasks of `node` recorded in a completed snapshot.
+fn node_states(completed: &Completed, node: usize) -> Vec<serde_json::Value> {
+    completed
+        .operator_states
+        .iter()
+        .filter(|((n, _), _)| *n == node)
+        .filter_map(|(_, bytes)| NodeState::decode(bytes).ok()?.state)
+        .collect()
+}
+
+fn source_factories(plan: &Plan) -> Vec<(usize, Arc<dyn SourceFactory>)> {
+    plan.nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| match &n.factory {
+            Factory::Source { factory, .. } => Some((i, factory.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 fn sink_factories(plan: &Plan) -> Vec<(usize, Arc<dyn SinkFactory>)> {
     plan.nodes
         .iter()

@@ -36,6 +36,28 @@ pub struct SubtaskMetrics {
     /// Control messages (ordered state lookups) this subtask's task answered.
     pub control_messages: AtomicU64,
     pub finished: AtomicBool,
+    /// Sources that read partitioned logs (Kafka): each partition's position and end, updated
+    /// by the source as it reads (a few times a second at most).
+    pub partitions: std::sync::Mutex<Vec<PartitionProgress>>,
+}
+
+/// Where a source subtask is in one partition of a log.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PartitionProgress {
+    pub topic: String,
+    pub partition: i32,
+    /// The offset of the next record the subtask emits.
+    pub position: i64,
+    /// The end of the partition as the client last heard it (the last stable offset), if known.
+    pub end: Option<i64>,
+}
+
+impl PartitionProgress {
+    /// Records in the partition not yet emitted, if the end is known.
+    pub fn lag(&self) -> Option<i64> {
+        self.end.map(|end| (end - self.position).max(0))
+    }
 }
 
 impl Default for SubtaskMetrics {
@@ -54,6 +76,7 @@ impl Default for SubtaskMetrics {
             alignment_ns: AtomicU64::new(0),
             control_messages: AtomicU64::new(0),
             finished: AtomicBool::new(false),
+            partitions: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -62,6 +85,14 @@ impl SubtaskMetrics {
     #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A copy of the partitions' progress (empty for sources of other kinds).
+    pub fn partitions(&self) -> Vec<PartitionProgress> {
+        self.partitions
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
     }
 }
 

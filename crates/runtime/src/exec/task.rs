@@ -706,10 +706,12 @@ impl SourceRun<'_> {
                 Step::Barrier(barrier) => self.barrier(&all, barrier, emitted, max_seen).await?,
                 Step::Next(result) => match result.map_err(|e| fail(&self.member.name, e))? {
                     SourceEvent::Batches(batches) => {
+                        let mut rows = false;
                         for (port, batch) in batches {
                             if batch.num_rows() == 0 {
                                 continue;
                             }
+                            rows = true;
                             if let Some(Some(col)) = self.event_time.columns.get(port) {
                                 if let Some(t) = max_time(batch.column(*col).as_ref()) {
                                     max_seen = max_seen.max(t);
@@ -720,7 +722,9 @@ impl SourceRun<'_> {
                                 self.chain.run(Work::Batch(*t, 0, batch.clone())).await?;
                             }
                         }
-                        idle = false;
+                        if rows {
+                            idle = false;
+                        }
                         let progress = match self.source.watermark_bound() {
                             Some(bound) => max_seen.min(bound),
                             None => max_seen,
@@ -730,10 +734,15 @@ impl SourceRun<'_> {
                             .saturating_sub(1);
                         if progress > BEGINNING_OF_TIME && watermark > emitted {
                             emitted = watermark;
+                            idle = false;
                             self.metrics.watermark.store(watermark, Ordering::Relaxed);
                             self.chain
                                 .each(&all, |t| Work::Watermark(t, watermark))
                                 .await?;
+                        }
+                        if !idle && self.source.idle() {
+                            idle = true;
+                            self.chain.each(&all, Work::Idle).await?;
                         }
                     }
                     SourceEvent::End => {

@@ -11,6 +11,7 @@ use sqlparser::parser::Parser;
 use super::state::StateSettings;
 use super::{Factory, Plan, PlanEdge, PlanNode};
 use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
+use crate::connectors::kafka::source::KafkaSourceFactory;
 use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
 use crate::connectors::sink;
 use crate::connectors::source::SourceFactory;
@@ -273,6 +274,11 @@ fn source_ports(s: &SourceSpec) -> Vec<String> {
             .as_ref()
             .map(|v| v.keys().cloned().collect())
             .unwrap_or_default(),
+        SourceSpec::Kafka(k) => k
+            .variants
+            .as_ref()
+            .map(|v| v.keys().cloned().collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -509,6 +515,7 @@ fn input_schema(compiled: &[Compiled], defs: &[Def<'_>], i: usize, k: usize) -> 
 fn compile_sink(
     sink_spec: &SinkSpec,
     schema: SchemaRef,
+    (job, node): (&str, &str),
     at: &str,
     src: &SpecSource,
     problems: &mut Vec<Problem>,
@@ -536,10 +543,15 @@ fn compile_sink(
             return Compiled::Failed;
         }
     }
-    match sink::factory(sink_spec, schema) {
+    match sink::factory(sink_spec, schema, job, node) {
         Ok(factory) => Compiled::Sink { factory },
         Err(message) => {
-            problems.push(src.at_value(&format!("{at}/connection"), message));
+            let key = match sink_spec {
+                SinkSpec::Kafka(_) if message.starts_with("weir sets") => "properties",
+                SinkSpec::Kafka(_) => "key",
+                _ => "connection",
+            };
+            problems.push(src.at_value(&format!("{at}/{key}"), message));
             Compiled::Failed
         }
     }
@@ -566,14 +578,14 @@ fn compile(
     let at = def.pointer();
     let before = problems.len();
     if let Some(s) = def.source {
-        return compile_source(s, &at, src, problems);
+        return compile_source(s, def.name, &at, src, problems);
     }
     // Inputs that failed have reported their own problems: skip quietly.
     let Some(schema) = input_schema(compiled, defs, i, 0) else {
         return Compiled::Failed;
     };
     if let Some(sink) = def.sink {
-        return compile_sink(sink, schema, &at, src, problems);
+        return compile_sink(sink, schema, (&spec.name, def.name), &at, src, problems);
     }
     let Some(transform) = def.transform else {
         return Compiled::Failed;
@@ -816,8 +828,71 @@ fn with_queryable(
     }
 }
 
+/// A source's output ports with their schemas, and its factory.
+type MadeSource = (Vec<(String, SchemaRef)>, Arc<dyn SourceFactory>);
+
+/// The Kafka source's factory and ports, or a problem at the key that is wrong.
+fn kafka_source(
+    k: &crate::spec::KafkaSourceSpec,
+    node: &str,
+) -> Result<MadeSource, (&'static str, String)> {
+    use crate::connectors::kafka::records::ValueFormat;
+    use crate::spec::kafka::{KafkaFormat, StartFrom, StartPosition};
+    let format = match k.format {
+        KafkaFormat::Json => ValueFormat::Json(
+            jsonl_source::layout_of(&k.schema, &k.variants).map_err(|m| ("format", m))?,
+        ),
+        KafkaFormat::Raw if k.schema.is_some() || k.variants.is_some() => {
+            return Err((
+                "format",
+                "`format: raw` reads the value as one string column: leave out `schema` and \
+                 `variants`"
+                    .into(),
+            ));
+        }
+        KafkaFormat::Raw => ValueFormat::Raw,
+    };
+    k.start_from.millis().map_err(|m| ("start-from", m))?;
+    if k.start_from == StartFrom::Position(StartPosition::GroupOffsets) && k.group_id.is_none() {
+        return Err((
+            "start-from",
+            "`start-from: group-offsets` needs the `group-id` whose offsets to start from".into(),
+        ));
+    }
+    let reserved = crate::connectors::kafka::reserved_properties(&k.properties);
+    if !reserved.is_empty() {
+        return Err((
+            "properties",
+            format!("weir sets {} itself: leave it out", reserved.join(", ")),
+        ));
+    }
+    let ports = format.ports(&k.metadata);
+    let value_columns = match &format {
+        ValueFormat::Json(layout) => layout
+            .ports()
+            .iter()
+            .flat_map(|(_, s)| {
+                s.fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>(),
+        ValueFormat::Raw => vec![crate::connectors::kafka::records::RAW_COLUMN.to_owned()],
+    };
+    if let Some(clash) = k.metadata.keys().find(|c| value_columns.contains(c)) {
+        return Err((
+            "metadata",
+            format!("`{clash}` is already a column of the value: name the metadata column apart"),
+        ));
+    }
+    let factory = KafkaSourceFactory::new(k, format, node).map_err(|m| ("topic", m))?;
+    Ok((ports, Arc::new(factory)))
+}
+
 fn compile_source(
     s: &SourceSpec,
+    node: &str,
     at: &str,
     src: &SpecSource,
     problems: &mut Vec<Problem>,
@@ -834,6 +909,18 @@ fn compile_source(
             Ok(layout) => (layout.ports(), Arc::new(JsonlSourceFactory::new(j, layout))),
             Err(message) => {
                 problems.push(src.at_value(at, message));
+                return Compiled::Failed;
+            }
+        },
+        SourceSpec::Kafka(k) => match kafka_source(k, node) {
+            Ok(made) => made,
+            Err((key, message)) => {
+                let at = if key == "format" && k.format == crate::spec::kafka::KafkaFormat::Json {
+                    at.to_owned()
+                } else {
+                    format!("{at}/{key}")
+                };
+                problems.push(src.at_value(&at, message));
                 return Compiled::Failed;
             }
         },

@@ -67,6 +67,15 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
         }
     }
     for (name, s) in &spec.sources {
+        if let SourceSpec::Kafka(k) = s {
+            at_least(
+                problems,
+                &pointer(&["sources", name, "partition-discovery"]),
+                k.partition_discovery,
+                HumanDuration::from_millis(100),
+                "the partition discovery interval",
+            );
+        }
         if let SourceSpec::Jsonl(j) = s {
             if j.chunk_size.0 < MIN_CHUNK_SIZE {
                 problems.push(src.at_value(

@@ -11,6 +11,7 @@
 //! - [`positions`]: where each key and value sits in the YAML text.
 //! - [`problems`]: the error type that lists every problem with its position.
 //! - [`checks`]: well-typed values a run would refuse or choke on (zero intervals, tiny chunks).
+//! - [`kafka`]: the keys of the Kafka source and sink.
 //!
 //! # Example
 //! ```
@@ -22,6 +23,7 @@
 //! ```
 
 pub mod checks;
+pub mod kafka;
 pub mod load;
 pub mod positions;
 pub mod problems;
@@ -31,6 +33,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use self::kafka::{KafkaSinkSpec, KafkaSourceSpec};
 pub use self::problems::{Problem, SpecError};
 pub use self::units::{ByteSize, HumanDuration, SignedDuration};
 use crate::format::json::JsonType;
@@ -115,6 +118,8 @@ pub enum SourceSpec {
     Nexmark(NexmarkSourceSpec),
     /// JSON lines from files, one object per line, decoded by a declared schema.
     Jsonl(JsonlSourceSpec),
+    /// Records of Kafka topics, partition by partition, exactly-once with checkpoints.
+    Kafka(Box<KafkaSourceSpec>),
 }
 
 impl SourceSpec {
@@ -122,6 +127,7 @@ impl SourceSpec {
         match self {
             SourceSpec::Nexmark(s) => s.parallelism,
             SourceSpec::Jsonl(s) => s.parallelism,
+            SourceSpec::Kafka(s) => s.parallelism,
         }
     }
 
@@ -129,6 +135,7 @@ impl SourceSpec {
         match self {
             SourceSpec::Nexmark(s) => &s.event_time,
             SourceSpec::Jsonl(s) => &s.event_time,
+            SourceSpec::Kafka(s) => &s.event_time,
         }
     }
 
@@ -136,6 +143,7 @@ impl SourceSpec {
         match self {
             SourceSpec::Nexmark(_) => "nexmark",
             SourceSpec::Jsonl(_) => "jsonl",
+            SourceSpec::Kafka(_) => "kafka",
         }
     }
 }
@@ -708,6 +716,9 @@ pub enum SinkSpec {
     /// Rows into a PostgreSQL table, batched, through a pooled connection; exactly once with
     /// checkpoints (staged, then moved when the checkpoint completes).
     Postgres(PostgresSinkSpec),
+    /// Rows into a Kafka topic as JSON records; exactly once with checkpoints (one Kafka
+    /// transaction per completed checkpoint).
+    Kafka(KafkaSinkSpec),
 }
 
 impl SinkSpec {
@@ -717,6 +728,7 @@ impl SinkSpec {
             SinkSpec::Stdout(s) => &s.from,
             SinkSpec::File(s) => &s.from,
             SinkSpec::Postgres(s) => &s.from,
+            SinkSpec::Kafka(s) => &s.from,
         }
     }
 
@@ -726,6 +738,7 @@ impl SinkSpec {
             SinkSpec::Stdout(_) => Some(1),
             SinkSpec::File(s) => s.parallelism,
             SinkSpec::Postgres(s) => s.parallelism,
+            SinkSpec::Kafka(s) => s.parallelism,
         }
     }
 
@@ -735,6 +748,7 @@ impl SinkSpec {
             SinkSpec::Stdout(_) => "stdout",
             SinkSpec::File(_) => "file",
             SinkSpec::Postgres(_) => "postgres",
+            SinkSpec::Kafka(_) => "kafka",
         }
     }
 }

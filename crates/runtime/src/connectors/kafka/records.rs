@@ -1,0 +1,376 @@
+//! Kafka records to Arrow batches: the value decoded by the source's format (JSON by the
+//! `jsonl` source's decoder, or raw), then the metadata columns the job asked for.
+//!
+//! Rows are appended in the order records arrive, per output port; the partition of each
+//! buffered row is kept beside it, so that a flushed batch tells the source which partition's
+//! event time each row advances.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Int64Builder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use indexmap::IndexMap;
+
+use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout};
+use crate::spec::kafka::KafkaMetadata;
+
+/// How record values are read.
+#[derive(Clone, Debug)]
+pub enum ValueFormat {
+    Json(JsonLayout),
+    /// The value as the UTF-8 string column `value`.
+    Raw,
+}
+
+/// The column `format: raw` puts values in.
+pub const RAW_COLUMN: &str = "value";
+
+impl ValueFormat {
+    /// The output ports and their schemas, metadata columns included (after the value's).
+    pub fn ports(&self, metadata: &IndexMap<String, KafkaMetadata>) -> Vec<(String, SchemaRef)> {
+        let base = match self {
+            ValueFormat::Json(layout) => layout.ports(),
+            ValueFormat::Raw => vec![(
+                String::new(),
+                Arc::new(Schema::new(vec![Field::new(
+                    RAW_COLUMN,
+                    DataType::Utf8,
+                    true,
+                )])),
+            )],
+        };
+        base.into_iter()
+            .map(|(name, schema)| {
+                let mut fields: Vec<Field> =
+                    schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                for (column, m) in metadata {
+                    fields.push(Field::new(column, metadata_type(*m), true));
+                }
+                (name, Arc::new(Schema::new(fields)))
+            })
+            .collect()
+    }
+}
+
+/// The column type of a metadata field.
+pub fn metadata_type(m: KafkaMetadata) -> DataType {
+    match m {
+        KafkaMetadata::Key | KafkaMetadata::Headers | KafkaMetadata::Topic => DataType::Utf8,
+        KafkaMetadata::Partition | KafkaMetadata::Offset => DataType::Int64,
+        KafkaMetadata::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
+    }
+}
+
+/// What a record carries besides its value.
+pub struct RecordMeta<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    /// The headers as a JSON object, when a `headers` column is wanted.
+    pub headers: Option<String>,
+}
+
+/// Why a record was not decoded.
+#[derive(Debug)]
+pub enum RecordError {
+    Decode(DecodeError),
+    /// A raw value that is not UTF-8.
+    NotUtf8,
+    /// A record without a value (a tombstone) where a JSON object was expected.
+    NoValue,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Decode(e) => write!(f, "{e}"),
+            RecordError::NotUtf8 => f.write_str("the value is not UTF-8"),
+            RecordError::NoValue => f.write_str("the record has no value (a tombstone)"),
+        }
+    }
+}
+
+enum Values {
+    Json(JsonDecoder),
+    Raw { values: StringBuilder, rows: usize },
+}
+
+enum MetaColumn {
+    Str(StringBuilder),
+    Int(Int64Builder),
+    Time(TimestampMillisecondBuilder),
+}
+
+/// Decodes records into batches per port.
+pub struct RecordDecoder {
+    values: Values,
+    ports: Vec<(String, SchemaRef)>,
+    want: Vec<bool>,
+    metadata: Vec<KafkaMetadata>,
+    /// Per port: one builder per metadata column.
+    meta: Vec<Vec<MetaColumn>>,
+    /// Per port: the partition (an index of the caller's) of each buffered row.
+    rows: Vec<Vec<usize>>,
+    buffered: usize,
+}
+
+impl RecordDecoder {
+    pub fn new(
+        format: &ValueFormat,
+        metadata: &IndexMap<String, KafkaMetadata>,
+        want: &[bool],
+        batch_size: usize,
+    ) -> Self {
+        let ports = format.ports(metadata);
+        let want: Vec<bool> = (0..ports.len())
+            .map(|i| want.get(i).copied().unwrap_or(false))
+            .collect();
+        let values = match format {
+            ValueFormat::Json(layout) => Values::Json(JsonDecoder::new(layout, &want, batch_size)),
+            ValueFormat::Raw => Values::Raw {
+                values: StringBuilder::new(),
+                rows: 0,
+            },
+        };
+        let metadata: Vec<KafkaMetadata> = metadata.values().copied().collect();
+        let meta = ports
+            .iter()
+            .map(|_| metadata.iter().map(|m| meta_column(*m)).collect())
+            .collect();
+        Self {
+            values,
+            rows: vec![Vec::new(); ports.len()],
+            ports,
+            want,
+            metadata,
+            meta,
+            buffered: 0,
+        }
+    }
+
+    pub fn wants_headers(&self) -> bool {
+        self.metadata.contains(&KafkaMetadata::Headers)
+    }
+
+    /// Rows buffered over all ports since the last flush.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// Decodes one record of the caller's partition `part`. `Ok(false)`: nothing was appended
+    /// (a record of an undeclared variant or of a port nobody reads).
+    pub fn decode(
+        &mut self,
+        value: Option<&[u8]>,
+        meta: &RecordMeta<'_>,
+        part: usize,
+    ) -> Result<bool, RecordError> {
+        let port = match &mut self.values {
+            Values::Json(decoder) => {
+                let value = value.ok_or(RecordError::NoValue)?;
+                match decoder.decode_line(value).map_err(RecordError::Decode)? {
+                    Decoded::Row { port } => port,
+                    Decoded::Skipped => return Ok(false),
+                }
+            }
+            Values::Raw { values, rows } => {
+                if !self.want[0] {
+                    return Ok(false);
+                }
+                match value {
+                    Some(v) => values
+                        .append_value(std::str::from_utf8(v).map_err(|_| RecordError::NotUtf8)?),
+                    None => values.append_null(),
+                }
+                *rows += 1;
+                0
+            }
+        };
+        for (column, m) in self.meta[port].iter_mut().zip(&self.metadata) {
+            match (column, m) {
+                (MetaColumn::Str(b), KafkaMetadata::Key) => match meta.key {
+                    Some(k) => b.append_value(String::from_utf8_lossy(k)),
+                    None => b.append_null(),
+                },
+                (MetaColumn::Str(b), KafkaMetadata::Headers) => match &meta.headers {
+                    Some(h) => b.append_value(h),
+                    None => b.append_null(),
+                },
+                (MetaColumn::Str(b), _) => b.append_value(meta.topic),
+                (MetaColumn::Int(b), KafkaMetadata::Partition) => {
+                    b.append_value(i64::from(meta.partition))
+                }
+                (MetaColumn::Int(b), _) => b.append_value(meta.offset),
+                (MetaColumn::Time(b), _) => b.append_option(meta.timestamp),
+            }
+        }
+        self.rows[port].push(part);
+        self.buffered += 1;
+        Ok(true)
+    }
+
+    /// The buffered rows of every port that has any: `(port, batch, partition of each row)`.
+    /// Fails only on a bug (columns that do not fit their port's schema).
+    pub fn flush(&mut self) -> Result<Vec<(usize, RecordBatch, Vec<usize>)>, String> {
+        let decoded: Vec<(usize, Vec<ArrayRef>)> = match &mut self.values {
+            Values::Json(decoder) => decoder
+                .flush()
+                .into_iter()
+                .map(|(port, batch)| (port, batch.columns().to_vec()))
+                .collect(),
+            Values::Raw { values, rows } => {
+                if *rows == 0 {
+                    Vec::new()
+                } else {
+                    *rows = 0;
+                    vec![(0, vec![Arc::new(values.finish()) as ArrayRef])]
+                }
+            }
+        };
+        self.buffered = 0;
+        let mut out = Vec::with_capacity(decoded.len());
+        for (port, mut columns) in decoded {
+            for column in &mut self.meta[port] {
+                columns.push(match column {
+                    MetaColumn::Str(b) => Arc::new(b.finish()) as ArrayRef,
+                    MetaColumn::Int(b) => Arc::new(b.finish()),
+                    MetaColumn::Time(b) => Arc::new(b.finish()),
+                });
+            }
+            let parts = std::mem::take(&mut self.rows[port]);
+            let batch = RecordBatch::try_new(self.ports[port].1.clone(), columns)
+                .map_err(|e| format!("a Kafka batch does not fit its port's schema: {e}"))?;
+            out.push((port, batch, parts));
+        }
+        Ok(out)
+    }
+}
+
+fn meta_column(m: KafkaMetadata) -> MetaColumn {
+    match m {
+        KafkaMetadata::Key | KafkaMetadata::Headers | KafkaMetadata::Topic => {
+            MetaColumn::Str(StringBuilder::new())
+        }
+        KafkaMetadata::Partition | KafkaMetadata::Offset => MetaColumn::Int(Int64Builder::new()),
+        KafkaMetadata::Timestamp => MetaColumn::Time(TimestampMillisecondBuilder::new()),
+    }
+}
+
+/// Headers as a JSON object (`{"name":"value"}`; a value that is not UTF-8 is replaced
+/// lossily, a header without a value is `null`; a repeated name keeps its last value).
+pub fn headers_json<'a>(headers: impl Iterator<Item = (&'a str, Option<&'a [u8]>)>) -> String {
+    let mut map = serde_json::Map::new();
+    for (name, value) in headers {
+        map.insert(
+            name.to_owned(),
+            value.map_or(serde_json::Value::Null, |v| {
+                serde_json::Value::String(String::from_utf8_lossy(v).into_owned())
+            }),
+        );
+    }
+    serde_json::Value::Object(map).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Array, Int64Array, StringArray};
+
+    fn meta<'a>(partition: i32, offset: i64, key: Option<&'a [u8]>) -> RecordMeta<'a> {
+        RecordMeta {
+            topic: "bids",
+            partition,
+            offset,
+            timestamp: Some(1_000 + offset),
+            key,
+            headers: Some(headers_json([("h", Some(&b"v"[..]))].into_iter())),
+        }
+    }
+
+    #[test]
+    fn json_values_get_their_metadata_columns_row_by_row() {
+        let layout: JsonLayout =
+            JsonLayout::Single(serde_yaml::from_str("{price: int}").expect("layout"));
+        let metadata: IndexMap<String, KafkaMetadata> = serde_yaml::from_str(
+            "{k: key, p: partition, o: offset, t: timestamp, h: headers, topic: topic}",
+        )
+        .expect("metadata");
+        let mut d = RecordDecoder::new(&ValueFormat::Json(layout), &metadata, &[true], 8);
+        assert!(
+            d.decode(Some(br#"{"price": 5}"#), &meta(2, 7, Some(b"a")), 0)
+                .expect("row")
+        );
+        assert!(
+            d.decode(Some(br#"{"price": 6}"#), &meta(3, 9, None), 1)
+                .expect("row")
+        );
+        assert!(matches!(
+            d.decode(Some(b"{"), &meta(3, 10, None), 1),
+            Err(RecordError::Decode(_))
+        ));
+        assert!(matches!(
+            d.decode(None, &meta(3, 11, None), 1),
+            Err(RecordError::NoValue)
+        ));
+        assert_eq!(d.buffered(), 2);
+        let out = d.flush().expect("flush");
+        assert_eq!(out.len(), 1);
+        let (port, batch, parts) = &out[0];
+        assert_eq!((*port, parts.clone()), (0, vec![0, 1]));
+        let schema = batch.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["price", "k", "p", "o", "t", "h", "topic"]);
+        let ints = |i: usize| {
+            batch
+                .column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .expect("int column")
+                .values()
+                .to_vec()
+        };
+        assert_eq!(ints(0), [5, 6]);
+        assert_eq!(ints(2), [2, 3]);
+        assert_eq!(ints(3), [7, 9]);
+        let keys = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .expect("key column");
+        assert_eq!((keys.value(0), keys.is_null(1)), ("a", true));
+        let headers = batch
+            .column(5)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .expect("headers column");
+        assert_eq!(headers.value(0), r#"{"h":"v"}"#);
+        assert_eq!(d.buffered(), 0);
+        assert!(d.flush().expect("flush").is_empty());
+    }
+
+    #[test]
+    fn raw_values_are_strings_and_tombstones_null() {
+        let mut d = RecordDecoder::new(&ValueFormat::Raw, &IndexMap::new(), &[true], 8);
+        assert!(d.decode(Some(b"hello"), &meta(0, 0, None), 0).expect("row"));
+        assert!(d.decode(None, &meta(0, 1, None), 0).expect("row"));
+        assert!(matches!(
+            d.decode(Some(&[0xff, 0xfe]), &meta(0, 2, None), 0),
+            Err(RecordError::NotUtf8)
+        ));
+        let out = d.flush().expect("flush");
+        let values = out[0]
+            .1
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .expect("value column")
+            .clone();
+        assert_eq!(
+            (values.len(), values.value(0), values.is_null(1)),
+            (2, "hello", true)
+        );
+    }
+}

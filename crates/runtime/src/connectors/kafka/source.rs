@@ -1,0 +1,985 @@
+//! The Kafka source: partitions assigned by [`super::owner`], offsets in checkpoints,
+//! per-partition watermarks (see the module docs of [`super`]).
+//!
+//! A subtask is two halves. [`KafkaSourceFactory::create`] (once per subtask and attempt) asks
+//! the cluster for the topics' partitions, keeps the ones the subtask owns, resolves where each
+//! starts (the restored offset, else `start-from`) and, for `stop-at: latest`, where it ends;
+//! then it starts the subtask's [`Reader`] on a thread of its own. The reader polls its
+//! consumer, decodes records into batches and sends each batch with the positions after it
+//! over a bounded channel to the [`KafkaSource`], which the task polls: what the source's
+//! snapshot says is exactly what the task has emitted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arrow_array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
+use futures::future::BoxFuture;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Headers;
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message};
+use serde::{Deserialize, Serialize};
+
+use super::records::{RecordDecoder, RecordError, RecordMeta, ValueFormat, headers_json};
+use super::{REQUEST_TIMEOUT, client_config, external, owner};
+use crate::connectors::source::{Source, SourceEvent, SourceFactory, SubtaskContext};
+use crate::error::OperatorError;
+use crate::exec::metrics::{PartitionProgress, SubtaskMetrics};
+use crate::spec::OnError;
+use crate::spec::kafka::{KafkaSourceSpec, StartFrom, StartPosition, StopAt};
+
+/// How long the reader waits for a record before it looks at its partitions again (idleness,
+/// discovery, a stop request).
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The longest a decoded row waits in the reader for its batch to fill.
+const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
+
+/// Batches the reader may decode ahead of the task: enough to overlap decoding with the
+/// task's work, few enough that a slow job back-pressures the consumer.
+const READ_AHEAD: usize = 4;
+
+/// How often librdkafka reports the partitions' ends (for lag).
+const STATISTICS_INTERVAL: &str = "1000";
+
+/// The consumer's context: keeps the ends of the partitions from librdkafka's statistics.
+#[derive(Default)]
+pub struct ReaderContext {
+    ends: std::sync::Mutex<HashMap<(String, i32), i64>>,
+}
+
+impl ClientContext for ReaderContext {
+    fn stats(&self, statistics: Statistics) {
+        let Ok(mut ends) = self.ends.lock() else {
+            return;
+        };
+        for (name, topic) in statistics.topics {
+            for (id, p) in topic.partitions {
+                // `ls_offset` is the last stable offset (`read_committed`'s end); -1 unknown.
+                if id >= 0 && p.ls_offset >= 0 {
+                    ends.insert((name.clone(), id), p.ls_offset);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+type KafkaConsumer = BaseConsumer<ReaderContext>;
+
+/// Which topics a source reads.
+#[derive(Clone, Debug)]
+pub enum Topics {
+    Named(Vec<String>),
+    Pattern(regex::Regex),
+}
+
+impl Topics {
+    pub fn of(spec: &KafkaSourceSpec) -> Result<Self, String> {
+        match (&spec.topic, &spec.topic_pattern) {
+            (Some(t), None) => {
+                let names = t.names();
+                if names.is_empty() || names.iter().any(String::is_empty) {
+                    return Err("name at least one topic, and no empty names".into());
+                }
+                Ok(Topics::Named(names))
+            }
+            (None, Some(p)) => regex::Regex::new(&format!("^(?:{p})$"))
+                .map(Topics::Pattern)
+                .map_err(|e| format!("`topic-pattern` is not a regular expression: {e}")),
+            (Some(_), Some(_)) => Err("give either `topic` or `topic-pattern`, not both".into()),
+            (None, None) => Err("name the topic to read with `topic` (or `topic-pattern`)".into()),
+        }
+    }
+}
+
+/// The position of one partition: the offset of the next record to read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SourceState {
+    partitions: Vec<Position>,
+}
+
+/// Makes the subtasks of a Kafka source.
+pub struct KafkaSourceFactory {
+    spec: KafkaSourceSpec,
+    format: ValueFormat,
+    topics: Topics,
+    /// The event-time column, when the job declares one.
+    event_column: Option<String>,
+    node: String,
+    /// With a `group-id`: the consumer that commits completed checkpoints' offsets to it.
+    committer: std::sync::Mutex<Option<KafkaConsumer>>,
+}
+
+impl KafkaSourceFactory {
+    pub fn new(spec: &KafkaSourceSpec, format: ValueFormat, node: &str) -> Result<Self, String> {
+        Ok(Self {
+            topics: Topics::of(spec)?,
+            spec: spec.clone(),
+            format,
+            event_column: spec.event_time.column.clone(),
+            node: node.to_owned(),
+            committer: std::sync::Mutex::new(None),
+        })
+    }
+
+    fn consumer(&self) -> Result<KafkaConsumer, OperatorError> {
+        let group = self
+            .spec
+            .group_id
+            .clone()
+            .unwrap_or_else(|| format!("weir-{}", self.node));
+        client_config(
+            &self.spec.bootstrap_servers,
+            &self.spec.properties,
+            &[
+                ("group.id", &group),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("enable.partition.eof", "true"),
+                ("isolation.level", "read_committed"),
+                // An offset the cluster no longer has (retention deleted it) restarts at the
+                // oldest record kept, as Flink's source does.
+                ("auto.offset.reset", "earliest"),
+                ("statistics.interval.ms", STATISTICS_INTERVAL),
+            ],
+        )
+        .create_with_context(ReaderContext::default())
+        .map_err(|e| {
+            external(
+                format!(
+                    "Kafka source `{}`: cannot create a consumer for {}",
+                    self.node, self.spec.bootstrap_servers
+                ),
+                e,
+            )
+        })
+    }
+}
+
+impl SourceFactory for KafkaSourceFactory {
+    fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
+        Ok(None)
+    }
+
+    fn checkpoint_complete(&self, states: Vec<serde_json::Value>) {
+        if self.spec.group_id.is_none() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for state in states {
+            let Ok(s) = serde_json::from_value::<SourceState>(state) else {
+                continue;
+            };
+            for p in s.partitions {
+                let _ = tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.offset));
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        let Ok(mut committer) = self.committer.lock() else {
+            return;
+        };
+        if committer.is_none() {
+            match self.consumer() {
+                Ok(c) => *committer = Some(c),
+                Err(e) => {
+                    tracing::warn!(node = %self.node, "Kafka source: committing offsets: {e}");
+                    return;
+                }
+            }
+        }
+        if let Some(c) = committer.as_ref() {
+            // Asynchronous: the result comes back on a later poll, which only drains it.
+            if let Err(e) = c.commit(&tpl, rdkafka::consumer::CommitMode::Async) {
+                tracing::warn!(node = %self.node, "Kafka source: committing offsets: {e}");
+            }
+            while let Some(event) = c.poll(Duration::ZERO) {
+                if let Err(e) = event {
+                    tracing::debug!(node = %self.node, "Kafka offset committer: {e}");
+                }
+            }
+        }
+    }
+
+    fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
+        let restored: Option<Vec<Position>> = match ctx
+            .restore
+            .as_ref()
+            .filter(|r| r.own_states().next().is_some())
+        {
+            Some(restore) => {
+                let mut all = Vec::new();
+                for state in restore.own_states() {
+                    let s: SourceState = serde_json::from_value(state.clone()).map_err(|e| {
+                        OperatorError::Data(format!(
+                            "Kafka source `{}`: a checkpointed position is not valid: {e}",
+                            self.node
+                        ))
+                    })?;
+                    all.extend(s.partitions);
+                }
+                Some(all)
+            }
+            None => None,
+        };
+        let consumer = self.consumer()?;
+        let setup = super::blocking(|| self.assign(&consumer, ctx, restored.as_deref()))?;
+        let (tx, rx) = async_channel::bounded(READ_AHEAD);
+        let stop = Arc::new(AtomicBool::new(false));
+        let positions = setup.positions();
+        let idle = setup.parts.iter().all(|p| p.done) && self.spec.stop_at.is_none();
+        let reader = Reader {
+            consumer: Arc::new(consumer),
+            decoder: RecordDecoder::new(
+                &self.format,
+                &self.spec.metadata,
+                &ctx.want,
+                ctx.batch_size,
+            ),
+            event_columns: self.event_columns(),
+            parts: setup.parts,
+            index: HashMap::new(),
+            topics: self.topics.clone(),
+            bounded: self.spec.stop_at.is_some(),
+            on_error: self.spec.on_error,
+            max_record_size: self.spec.max_record_size.0,
+            idle_timeout: self.spec.event_time.idle_timeout.map(|d| d.0),
+            discovery: self.spec.partition_discovery.0,
+            next_discovery: Instant::now() + self.spec.partition_discovery.0,
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            batch_size: ctx.batch_size.max(1),
+            metrics: ctx.metrics.clone(),
+            node: self.node.clone(),
+        };
+        let thread = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name(format!("kafka-{}-{}", self.node, ctx.subtask))
+                .spawn(move || reader.run(&tx, &stop))
+                .map_err(|e| {
+                    OperatorError::external("starting a Kafka reader thread".to_string(), e)
+                })?
+        };
+        Ok(Box::new(KafkaSource {
+            rx,
+            positions,
+            bound: None,
+            idle,
+            stop,
+            thread: Some(thread),
+        }))
+    }
+}
+
+/// What a subtask starts with.
+struct Setup {
+    parts: Vec<Part>,
+}
+
+impl Setup {
+    fn positions(&self) -> Vec<Position> {
+        self.parts.iter().map(Part::position).collect()
+    }
+}
+
+impl KafkaSourceFactory {
+    /// Per port, the index of the event-time column.
+    fn event_columns(&self) -> Vec<Option<usize>> {
+        self.format
+            .ports(&self.spec.metadata)
+            .iter()
+            .map(|(_, schema)| {
+                self.event_column
+                    .as_ref()
+                    .and_then(|c| schema.index_of(c).ok())
+            })
+            .collect()
+    }
+
+    /// The subtask's partitions and where each starts (and ends); assigns them to `consumer`.
+    fn assign(
+        &self,
+        consumer: &KafkaConsumer,
+        ctx: &SubtaskContext,
+        restored: Option<&[Position]>,
+    ) -> Result<Setup, OperatorError> {
+        let all = list_partitions(consumer, &self.topics, &self.spec.bootstrap_servers, true)
+            .map_err(|e| e.named(&self.node))?;
+        let restored: HashMap<(&str, i32), i64> = restored
+            .unwrap_or_default()
+            .iter()
+            .map(|p| ((p.topic.as_str(), p.partition), p.offset))
+            .collect();
+        let start_ms = self.spec.start_from.millis().map_err(OperatorError::Data)?;
+        let mut parts = Vec::new();
+        for (topic, partition) in all {
+            if owner(&topic, partition, ctx.parallelism) != ctx.subtask {
+                continue;
+            }
+            let (low, high) = consumer
+                .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+                .map_err(|e| {
+                    external(
+                        format!(
+                            "Kafka source `{}`: reading the offsets of {topic}/{partition}",
+                            self.node
+                        ),
+                        e,
+                    )
+                })?;
+            let next = match restored.get(&(topic.as_str(), partition)) {
+                Some(offset) => *offset,
+                // A partition the checkpoint does not know was created after it: from its
+                // start, as partitions found while running are.
+                None if !restored.is_empty() => low,
+                None => self.start_offset(consumer, &topic, partition, (low, high), start_ms)?,
+            };
+            let end = self.spec.stop_at.map(|StopAt::Latest| high);
+            parts.push(Part::new(topic, partition, next, end));
+        }
+        let mut tpl = TopicPartitionList::new();
+        for p in &parts {
+            tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next))
+                .map_err(|e| external("assigning partitions".to_string(), e))?;
+        }
+        consumer.assign(&tpl).map_err(|e| {
+            external(
+                format!("Kafka source `{}`: assigning partitions", self.node),
+                e,
+            )
+        })?;
+        Ok(Setup { parts })
+    }
+
+    /// Where a partition without a checkpointed offset starts, by `start-from`.
+    fn start_offset(
+        &self,
+        consumer: &KafkaConsumer,
+        topic: &str,
+        partition: i32,
+        (low, high): (i64, i64),
+        start_ms: Option<i64>,
+    ) -> Result<i64, OperatorError> {
+        let lookup = |tpl: TopicPartitionList, what: &str, by_time: bool| {
+            let found = if by_time {
+                consumer.offsets_for_times(tpl, REQUEST_TIMEOUT)
+            } else {
+                consumer.committed_offsets(tpl, REQUEST_TIMEOUT)
+            };
+            found
+                .map_err(|e| {
+                    external(
+                        format!(
+                            "Kafka source `{}`: looking up {what} of {topic}/{partition}",
+                            self.node
+                        ),
+                        e,
+                    )
+                })
+                .map(|tpl| {
+                    tpl.find_partition(topic, partition)
+                        .map(|e| e.offset())
+                        .unwrap_or(Offset::Invalid)
+                })
+        };
+        let mut tpl = TopicPartitionList::new();
+        Ok(match (&self.spec.start_from, start_ms) {
+            (StartFrom::Position(StartPosition::Earliest), _) => low,
+            (StartFrom::Position(StartPosition::Latest), _) => high,
+            (StartFrom::Position(StartPosition::GroupOffsets), _) => {
+                tpl.add_partition(topic, partition);
+                match lookup(tpl, "the group's committed offset", false)? {
+                    Offset::Offset(n) => n.clamp(low, high),
+                    _ => low,
+                }
+            }
+            (_, Some(ms)) => {
+                tpl.add_partition_offset(topic, partition, Offset::Offset(ms))
+                    .map_err(|e| external("looking up offsets by time".to_string(), e))?;
+                match lookup(tpl, "the offset for the start time", true)? {
+                    Offset::Offset(n) => n,
+                    // No record at or after the time: start at the end.
+                    _ => high,
+                }
+            }
+            (_, None) => low,
+        })
+    }
+}
+
+/// Why listing partitions failed.
+enum ListError {
+    Missing(String),
+    Cluster(KafkaError, String),
+}
+
+impl ListError {
+    fn named(self, node: &str) -> OperatorError {
+        match self {
+            ListError::Missing(message) => {
+                OperatorError::Data(format!("Kafka source `{node}`: {message}"))
+            }
+            ListError::Cluster(e, servers) => external(
+                format!(
+                    "Kafka source `{node}`: cannot read the topics' metadata from {servers} \
+                     (is the broker reachable?)"
+                ),
+                e,
+            ),
+        }
+    }
+}
+
+/// Every partition of the source's topics, sorted. `strict`: a named topic that does not exist
+/// is an error (at start); while running it is just not there yet.
+fn list_partitions(
+    consumer: &KafkaConsumer,
+    topics: &Topics,
+    servers: &str,
+    strict: bool,
+) -> Result<Vec<(String, i32)>, ListError> {
+    let mut out = Vec::new();
+    match topics {
+        Topics::Named(names) => {
+            for name in names {
+                let metadata = consumer
+                    .fetch_metadata(Some(name), REQUEST_TIMEOUT)
+                    .map_err(|e| ListError::Cluster(e, servers.to_owned()))?;
+                let topic = metadata.topics().iter().find(|t| t.name() == name);
+                match topic {
+                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                        out.extend(t.partitions().iter().map(|p| (name.clone(), p.id())));
+                    }
+                    _ if strict => {
+                        return Err(ListError::Missing(format!(
+                            "the topic `{name}` does not exist on {servers}"
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Topics::Pattern(pattern) => {
+            let metadata = consumer
+                .fetch_metadata(None, REQUEST_TIMEOUT)
+                .map_err(|e| ListError::Cluster(e, servers.to_owned()))?;
+            for t in metadata.topics() {
+                if t.error().is_none() && !t.name().starts_with("__") && pattern.is_match(t.name())
+                {
+                    out.extend(t.partitions().iter().map(|p| (t.name().to_owned(), p.id())));
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// One partition a reader owns.
+#[derive(Debug)]
+struct Part {
+    topic: String,
+    partition: i32,
+    /// The offset of the next record to read.
+    next: i64,
+    /// `stop-at`: the offset reading stops at.
+    end: Option<i64>,
+    done: bool,
+    /// The largest event time of the partition's records so far.
+    max_event: Option<i64>,
+    last_record: Instant,
+}
+
+impl Part {
+    fn new(topic: String, partition: i32, next: i64, end: Option<i64>) -> Self {
+        Self {
+            done: end.is_some_and(|end| next >= end),
+            topic,
+            partition,
+            next,
+            end,
+            max_event: None,
+            last_record: Instant::now(),
+        }
+    }
+
+    fn position(&self) -> Position {
+        Position {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.next,
+        }
+    }
+
+    fn tpl(&self) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topic, self.partition);
+        tpl
+    }
+}
+
+/// What the reader sends the source.
+enum Fetched {
+    /// Rows (possibly none) and what the partitions look like after them.
+    Progress {
+        batches: Vec<(usize, RecordBatch)>,
+        positions: Vec<Position>,
+        bound: Option<i64>,
+        idle: bool,
+    },
+    /// `stop-at`: every partition reached its end.
+    End,
+    Failed(OperatorError),
+}
+
+/// A subtask's consumer, on its own thread.
+struct Reader {
+    /// Shared with the poll loop, which holds a borrowed record while the reader decodes it.
+    consumer: Arc<KafkaConsumer>,
+    decoder: RecordDecoder,
+    event_columns: Vec<Option<usize>>,
+    parts: Vec<Part>,
+    /// (topic, partition) → index into `parts`.
+    index: HashMap<(String, i32), usize>,
+    topics: Topics,
+    bounded: bool,
+    on_error: OnError,
+    max_record_size: u64,
+    idle_timeout: Option<Duration>,
+    discovery: Duration,
+    next_discovery: Instant,
+    subtask: usize,
+    parallelism: usize,
+    batch_size: usize,
+    metrics: Arc<SubtaskMetrics>,
+    node: String,
+}
+
+impl Reader {
+    fn run(mut self, tx: &async_channel::Sender<Fetched>, stop: &AtomicBool) {
+        if let Err(e) = self.read(tx, stop) {
+            let _ = tx.send_blocking(Fetched::Failed(e));
+        }
+    }
+
+    fn read(
+        &mut self,
+        tx: &async_channel::Sender<Fetched>,
+        stop: &AtomicBool,
+    ) -> Result<(), OperatorError> {
+        self.reindex();
+        self.report();
+        let mut was_idle = None;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if self.bounded && self.parts.iter().all(|p| p.done) {
+                let _ = tx.send_blocking(Fetched::End);
+                return Ok(());
+            }
+            if !self.bounded && Instant::now() >= self.next_discovery {
+                self.discover()?;
+                self.next_discovery = Instant::now() + self.discovery;
+            }
+            let started = Instant::now();
+            let mut eof = false;
+            let mut wait = POLL_INTERVAL;
+            let consumer = self.consumer.clone();
+            while self.decoder.buffered() < self.batch_size {
+                match consumer.poll(wait) {
+                    None => break,
+                    Some(Ok(message)) => self.record(&message)?,
+                    Some(Err(KafkaError::PartitionEOF(partition))) => {
+                        eof = true;
+                        self.reached_end(partition);
+                    }
+                    Some(Err(e)) => self.consumer_error(e)?,
+                }
+                wait = MAX_BATCH_DELAY.saturating_sub(started.elapsed());
+                if wait.is_zero() {
+                    break;
+                }
+            }
+            if eof && self.bounded {
+                self.check_positions();
+            }
+            let idle = self.idle();
+            if self.decoder.buffered() == 0 && was_idle == Some(idle) && !eof {
+                continue;
+            }
+            was_idle = Some(idle);
+            let batches = self.flush()?;
+            self.report();
+            let progress = Fetched::Progress {
+                batches,
+                positions: self.parts.iter().map(Part::position).collect(),
+                bound: self.bound(),
+                idle,
+            };
+            if tx.send_blocking(progress).is_err() {
+                // The source is gone (its task stopped).
+                return Ok(());
+            }
+        }
+    }
+
+    /// Publishes the partitions' positions and ends for the API and `/metrics`. The
+    /// positions are those after the batches about to be sent: the task emits them next.
+    fn report(&self) {
+        let ends = self
+            .consumer
+            .context()
+            .ends
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
+        let progress = self
+            .parts
+            .iter()
+            .map(|p| PartitionProgress {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                position: p.next,
+                end: ends.get(&(p.topic.clone(), p.partition)).copied(),
+            })
+            .collect();
+        if let Ok(mut partitions) = self.metrics.partitions.lock() {
+            *partitions = progress;
+        }
+    }
+
+    fn reindex(&mut self) {
+        self.index = self
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ((p.topic.clone(), p.partition), i))
+            .collect();
+    }
+
+    /// Decodes one record into the buffered rows.
+    fn record(
+        &mut self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+    ) -> Result<(), OperatorError> {
+        let key = (message.topic().to_owned(), message.partition());
+        let Some(&i) = self.index.get(&key) else {
+            return Ok(());
+        };
+        let offset = message.offset();
+        let part = &mut self.parts[i];
+        if part.done || part.end.is_some_and(|end| offset >= end) {
+            self.finish_part(i);
+            return Ok(());
+        }
+        part.next = offset + 1;
+        part.last_record = Instant::now();
+        SubtaskMetrics::add(&self.metrics.events, 1);
+        let value = message.payload();
+        let failure = if value.is_some_and(|v| v.len() as u64 > self.max_record_size) {
+            Some(format!(
+                "the value is {} bytes, more than `max-record-size` ({})",
+                value.map_or(0, <[u8]>::len),
+                crate::spec::ByteSize(self.max_record_size)
+            ))
+        } else {
+            let headers = if self.decoder.wants_headers() {
+                Some(headers_json(
+                    message
+                        .headers()
+                        .into_iter()
+                        .flat_map(|h| h.iter())
+                        .map(|h| (h.key, h.value)),
+                ))
+            } else {
+                None
+            };
+            let meta = RecordMeta {
+                topic: message.topic(),
+                partition: message.partition(),
+                offset,
+                timestamp: message.timestamp().to_millis(),
+                key: message.key(),
+                headers,
+            };
+            match self.decoder.decode(value, &meta, i) {
+                Ok(_) => None,
+                Err(e @ (RecordError::Decode(_) | RecordError::NotUtf8 | RecordError::NoValue)) => {
+                    Some(e.to_string())
+                }
+            }
+        };
+        if let Some(reason) = failure {
+            match self.on_error {
+                OnError::Skip => SubtaskMetrics::add(&self.metrics.skipped, 1),
+                OnError::Fail => {
+                    return Err(OperatorError::Data(format!(
+                        "Kafka source `{}`: topic {} partition {} offset {offset}: {reason} (set \
+                         `on-error: skip` to skip such records)",
+                        self.node,
+                        message.topic(),
+                        message.partition()
+                    )));
+                }
+            }
+        }
+        if self.parts[i].end.is_some_and(|end| offset + 1 >= end) {
+            self.finish_part(i);
+        }
+        Ok(())
+    }
+
+    /// A partition reached its `stop-at` end: stop fetching it.
+    fn finish_part(&mut self, i: usize) {
+        let part = &mut self.parts[i];
+        if !part.done {
+            part.done = true;
+            let _ = self.consumer.pause(&part.tpl());
+        }
+    }
+
+    /// End of partition `partition` (of some topic: librdkafka's event does not say which):
+    /// with one candidate, that partition has been read up to the cluster's end, which is at
+    /// or past the end it had when the subtask started.
+    fn reached_end(&mut self, partition: i32) {
+        if !self.bounded {
+            return;
+        }
+        let candidates: Vec<usize> = (0..self.parts.len())
+            .filter(|&i| self.parts[i].partition == partition && !self.parts[i].done)
+            .collect();
+        if let [i] = candidates[..] {
+            self.finish_part(i);
+        }
+    }
+
+    /// Bounded reads: partitions whose consumer position reached their end (the position
+    /// counts transaction markers, which no record's offset does).
+    fn check_positions(&mut self) {
+        let Ok(positions) = self.consumer.position() else {
+            return;
+        };
+        for i in 0..self.parts.len() {
+            let part = &self.parts[i];
+            if part.done {
+                continue;
+            }
+            if let Some(Offset::Offset(pos)) = positions
+                .find_partition(&part.topic, part.partition)
+                .map(|e| e.offset())
+            {
+                if part.end.is_some_and(|end| pos >= end) {
+                    self.finish_part(i);
+                }
+            }
+        }
+    }
+
+    /// Errors the consumer reports: most are transient (a broker restarting) and librdkafka
+    /// retries them itself; those that mean the input is gone or refused fail the job.
+    fn consumer_error(&self, e: KafkaError) -> Result<(), OperatorError> {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let fatal = match &e {
+            KafkaError::MessageConsumptionFatal(_) => true,
+            KafkaError::MessageConsumption(code) => matches!(
+                code,
+                Code::UnknownTopicOrPartition
+                    | Code::UnknownTopic
+                    | Code::UnknownPartition
+                    | Code::TopicAuthorizationFailed
+                    | Code::GroupAuthorizationFailed
+                    | Code::SaslAuthenticationFailed
+                    | Code::Authentication
+            ),
+            _ => false,
+        };
+        if fatal {
+            return Err(external(
+                format!("Kafka source `{}`: the consumer failed", self.node),
+                e,
+            ));
+        }
+        tracing::warn!(node = %self.node, subtask = self.subtask, "Kafka consumer: {e}");
+        Ok(())
+    }
+
+    /// Partitions created since the last look: assigned from their start.
+    fn discover(&mut self) -> Result<(), OperatorError> {
+        let all = match list_partitions(&self.consumer, &self.topics, "", false) {
+            Ok(all) => all,
+            // The cluster is unreachable for now: look again next time.
+            Err(ListError::Cluster(e, _)) => {
+                tracing::warn!(node = %self.node, "Kafka partition discovery: {e}");
+                return Ok(());
+            }
+            Err(ListError::Missing(_)) => return Ok(()),
+        };
+        let mut tpl = TopicPartitionList::new();
+        let mut added = Vec::new();
+        for (topic, partition) in all {
+            if owner(&topic, partition, self.parallelism) != self.subtask
+                || self.index.contains_key(&(topic.clone(), partition))
+            {
+                continue;
+            }
+            let low = match self
+                .consumer
+                .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+            {
+                Ok((low, _)) => low,
+                Err(e) => {
+                    tracing::warn!(node = %self.node, "Kafka partition discovery: {e}");
+                    continue;
+                }
+            };
+            tpl.add_partition_offset(&topic, partition, Offset::Offset(low))
+                .map_err(|e| external("assigning a new partition".to_string(), e))?;
+            tracing::info!(node = %self.node, subtask = self.subtask, "reading new partition {topic}/{partition} from offset {low}");
+            added.push(Part::new(topic, partition, low, None));
+        }
+        if added.is_empty() {
+            return Ok(());
+        }
+        self.consumer.incremental_assign(&tpl).map_err(|e| {
+            external(
+                format!("Kafka source `{}`: assigning new partitions", self.node),
+                e,
+            )
+        })?;
+        self.parts.extend(added);
+        self.reindex();
+        Ok(())
+    }
+
+    /// Whether nothing the subtask reads can hold event time back: no partitions, or every
+    /// partition quiet for `idle-timeout`.
+    fn idle(&self) -> bool {
+        if self.bounded {
+            return false;
+        }
+        let now = Instant::now();
+        self.parts.iter().all(|p| self.is_idle(p, now))
+    }
+
+    fn is_idle(&self, p: &Part, now: Instant) -> bool {
+        self.idle_timeout
+            .is_some_and(|t| now.duration_since(p.last_record) >= t)
+    }
+
+    /// The least event time over the partitions that may still hold the watermark back.
+    fn bound(&self) -> Option<i64> {
+        let now = Instant::now();
+        self.parts
+            .iter()
+            .filter(|p| !p.done && !self.is_idle(p, now))
+            .map(|p| p.max_event.unwrap_or(i64::MIN))
+            .min()
+    }
+
+    /// The buffered rows as batches, advancing each partition's event time by its rows.
+    fn flush(&mut self) -> Result<Vec<(usize, RecordBatch)>, OperatorError> {
+        let flushed = self.decoder.flush().map_err(OperatorError::Internal)?;
+        let mut out = Vec::with_capacity(flushed.len());
+        for (port, batch, rows) in flushed {
+            if let Some(Some(col)) = self.event_columns.get(port) {
+                let column = batch.column(*col);
+                let times: Option<Vec<Option<i64>>> =
+                    if let Some(a) = column.as_any().downcast_ref::<TimestampMillisecondArray>() {
+                        Some(a.iter().collect())
+                    } else {
+                        column
+                            .as_any()
+                            .downcast_ref::<Int64Array>()
+                            .map(|a| a.iter().collect())
+                    };
+                for (t, part) in times.unwrap_or_default().into_iter().zip(rows) {
+                    if let (Some(t), Some(p)) = (t, self.parts.get_mut(part)) {
+                        p.max_event = Some(p.max_event.map_or(t, |m| m.max(t)));
+                    }
+                }
+            }
+            out.push((port, batch));
+        }
+        Ok(out)
+    }
+}
+
+/// One subtask of a Kafka source: what its reader sent so far.
+pub struct KafkaSource {
+    rx: async_channel::Receiver<Fetched>,
+    positions: Vec<Position>,
+    bound: Option<i64>,
+    idle: bool,
+    stop: Arc<AtomicBool>,
+    /// The reader; it stops when told to or when this source (its receiver) is dropped.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Source for KafkaSource {
+    fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>> {
+        Box::pin(async move {
+            match self.rx.recv().await {
+                Ok(Fetched::Progress {
+                    batches,
+                    positions,
+                    bound,
+                    idle,
+                }) => {
+                    self.positions = positions;
+                    self.bound = bound;
+                    self.idle = idle;
+                    Ok(SourceEvent::Batches(batches))
+                }
+                Ok(Fetched::End) => Ok(SourceEvent::End),
+                Ok(Fetched::Failed(e)) => Err(e),
+                Err(_) => Err(OperatorError::Internal(
+                    "a Kafka reader thread stopped without saying why".into(),
+                )),
+            }
+        })
+    }
+
+    fn watermark_bound(&self) -> Option<i64> {
+        self.bound
+    }
+
+    fn idle(&self) -> bool {
+        self.idle
+    }
+
+    fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
+        let state = SourceState {
+            partitions: self.positions.clone(),
+        };
+        serde_json::to_value(state)
+            .map(Some)
+            .map_err(|e| OperatorError::Internal(format!("encoding Kafka positions: {e}")))
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.rx.close();
+        // The reader notices within one poll interval; it is not joined here, so that a drop
+        // on an async worker never waits for librdkafka to close the consumer.
+        drop(self.thread.take());
+    }
+}
