@@ -362,15 +362,19 @@ fn q5_and_q11_over_a_topic_equal_the_same_queries_over_the_file() {
     }
 }
 
+/// `--set`s that make q5's sink write to the topic `q5-out`, keyed by auction.
+fn kafka_sink(servers: &str, delivery: &str) -> Vec<String> {
+    vec![
+        "sinks.out.kind=kafka".into(),
+        format!("sinks.out.bootstrap-servers={servers}"),
+        "sinks.out.topic=q5-out".into(),
+        "sinks.out.key=[auction]".into(),
+        format!("sinks.out.delivery={delivery}"),
+    ]
+}
+
 /// `weir run` of a Nexmark query over a topic, as a child process checkpointing every 200 ms.
-fn spawn_nexmark(
-    query: &str,
-    job: &Path,
-    data: &Path,
-    out: &Path,
-    parallelism: u32,
-    sink: &[String],
-) -> Child {
+fn spawn_nexmark(job: &Path, data: &Path, out: &Path, parallelism: u32, sink: &[String]) -> Child {
     let mut cmd = weir(data);
     cmd.arg("run")
         .arg(job)
@@ -385,7 +389,6 @@ fn spawn_nexmark(
     for s in sink {
         cmd.args(["--set", s]);
     }
-    let _ = query;
     cmd.stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -412,7 +415,7 @@ fn kafka_source_is_exactly_once_across_kill9_and_rescale() {
         );
         let parallelism = [2, 1, 2];
         let logs = run_through_kills(query, seed, 3, |run| {
-            spawn_nexmark(query, &path, &data, &out, parallelism[run % 3], &[])
+            spawn_nexmark(&path, &data, &out, parallelism[run % 3], &[])
         });
         let got = multiset(crate::recovery::committed_rows(&out));
         if got != expected {
@@ -477,7 +480,7 @@ fn a_broker_restart_mid_run_loses_and_repeats_nothing() {
     );
     // Kafka into files, exactly once.
     let out = dir.path().join("out");
-    let child = spawn_nexmark("q5", &path, &dir.path().join("data-files"), &out, 2, &[]);
+    let child = spawn_nexmark(&path, &dir.path().join("data-files"), &out, 2, &[]);
     std::thread::sleep(Duration::from_millis(300));
     broker.restart();
     finished(child, "q5 into files across a broker restart");
@@ -487,14 +490,8 @@ fn a_broker_restart_mid_run_loses_and_repeats_nothing() {
         &expected,
     );
     // Kafka into Kafka, at least once.
-    let sink = [
-        "sinks.out.kind=kafka".to_string(),
-        format!("sinks.out.bootstrap-servers={}", broker.servers()),
-        "sinks.out.topic=q5-out".into(),
-        "sinks.out.key=[auction]".into(),
-        "sinks.out.delivery=at-least-once".into(),
-    ];
-    let child = spawn_nexmark("q5", &path, &dir.path().join("data-kafka"), &out, 2, &sink);
+    let sink = kafka_sink(&broker.servers(), "at-least-once");
+    let child = spawn_nexmark(&path, &dir.path().join("data-kafka"), &out, 2, &sink);
     std::thread::sleep(Duration::from_millis(300));
     broker.restart();
     finished(child, "q5 into Kafka across a broker restart");
@@ -519,18 +516,12 @@ fn kafka_to_kafka_at_least_once_loses_nothing_across_kill9_and_rescale() {
         "q5.yaml",
         &nexmark_kafka_job("q5", &broker, "events"),
     );
-    let sink = [
-        "sinks.out.kind=kafka".to_string(),
-        format!("sinks.out.bootstrap-servers={}", broker.servers()),
-        "sinks.out.topic=q5-out".into(),
-        "sinks.out.key=[auction]".into(),
-        "sinks.out.delivery=at-least-once".into(),
-    ];
+    let sink = kafka_sink(&broker.servers(), "at-least-once");
     let data = dir.path().join("data");
     let unused = dir.path().join("unused");
     let parallelism = [2, 1, 2, 1];
     let logs = run_through_kills("q5 into Kafka", 23, 3, |run| {
-        spawn_nexmark("q5", &path, &data, &unused, parallelism[run % 4], &sink)
+        spawn_nexmark(&path, &data, &unused, parallelism[run % 4], &sink)
     });
     let got = multiset(q5_rows(broker.read_all("q5-out", 3)));
     if got.keys().any(|k| !expected.contains_key(k))
@@ -570,11 +561,10 @@ fn exactly_once_into_the_mock_cluster() {
             "sources.nexmark.rate=30000".into(),
             "checkpoint.interval=200ms".into(),
             format!("checkpoint.storage={}", storage.display()),
-            "sinks.out.kind=kafka".into(),
-            format!("sinks.out.bootstrap-servers={servers}"),
-            "sinks.out.topic=q5-out".into(),
-            "sinks.out.key=[auction]".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(kafka_sink(&servers, "exactly-once"))
+        .collect::<Vec<_>>(),
     )
     .unwrap();
     let summary = try_run_plan(&plan, true).unwrap();

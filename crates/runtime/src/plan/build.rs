@@ -859,13 +859,7 @@ fn kafka_source(
             "`start-from: group-offsets` needs the `group-id` whose offsets to start from".into(),
         ));
     }
-    let reserved = crate::connectors::kafka::reserved_properties(&k.properties);
-    if !reserved.is_empty() {
-        return Err((
-            "properties",
-            format!("weir sets {} itself: leave it out", reserved.join(", ")),
-        ));
-    }
+    crate::connectors::kafka::check_properties(&k.properties).map_err(|m| ("properties", m))?;
     let ports = format.ports(&k.metadata);
     let value_columns = match &format {
         ValueFormat::Json(layout) => layout

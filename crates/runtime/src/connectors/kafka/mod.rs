@@ -54,13 +54,21 @@ const RESERVED: [&str; 7] = [
     "transactional.id",
 ];
 
-/// The properties of a spec that weir reserves, for a problem at plan time.
-pub fn reserved_properties(properties: &IndexMap<String, String>) -> Vec<&str> {
-    properties
+/// Refuses `properties` that weir sets itself (a problem at plan time, at `properties`).
+pub fn check_properties(properties: &IndexMap<String, String>) -> Result<(), String> {
+    let reserved: Vec<&str> = properties
         .keys()
         .filter(|k| RESERVED.contains(&k.as_str()))
         .map(String::as_str)
-        .collect()
+        .collect();
+    match reserved.len() {
+        0 => Ok(()),
+        n => Err(format!(
+            "weir sets {} itself: leave {} out of `properties`",
+            reserved.join(", "),
+            if n == 1 { "it" } else { "them" }
+        )),
+    }
 }
 
 /// A client configuration: the user's properties, then weir's.

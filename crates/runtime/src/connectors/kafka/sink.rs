@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use rdkafka::ClientContext;
@@ -96,17 +96,32 @@ impl Encoder {
 
     fn encode(&mut self, batch: &RecordBatch, out: &mut Vec<Record>) -> Result<(), OperatorError> {
         let values = lines(&mut self.values, batch, &mut self.buffer)?;
-        let keys: Vec<Option<String>> = if self.key.is_empty() {
-            vec![None; values.len()]
-        } else {
-            let projected = batch
-                .project(&self.key)
-                .map_err(|e| OperatorError::Internal(format!("projecting the key: {e}")))?;
-            let mut buffer = Vec::new();
-            lines(&mut self.keys, &projected, &mut buffer)?
-                .into_iter()
-                .map(|k| Some(single_value(k)))
-                .collect()
+        let keys: Vec<Option<String>> = match self.key[..] {
+            [] => vec![None; values.len()],
+            // One column: its value as text (a string without quotes), as Kafka tools show keys.
+            [column] => {
+                let options = arrow_cast::display::FormatOptions::default().with_null("");
+                let formatter =
+                    arrow_cast::display::ArrayFormatter::try_new(batch.column(column), &options)
+                        .map_err(|e| OperatorError::Data(format!("Kafka sink key: {e}")))?;
+                (0..batch.num_rows())
+                    .map(|row| {
+                        (!batch.column(column).is_null(row))
+                            .then(|| formatter.value(row).to_string())
+                    })
+                    .collect()
+            }
+            // Several: a JSON object of them.
+            _ => {
+                let projected = batch
+                    .project(&self.key)
+                    .map_err(|e| OperatorError::Internal(format!("projecting the key: {e}")))?;
+                let mut buffer = Vec::new();
+                lines(&mut self.keys, &projected, &mut buffer)?
+                    .into_iter()
+                    .map(Some)
+                    .collect()
+            }
         };
         out.extend(keys.into_iter().zip(values));
         Ok(())
@@ -127,22 +142,6 @@ fn lines(
         .map_err(|e| OperatorError::Internal(format!("the JSON encoder wrote non-UTF-8: {e}")))?;
     // JSON escapes line breaks inside strings: every '\n' ends a row.
     Ok(text.lines().map(str::to_owned).collect())
-}
-
-/// A key of one column is that column's value (a string without its quotes), else the object.
-fn single_value(object: String) -> String {
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(&object)
-    else {
-        return object;
-    };
-    if map.len() != 1 {
-        return object;
-    }
-    match map.into_iter().next() {
-        Some((_, serde_json::Value::String(s))) => s,
-        Some((_, v)) => v.to_string(),
-        None => object,
-    }
 }
 
 /// Remembers the first failed delivery of an at-least-once producer.
@@ -401,14 +400,7 @@ impl KafkaSinkFactory {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let reserved = super::reserved_properties(&spec.properties);
-        if !reserved.is_empty() {
-            return Err(format!(
-                "weir sets {} itself: leave {} out of `properties`",
-                reserved.join(", "),
-                if reserved.len() == 1 { "it" } else { "them" }
-            ));
-        }
+        super::check_properties(&spec.properties)?;
         let prefix = spec
             .transactional_id_prefix
             .clone()
@@ -722,9 +714,15 @@ mod tests {
     }
 
     #[test]
-    fn a_key_of_one_column_is_its_value() {
-        assert_eq!(single_value(r#"{"a":"x"}"#.into()), "x");
-        assert_eq!(single_value(r#"{"a":5}"#.into()), "5");
-        assert_eq!(single_value(r#"{"a":5,"b":1}"#.into()), r#"{"a":5,"b":1}"#);
+    fn keys_are_one_column_as_text_or_several_as_an_object() {
+        let b = batch(&[7]);
+        let mut rows = Vec::new();
+        Encoder::new(vec![1]).encode(&b, &mut rows).expect("encode");
+        assert_eq!(rows[0].0.as_deref(), Some("n\n7"));
+        rows.clear();
+        Encoder::new(vec![0, 1])
+            .encode(&b, &mut rows)
+            .expect("encode");
+        assert_eq!(rows[0].0.as_deref(), Some(r#"{"id":7,"name":"n\n7"}"#));
     }
 }

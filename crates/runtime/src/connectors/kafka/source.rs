@@ -24,7 +24,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message};
 use serde::{Deserialize, Serialize};
 
-use super::records::{RecordDecoder, RecordError, RecordMeta, ValueFormat, headers_json};
+use super::records::{RecordDecoder, RecordMeta, ValueFormat, headers_json};
 use super::{REQUEST_TIMEOUT, client_config, external, owner};
 use crate::connectors::source::{Source, SourceEvent, SourceFactory, SubtaskContext};
 use crate::error::OperatorError;
@@ -237,11 +237,11 @@ impl SourceFactory for KafkaSourceFactory {
             None => None,
         };
         let consumer = self.consumer()?;
-        let setup = super::blocking(|| self.assign(&consumer, ctx, restored.as_deref()))?;
+        let parts = super::blocking(|| self.assign(&consumer, ctx, restored.as_deref()))?;
         let (tx, rx) = async_channel::bounded(READ_AHEAD);
         let stop = Arc::new(AtomicBool::new(false));
-        let positions = setup.positions();
-        let idle = setup.parts.iter().all(|p| p.done) && self.spec.stop_at.is_none();
+        let positions = parts.iter().map(Part::position).collect();
+        let idle = parts.is_empty() && self.spec.stop_at.is_none();
         let reader = Reader {
             consumer: Arc::new(consumer),
             decoder: RecordDecoder::new(
@@ -251,7 +251,7 @@ impl SourceFactory for KafkaSourceFactory {
                 ctx.batch_size,
             ),
             event_columns: self.event_columns(),
-            parts: setup.parts,
+            parts,
             index: HashMap::new(),
             topics: self.topics.clone(),
             bounded: self.spec.stop_at.is_some(),
@@ -286,17 +286,6 @@ impl SourceFactory for KafkaSourceFactory {
     }
 }
 
-/// What a subtask starts with.
-struct Setup {
-    parts: Vec<Part>,
-}
-
-impl Setup {
-    fn positions(&self) -> Vec<Position> {
-        self.parts.iter().map(Part::position).collect()
-    }
-}
-
 impl KafkaSourceFactory {
     /// Per port, the index of the event-time column.
     fn event_columns(&self) -> Vec<Option<usize>> {
@@ -317,7 +306,7 @@ impl KafkaSourceFactory {
         consumer: &KafkaConsumer,
         ctx: &SubtaskContext,
         restored: Option<&[Position]>,
-    ) -> Result<Setup, OperatorError> {
+    ) -> Result<Vec<Part>, OperatorError> {
         let all = list_partitions(consumer, &self.topics, &self.spec.bootstrap_servers, true)
             .map_err(|e| e.named(&self.node))?;
         let restored: HashMap<(&str, i32), i64> = restored
@@ -363,7 +352,7 @@ impl KafkaSourceFactory {
                 e,
             )
         })?;
-        Ok(Setup { parts })
+        Ok(parts)
     }
 
     /// Where a partition without a checkpointed offset starts, by `start-from`.
@@ -555,8 +544,8 @@ struct Reader {
     decoder: RecordDecoder,
     event_columns: Vec<Option<usize>>,
     parts: Vec<Part>,
-    /// (topic, partition) → index into `parts`.
-    index: HashMap<(String, i32), usize>,
+    /// Topic → partition → index into `parts` (looked up per record without allocating).
+    index: HashMap<String, HashMap<i32, usize>>,
     topics: Topics,
     bounded: bool,
     on_error: OnError,
@@ -666,12 +655,17 @@ impl Reader {
     }
 
     fn reindex(&mut self) {
-        self.index = self
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| ((p.topic.clone(), p.partition), i))
-            .collect();
+        self.index.clear();
+        for (i, p) in self.parts.iter().enumerate() {
+            self.index
+                .entry(p.topic.clone())
+                .or_default()
+                .insert(p.partition, i);
+        }
+    }
+
+    fn part_of(&self, topic: &str, partition: i32) -> Option<usize> {
+        self.index.get(topic)?.get(&partition).copied()
     }
 
     /// Decodes one record into the buffered rows.
@@ -679,8 +673,7 @@ impl Reader {
         &mut self,
         message: &rdkafka::message::BorrowedMessage<'_>,
     ) -> Result<(), OperatorError> {
-        let key = (message.topic().to_owned(), message.partition());
-        let Some(&i) = self.index.get(&key) else {
+        let Some(i) = self.part_of(message.topic(), message.partition()) else {
             return Ok(());
         };
         let offset = message.offset();
@@ -719,12 +712,10 @@ impl Reader {
                 key: message.key(),
                 headers,
             };
-            match self.decoder.decode(value, &meta, i) {
-                Ok(_) => None,
-                Err(e @ (RecordError::Decode(_) | RecordError::NotUtf8 | RecordError::NoValue)) => {
-                    Some(e.to_string())
-                }
-            }
+            self.decoder
+                .decode(value, &meta, i)
+                .err()
+                .map(|e| e.to_string())
         };
         if let Some(reason) = failure {
             match self.on_error {
@@ -835,7 +826,7 @@ impl Reader {
         let mut added = Vec::new();
         for (topic, partition) in all {
             if owner(&topic, partition, self.parallelism) != self.subtask
-                || self.index.contains_key(&(topic.clone(), partition))
+                || self.part_of(&topic, partition).is_some()
             {
                 continue;
             }
