@@ -462,8 +462,9 @@ fn assert_at_least_once(
     );
 }
 
-/// The broker restarts while a job reads it: the reader reconnects and resumes where it was,
-/// and the committed output of the Kafka source (into files) is exactly the file-source run's;
+/// The broker restarts while a job reads it, or is down when the job starts: the reader
+/// reconnects and resumes where it was (the job restarts when it cannot start), and the
+/// committed output of the Kafka source (into files) is exactly the file-source run's;
 /// an at-least-once Kafka sink in the same situation loses nothing.
 #[test]
 fn a_broker_restart_mid_run_loses_and_repeats_nothing() {
@@ -489,7 +490,21 @@ fn a_broker_restart_mid_run_loses_and_repeats_nothing() {
         &multiset(crate::recovery::committed_rows(&out)),
         &expected,
     );
+    // The broker is down while the job starts: launching fails, and the job restarts (as
+    // after any failure of an external system) once it is back.
+    broker.stop();
+    let out = dir.path().join("out-late");
+    let child = spawn_nexmark(&path, &dir.path().join("data-late"), &out, 2, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    broker.restart();
+    finished(child, "q5 into files with the broker down at start");
+    assert_same_rows(
+        "q5 into files with the broker down at start",
+        &multiset(crate::recovery::committed_rows(&out)),
+        &expected,
+    );
     // Kafka into Kafka, at least once.
+    let out = dir.path().join("out");
     let sink = kafka_sink(&broker.servers(), "at-least-once");
     let child = spawn_nexmark(&path, &dir.path().join("data-kafka"), &out, 2, &sink);
     std::thread::sleep(Duration::from_millis(300));
@@ -575,4 +590,132 @@ fn exactly_once_into_the_mock_cluster() {
         &multiset(q5_rows(rows)),
         &expected,
     );
+}
+
+/// A server refuses a job whose brokers its operator did not list; a hosted, unbounded Kafka
+/// job on a server that lists them shows each partition's position, end and lag in its API and
+/// in Prometheus' `weir_source_partition_lag`, and commits the offsets of its completed
+/// checkpoints to its `group-id` (read back with a plain consumer of that group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_job_reports_partition_lag_and_commits_group_offsets() {
+    use crate::serve::{RelativeDir, app, app_with, call, wait_for};
+    use axum::body::Body;
+    use axum::http::StatusCode;
+
+    let broker = Broker::start();
+    broker.create_topic("lagged", 3);
+    let values: Vec<String> = (0..900).map(|i| format!("v{i}")).collect();
+    broker.produce("lagged", 3, &values, |_| None);
+    let storage = RelativeDir::new("kafka-lag");
+    let text = format!(
+        "name: kafka-lag\nparallelism: 2\nsources:\n  in:\n    kind: kafka\n    \
+         bootstrap-servers: {}\n    topic: lagged\n    format: raw\n    group-id: weir-lag\n\
+         sinks:\n  out: {{kind: blackhole, from: in}}\ncheckpoint: {{interval: 100ms, storage: \
+         {}}}\n",
+        broker.servers(),
+        storage.0
+    );
+    // A server reaches only the brokers its operator lists.
+    let (_host, closed) = app(weir_http_ui::Access::open());
+    let refused = call(&closed, "POST", "/api/v1/jobs", text.clone()).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text);
+    let allow = format!("kafka://127.0.0.1:{}", broker.port);
+    assert!(
+        refused.text.contains(&format!("--allow-endpoint {allow}"))
+            && refused.text.contains("bootstrap-servers"),
+        "{}",
+        refused.text
+    );
+    let (_host, app) = app_with(
+        weir_http_ui::Access::open(),
+        weir_http_ui::HostConfig {
+            sample_every: Duration::from_millis(50),
+            endpoints: weir_http_ui::endpoints::Endpoints::default()
+                .allow(&allow)
+                .unwrap(),
+            ..weir_http_ui::HostConfig::default()
+        },
+    );
+    let submitted = call(&app, "POST", "/api/v1/jobs", text).await;
+    assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
+    let id = submitted.json()["id"].as_str().unwrap().to_owned();
+    let uri = format!("/api/v1/jobs/{id}");
+
+    // Every partition read to its end: position = end = 300 (round-robin production), lag 0.
+    let detail = wait_for(&app, &uri, |v| {
+        let parts = v["nodes"][0]["partitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        parts.len() == 3 && parts.iter().all(|p| p["position"] == 300 && p["lag"] == 0)
+    })
+    .await;
+    let parts = detail["nodes"][0]["partitions"].as_array().unwrap();
+    let mut seen: Vec<(i64, u64)> = parts
+        .iter()
+        .map(|p| {
+            (
+                p["partition"].as_i64().unwrap(),
+                p["subtask"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "{detail}"
+    );
+    assert!(
+        seen.iter().all(|s| s.1 < 2),
+        "partitions on subtasks that do not exist: {detail}"
+    );
+    assert!(
+        parts
+            .iter()
+            .all(|p| p["topic"] == "lagged" && p["end"] == 300),
+        "{detail}"
+    );
+
+    let metrics = call(&app, "GET", "/metrics", Body::empty()).await.text;
+    for p in 0..3 {
+        let line = format!(
+            "weir_source_partition_lag{{id=\"{id}\",job=\"kafka-lag\",node=\"in\",topic=\"lagged\",partition=\"{p}\"}} 0"
+        );
+        assert!(metrics.contains(&line), "no `{line}` in:\n{metrics}");
+    }
+
+    // A checkpoint completed after the reads commits 300 for each partition to the group.
+    let servers = broker.servers();
+    let committed = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("group.id", "weir-lag")
+            .create()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..3 {
+                tpl.add_partition("lagged", p);
+            }
+            let offsets: Vec<Offset> = consumer
+                .committed_offsets(tpl, Duration::from_secs(10))
+                .map(|t| t.elements().iter().map(|e| e.offset()).collect())
+                .unwrap_or_default();
+            if offsets.iter().all(|o| *o == Offset::Offset(300)) && offsets.len() == 3
+                || Instant::now() > deadline
+            {
+                return offsets;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(committed, vec![Offset::Offset(300); 3]);
+
+    let cancelled = call(&app, "POST", &format!("{uri}/cancel"), Body::empty()).await;
+    assert_eq!(cancelled.status, StatusCode::ACCEPTED, "{}", cancelled.text);
+    wait_for(&app, &uri, |v| v["state"] == "cancelled").await;
 }

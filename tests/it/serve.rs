@@ -102,6 +102,7 @@ pub(crate) fn q1(name: &str, extra: &str) -> String {
 /// Polls `uri` until `done` holds for its JSON (a liveness wait, bounded at 30 s: no speed is
 /// asserted).
 pub(crate) async fn wait_for(app: &Router, uri: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
     for _ in 0..600 {
         let a = call(app, "GET", uri, Body::empty()).await;
         assert_eq!(a.status, StatusCode::OK, "{uri}: {}", a.text);
@@ -109,17 +110,18 @@ pub(crate) async fn wait_for(app: &Router, uri: &str, done: impl Fn(&Value) -> b
         if done(&v) {
             return v;
         }
+        last = v;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{uri} never reached the expected state");
+    panic!("{uri} never reached the expected state; it is: {last}");
 }
 
 /// A checkpoint directory relative to the working directory (a server accepts no other),
 /// removed when dropped.
-struct RelativeDir(String);
+pub(crate) struct RelativeDir(pub(crate) String);
 
 impl RelativeDir {
-    fn new(test: &str) -> Self {
+    pub(crate) fn new(test: &str) -> Self {
         let dir = format!("out/serve-tests/{test}-{}", std::process::id());
         let _ = std::fs::remove_dir_all(&dir);
         RelativeDir(dir)

@@ -171,12 +171,27 @@ struct Run {
     /// The snapshots of every attempt so far (the last [`HISTORY`](weir_checkpoint::coordinator::HISTORY) of each).
     history: Vec<Record>,
     restored_from: Option<String>,
+    /// Restarts so far, against the budget of `restart.max-attempts`.
+    restarts: u32,
     /// Failures restarted after, shared with [`JobControl::failures`].
     failures: Arc<Mutex<Vec<Failure>>>,
     /// Queryable state, shared with [`JobControl::queries`]; each attempt registers with it.
     queries: Arc<crate::query::Queries>,
     /// The latest restore, shared with [`JobControl::restore_stats`].
     restore: Arc<Mutex<Option<Restore>>>,
+}
+
+/// Whether an attempt that failed to launch may be retried: an operator's external system
+/// (a broker, a database) failed while it was being set up. A data or configuration error,
+/// an unusable snapshot or a failing checkpoint store would fail again the same way.
+fn retriable_launch(failure: &RunError) -> bool {
+    matches!(
+        failure,
+        RunError::Task(JobError {
+            error: OperatorError::External { .. },
+            ..
+        })
+    )
 }
 
 /// One attempt: its tasks, coordinator and lease.
@@ -230,6 +245,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         completed: 0,
         history: Vec::new(),
         restored_from: None,
+        restarts: 0,
         failures: failures.clone(),
         queries: queries.clone(),
         restore: restore.clone(),
@@ -240,7 +256,13 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         // The next restart before a checkpoint of this run goes back to the same snapshot.
         run.base = Some(RestoreFrom::Path(PathBuf::from(&p.location)));
     }
-    let attempt = run.launch(0, prepared).await?;
+    let attempt = match run.launch(0, prepared).await {
+        Ok(attempt) => attempt,
+        // An external system that is down for a moment (a broker restarting) while the job
+        // starts is a failure like any other: restarted after, within the budget.
+        Err(failure) if retriable_launch(&failure) => run.restart(failure).await?,
+        Err(failure) => return Err(failure),
+    };
     let metrics = run
         .metrics
         .clone()
@@ -474,8 +496,56 @@ impl Run {
         Ok(attempt_parts)
     }
 
+    /// Restarts after `failure` within the restart budget: records it, waits the backoff,
+    /// restores and launches the next attempt. A launch that fails for an external cause (a
+    /// broker still restarting) is the next failure, not the end of the job; any other launch
+    /// failure, an exhausted budget or a stop ends the job with the failure.
+    async fn restart(&mut self, mut failure: RunError) -> Result<Attempt, RunError> {
+        loop {
+            let allowed = self.plan.spec.restart.attempts(self.checkpointing());
+            if self.stop.is_cancelled() || self.restarts >= allowed {
+                return Err(failure);
+            }
+            let wait = self.plan.spec.restart.backoff(self.restarts);
+            self.restarts += 1;
+            let restarts = self.restarts;
+            if let Some(m) = &self.metrics {
+                m.restarts.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Ok(mut failures) = self.failures.lock() {
+                if failures.len() == FAILURES {
+                    failures.remove(0);
+                }
+                failures.push(Failure {
+                    at: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                    restart: restarts,
+                    message: failure.to_string(),
+                });
+            }
+            tracing::warn!(job = %self.plan.spec.name, error = %failure, restart = restarts, of = allowed, wait = ?wait, "restarting after a failure");
+            eprintln!(
+                "warning: {failure}\nrestarting ({restarts} of {allowed}) in {}",
+                humantime::format_duration(wait)
+            );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.stop.cancelled() => return Err(failure),
+            }
+            let prepared = self.prepare_restore(restarts).await?;
+            if let Some(p) = &prepared {
+                self.restored_from = Some(p.location.clone());
+            }
+            match self.launch(restarts, prepared).await {
+                Ok(attempt) => return Ok(attempt),
+                Err(e) if retriable_launch(&e) => failure = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     async fn supervise(mut self, mut attempt: Attempt) -> Result<JobSummary, RunError> {
-        let mut restarts = 0u32;
         let result = loop {
             let ended = attempt.wait().await;
             if let Some((h, _)) = &attempt.coordinator {
@@ -487,44 +557,7 @@ impl Run {
                 Ok(tails) => break self.finish(&mut attempt, tails).await,
                 Err(failure) => {
                     attempt.shutdown().await;
-                    let allowed = self.plan.spec.restart.attempts(self.checkpointing());
-                    if self.stop.is_cancelled() || restarts >= allowed {
-                        break Err(failure);
-                    }
-                    let wait = self.plan.spec.restart.backoff(restarts);
-                    restarts += 1;
-                    if let Some(m) = &self.metrics {
-                        m.restarts.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if let Ok(mut failures) = self.failures.lock() {
-                        if failures.len() == FAILURES {
-                            failures.remove(0);
-                        }
-                        failures.push(Failure {
-                            at: std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-                            restart: restarts,
-                            message: failure.to_string(),
-                        });
-                    }
-                    tracing::warn!(job = %self.plan.spec.name, error = %failure, restart = restarts, of = allowed, wait = ?wait, "restarting after a failure");
-                    eprintln!(
-                        "warning: {failure}\nrestarting ({restarts} of {allowed}) in {}",
-                        humantime::format_duration(wait)
-                    );
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = self.stop.cancelled() => break Err(failure),
-                    }
-                    let next = async {
-                        let prepared = self.prepare_restore(restarts).await?;
-                        if let Some(p) = &prepared {
-                            self.restored_from = Some(p.location.clone());
-                        }
-                        self.launch(restarts, prepared).await
-                    };
-                    match next.await {
+                    match self.restart(failure).await {
                         Ok(a) => attempt = a,
                         Err(e) => break Err(e),
                     }
@@ -535,7 +568,7 @@ impl Run {
         let _ = self.control.send(None);
         self.remove_work_dir();
         let mut summary = result?;
-        summary.restarts = restarts;
+        summary.restarts = self.restarts;
         summary.restored_from = self.restored_from.clone();
         summary.restore = self.restore.lock().ok().and_then(|r| r.clone());
         summary.checkpoints = self.completed;

@@ -104,6 +104,64 @@ pub fn external(message: impl Into<String>, error: rdkafka::error::KafkaError) -
     OperatorError::external(message, std::io::Error::other(error))
 }
 
+/// A client whose drop runs on a thread of its own. Dropping a consumer that has a `group.id`
+/// closes it, and librdkafka's close waits for the group's coordinator: with the broker gone
+/// that wait has no end, and no async worker, job teardown or server shutdown may hang on
+/// it. The closing thread ends when the close does (or with the process).
+pub struct Closing<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> Closing<T> {
+    pub fn new(client: T) -> Self {
+        Closing(Some(client))
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for Closing<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(client) => client,
+            // Only `drop` takes the client.
+            None => unreachable!("a Kafka client used after its drop"),
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Closing<T> {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            // If no thread can be started, the client closes here, as it would have anyway.
+            let _ = std::thread::Builder::new()
+                .name("kafka-close".into())
+                .spawn(move || drop(client));
+        }
+    }
+}
+
+/// A client's global errors (librdkafka's error callback). The connection errors a broker's
+/// restart causes are warnings: librdkafka reconnects by itself, and an operation that needs
+/// the broker fails with its own message if it stays away. Everything else is an error.
+pub fn client_error(error: &rdkafka::error::KafkaError, reason: &str) {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let transient = matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::AllBrokersDown
+                | Code::BrokerTransportFailure
+                | Code::Resolve
+                | Code::OperationTimedOut
+                | Code::RequestTimedOut
+                | Code::BrokerNotAvailable
+        )
+    );
+    if transient {
+        tracing::warn!(target: "librdkafka", "Kafka client: {error} ({reason})");
+    } else {
+        tracing::error!(target: "librdkafka", "Kafka client: {error} ({reason})");
+    }
+}
+
 /// Runs a blocking librdkafka call from async code: on a multi-threaded runtime the worker
 /// hands its other tasks to the rest first (`block_in_place`), elsewhere it just blocks.
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {

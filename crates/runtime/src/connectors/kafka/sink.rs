@@ -43,7 +43,7 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::{REQUEST_TIMEOUT, client_config, external};
+use super::{Closing, REQUEST_TIMEOUT, client_config, external};
 use crate::connectors::sink::{
     Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,
 };
@@ -150,7 +150,11 @@ struct Deliveries {
     failed: Mutex<Option<String>>,
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::client_error(&error, reason);
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = ();
@@ -201,7 +205,7 @@ struct Shared {
 
 /// The consumer that reads a marker group and names it in transactions.
 struct Marker {
-    consumer: BaseConsumer,
+    consumer: Closing<BaseConsumer>,
     group: ConsumerGroupMetadata,
 }
 
@@ -244,7 +248,7 @@ impl Shared {
         if let Some(m) = markers.get(group) {
             return Ok(m.clone());
         }
-        let consumer: BaseConsumer = client_config(
+        let consumer: Closing<BaseConsumer> = client_config(
             &self.spec.bootstrap_servers,
             &self.spec.properties,
             &[
@@ -253,7 +257,8 @@ impl Shared {
                 ("isolation.level", "read_committed"),
             ],
         )
-        .create()?;
+        .create()
+        .map(Closing::new)?;
         let group_metadata = consumer.group_metadata().ok_or(KafkaError::Canceled)?;
         let marker = Arc::new(Marker {
             consumer,

@@ -25,7 +25,7 @@ use rdkafka::{ClientContext, Message};
 use serde::{Deserialize, Serialize};
 
 use super::records::{RecordDecoder, RecordMeta, ValueFormat, headers_json};
-use super::{REQUEST_TIMEOUT, client_config, external, owner};
+use super::{Closing, REQUEST_TIMEOUT, client_config, external, owner};
 use crate::connectors::source::{Source, SourceEvent, SourceFactory, SubtaskContext};
 use crate::error::OperatorError;
 use crate::exec::metrics::{PartitionProgress, SubtaskMetrics};
@@ -43,6 +43,8 @@ const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
 /// task's work, few enough that a slow job back-pressures the consumer.
 const READ_AHEAD: usize = 4;
 
+/// How often a quiet reader publishes its partitions' progress (the ends still move).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// How often librdkafka reports the partitions' ends (for lag).
 const STATISTICS_INTERVAL: &str = "1000";
 
@@ -53,15 +55,26 @@ pub struct ReaderContext {
 }
 
 impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::client_error(&error, reason);
+    }
+
     fn stats(&self, statistics: Statistics) {
         let Ok(mut ends) = self.ends.lock() else {
             return;
         };
         for (name, topic) in statistics.topics {
             for (id, p) in topic.partitions {
-                // `ls_offset` is the last stable offset (`read_committed`'s end); -1 unknown.
-                if id >= 0 && p.ls_offset >= 0 {
-                    ends.insert((name.clone(), id), p.ls_offset);
+                // `ls_offset` is the last stable offset (`read_committed`'s end), -1 when
+                // unknown: then the high watermark (a broker without transactions reports
+                // no stable offset, and there every record is committed).
+                let end = if p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                if id >= 0 && end >= 0 {
+                    ends.insert((name.clone(), id), end);
                 }
             }
         }
@@ -120,7 +133,7 @@ pub struct KafkaSourceFactory {
     event_column: Option<String>,
     node: String,
     /// With a `group-id`: the consumer that commits completed checkpoints' offsets to it.
-    committer: std::sync::Mutex<Option<KafkaConsumer>>,
+    committer: std::sync::Mutex<Option<Closing<KafkaConsumer>>>,
 }
 
 impl KafkaSourceFactory {
@@ -135,7 +148,7 @@ impl KafkaSourceFactory {
         })
     }
 
-    fn consumer(&self) -> Result<KafkaConsumer, OperatorError> {
+    fn consumer(&self) -> Result<Closing<KafkaConsumer>, OperatorError> {
         let group = self
             .spec
             .group_id
@@ -157,6 +170,7 @@ impl KafkaSourceFactory {
             ],
         )
         .create_with_context(ReaderContext::default())
+        .map(Closing::new)
         .map_err(|e| {
             external(
                 format!(
@@ -540,7 +554,7 @@ enum Fetched {
 /// A subtask's consumer, on its own thread.
 struct Reader {
     /// Shared with the poll loop, which holds a borrowed record while the reader decodes it.
-    consumer: Arc<KafkaConsumer>,
+    consumer: Arc<Closing<KafkaConsumer>>,
     decoder: RecordDecoder,
     event_columns: Vec<Option<usize>>,
     parts: Vec<Part>,
@@ -574,6 +588,7 @@ impl Reader {
     ) -> Result<(), OperatorError> {
         self.reindex();
         self.report();
+        let mut reported = Instant::now();
         let mut was_idle = None;
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -611,11 +626,17 @@ impl Reader {
             }
             let idle = self.idle();
             if self.decoder.buffered() == 0 && was_idle == Some(idle) && !eof {
+                // Nothing new to send; the ends (hence the lag) still move.
+                if reported.elapsed() >= REPORT_EVERY {
+                    self.report();
+                    reported = Instant::now();
+                }
                 continue;
             }
             was_idle = Some(idle);
             let batches = self.flush()?;
             self.report();
+            reported = Instant::now();
             let progress = Fetched::Progress {
                 batches,
                 positions: self.parts.iter().map(Part::position).collect(),
