@@ -93,8 +93,10 @@ enum Command {
         /// Bearer token clients must send (required off loopback).
         #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
         token: Option<String>,
-        /// An S3 endpoint submitted jobs may name (`http://minio:9000`), besides the server's
-        /// own (AWS_ENDPOINT); `*` allows any but link-local and metadata addresses. Repeatable.
+        /// An endpoint submitted jobs may reach: an S3 endpoint (`http://minio:9000`, besides
+        /// the server's own AWS_ENDPOINT), a Kafka broker (`kafka://broker:9092`) or a
+        /// PostgreSQL host (`postgres://db:5432`); `*` allows any but link-local and metadata
+        /// addresses. Repeatable.
         #[arg(long = "allow-endpoint", value_name = "URL")]
         allow_endpoints: Vec<String>,
         #[command(flatten)]

@@ -55,7 +55,7 @@ pub struct ServeArgs {
     /// Jobs to start with the server, and the overrides applied to each.
     pub jobs: Vec<PathBuf>,
     pub overrides: Vec<Override>,
-    /// `--allow-endpoint`: S3 endpoints submitted jobs may name besides the server's own.
+    /// `--allow-endpoint`: S3 endpoints, Kafka brokers and PostgreSQL hosts submitted jobs may reach.
     pub allow_endpoints: Vec<String>,
 }
 

@@ -1,10 +1,12 @@
 //! Where a submitted job may send requests: the network counterpart of [`crate::paths`].
 //!
-//! A job's `checkpoint.storage` may name an S3 endpoint, and the server then sends requests
-//! there, from inside its own network and signed with its own credentials if the job names
-//! none. A server does not let its clients pick such destinations: the endpoints a submitted
-//! job may name come from the server ([`Endpoints`]: `weir serve --allow-endpoint URL`),
-//! and by default only the server's own configured storage is reachable:
+//! A job's `checkpoint.storage` may name an S3 endpoint, a Kafka source or sink its brokers, a
+//! PostgreSQL sink its database, and the server then connects there, from inside its own
+//! network (and, for S3, signed with its own credentials if the job names none). A server
+//! does not let its clients pick such destinations: the endpoints a submitted job may name
+//! come from the server ([`Endpoints`]: `weir serve --allow-endpoint URL`, where the URL is
+//! `http(s)://host:port` for S3, `kafka://host:port` for a broker, `postgres://host:port` for a
+//! database), and by default only the server's own configured storage is reachable:
 //!
 //! - a job that names no endpoint uses the server's (`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`
 //!   or `AWS_ENDPOINT` in the server's environment), or AWS itself when the server has none;
@@ -18,18 +20,28 @@
 //!   characters S3 allows in them: `evil.example#` as a region would move the request to
 //!   another host.
 //!
-//! Hosts are compared as the S3 client's URL parser reads them (the WHATWG rules of the `url`
-//! crate, which `reqwest` uses), so `http://2852039166/` is `169.254.169.254` here too. Names
-//! are not resolved: a name listed by the operator is trusted to stay where it points.
+//! - every broker of `bootstrap-servers` and every host (and `hostaddr`) of a PostgreSQL
+//!   `connection` must be allowed, with its port (9092 and 5432 when left out); a database
+//!   reached over a Unix socket is `postgres://localhost:<port>`;
+//! - a Kafka client's `properties` may not name files, commands, libraries or URLs
+//!   (`ssl.key.location`, `sasl.kerberos.kinit.cmd`, `plugin.library.paths`,
+//!   `sasl.oauthbearer.token.endpoint.url`, ...): librdkafka would read, run, load or call them
+//!   on the server's machine.
 //!
-//! Problems come back with their line, column and key (`checkpoint.storage.endpoint`) like
-//! any other problem of the file. `weir run` applies none of this: its user is the operator.
+//! Hosts are compared as the S3 client's URL parser reads them (the WHATWG rules of the `url`
+//! crate, which `reqwest` uses; brokers' and databases' hosts are read by the same rules), so
+//! `http://2852039166/` is `169.254.169.254` here too. Names are not resolved: a name listed
+//! by the operator is trusted to stay where it points.
+//!
+//! Problems come back with their line, column and key (`checkpoint.storage.endpoint`,
+//! `sources.<name>.bootstrap-servers`, `sinks.<name>.connection`) like any other problem of the
+//! file. `weir run` applies none of this: its user is the operator.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use weir_checkpoint::object::StorageKind;
 use weir_runtime::spec::problems::SpecSource;
-use weir_runtime::spec::{JobSpec, Problem, StorageSpec};
+use weir_runtime::spec::{JobSpec, Problem, SinkSpec, SourceSpec, StorageSpec};
 
 /// Names of cloud metadata services, refused unless listed.
 const METADATA_NAMES: &[&str] = &[
@@ -56,27 +68,114 @@ struct Origin {
 }
 
 impl Origin {
+    /// An allow-list entry or an S3 endpoint: `http(s)://`, `kafka://` or `postgres://` (also
+    /// `postgresql://`) with a host and an optional port.
     fn parse(text: &str) -> Result<Self, String> {
-        let url = url::Url::parse(text.trim())
-            .map_err(|e| format!("`{text}` is not a URL ({e}): write e.g. `https://minio:9000`"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "`{text}`: an S3 endpoint is an `http://` or `https://` URL"
-            ));
-        }
-        let host = match url.host() {
-            Some(url::Host::Domain(d)) => {
+        let url = url::Url::parse(text.trim()).map_err(|e| {
+            format!("`{text}` is not a URL ({e}): write e.g. `https://minio:9000`, `kafka://broker:9092` or `postgres://db:5432`")
+        })?;
+        let (scheme, default_port) = match url.scheme() {
+            "http" => ("http", 80),
+            "https" => ("https", 443),
+            "kafka" => ("kafka", 9092),
+            "postgres" | "postgresql" => ("postgres", 5432),
+            _ => {
+                return Err(format!(
+                    "`{text}`: an endpoint is an `http://` or `https://` URL (S3), `kafka://host:port` (a broker) or `postgres://host:port` (a database)"
+                ));
+            }
+        };
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| format!("`{text}` names no host"))?;
+        Origin::new(scheme, host, url.port().unwrap_or(default_port))
+    }
+
+    /// `host` read by the WHATWG rules (numeric IPv4 forms included), lower case, without a
+    /// trailing dot.
+    fn new(scheme: &str, host: &str, port: u16) -> Result<Self, String> {
+        let host = match url::Host::parse(host) {
+            Ok(url::Host::Domain(d)) => {
                 url::Host::Domain(d.trim_end_matches('.').to_ascii_lowercase())
             }
-            Some(url::Host::Ipv4(ip)) => url::Host::Ipv4(ip),
-            Some(url::Host::Ipv6(ip)) => url::Host::Ipv6(ip),
-            None => return Err(format!("`{text}` names no host")),
+            Ok(url::Host::Ipv4(ip)) => url::Host::Ipv4(ip),
+            Ok(url::Host::Ipv6(ip)) => url::Host::Ipv6(ip),
+            Err(e) => return Err(format!("`{host}` is not a host name or address ({e})")),
         };
         Ok(Origin {
-            scheme: url.scheme().to_owned(),
+            scheme: scheme.to_owned(),
             host,
-            port: url.port_or_known_default(),
+            port: Some(port),
         })
+    }
+
+    /// The brokers of a Kafka `bootstrap-servers` list (`host:port,...`, each optionally
+    /// behind `<protocol>://`, IPv6 in brackets; port 9092 when left out).
+    fn brokers(servers: &str) -> Result<Vec<Self>, String> {
+        let mut out = Vec::new();
+        for entry in servers.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let address = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+            let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+                let (host, after) = rest
+                    .split_once(']')
+                    .ok_or_else(|| format!("`{entry}`: an IPv6 address needs its closing `]`"))?;
+                (format!("[{host}]"), after.strip_prefix(':'))
+            } else {
+                match address.rsplit_once(':') {
+                    Some((host, port)) => (host.to_owned(), Some(port)),
+                    None => (address.to_owned(), None),
+                }
+            };
+            let port = match port {
+                Some(p) => p
+                    .parse::<u16>()
+                    .map_err(|_| format!("`{entry}`: `{p}` is not a port"))?,
+                None => 9092,
+            };
+            out.push(Origin::new("kafka", &host, port)?);
+        }
+        if out.is_empty() {
+            return Err("names no broker".to_owned());
+        }
+        Ok(out)
+    }
+
+    /// The hosts a PostgreSQL connection string (key/value or URL) connects to, read as the
+    /// sink's client reads them: every `host` and every `hostaddr`, each with its port.
+    fn databases(connection: &str) -> Result<Vec<Self>, String> {
+        use tokio_postgres::config::Host;
+        let config: tokio_postgres::Config = connection
+            .parse()
+            .map_err(|e| format!("not a PostgreSQL connection string: {e}"))?;
+        let ports = config.get_ports();
+        let port_of = |i: usize| match ports {
+            [] => 5432,
+            [one] => *one,
+            many => many.get(i).copied().unwrap_or(5432),
+        };
+        let mut out = Vec::new();
+        for (i, host) in config.get_hosts().iter().enumerate() {
+            let name = match host {
+                Host::Tcp(name) => name.clone(),
+                // The server's own machine.
+                #[cfg(unix)]
+                Host::Unix(_) => "localhost".to_owned(),
+            };
+            out.push(Origin::new("postgres", &name, port_of(i))?);
+        }
+        for (i, addr) in config.get_hostaddrs().iter().enumerate() {
+            let name = match addr {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            };
+            out.push(Origin::new("postgres", &name, port_of(i))?);
+        }
+        if out.is_empty() {
+            // libpq's default: the local socket.
+            out.push(Origin::new("postgres", "localhost", port_of(0))?);
+        }
+        Ok(out)
     }
 
     /// Whether the host is link-local or a cloud metadata service.
@@ -147,35 +246,103 @@ impl Endpoints {
         Ok(self)
     }
 
-    /// Why a job may not name `endpoint`, if it may not.
+    /// Why a job may not name the S3 `endpoint`, if it may not.
     pub fn refusal(&self, endpoint: &str) -> Option<String> {
-        let origin = match Origin::parse(endpoint) {
-            Ok(origin) => origin,
-            Err(why) => return Some(why),
-        };
-        if self.listed.contains(&origin) {
+        match Origin::parse(endpoint) {
+            Ok(origin) if matches!(origin.scheme.as_str(), "http" | "https") => {
+                self.refusal_of(&origin, endpoint)
+            }
+            Ok(_) => Some(format!(
+                "`{endpoint}`: an S3 endpoint is an `http://` or `https://` URL"
+            )),
+            Err(why) => Some(why),
+        }
+    }
+
+    /// Why a job may not reach `origin` (named `shown` in the message), if it may not.
+    fn refusal_of(&self, origin: &Origin, shown: &str) -> Option<String> {
+        if self.listed.contains(origin) {
             return None;
         }
         if origin.is_link_local_or_metadata() {
             return Some(format!(
-                "`{endpoint}` is a link-local or cloud metadata address: a server reaches it only when started with `--allow-endpoint {origin}`"
+                "`{shown}` is a link-local or cloud metadata address: a server reaches it only when started with `--allow-endpoint {origin}`"
             ));
         }
         if self.any {
             return None;
         }
-        let allowed = if self.listed.is_empty() {
-            "none: jobs use the server's own storage by leaving `endpoint` out".to_owned()
+        let same_kind: Vec<String> = self
+            .listed
+            .iter()
+            .filter(|o| o.scheme == origin.scheme || (o.is_http() && origin.is_http()))
+            .map(|o| format!("`{o}`"))
+            .collect();
+        let allowed = if same_kind.is_empty() {
+            match origin.scheme.as_str() {
+                "kafka" => "no brokers".to_owned(),
+                "postgres" => "no databases".to_owned(),
+                _ => "none: jobs use the server's own storage by leaving `endpoint` out".to_owned(),
+            }
         } else {
-            self.listed
-                .iter()
-                .map(|o| format!("`{o}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            same_kind.join(", ")
         };
         Some(format!(
-            "`{endpoint}` is not an endpoint this server lets jobs reach (allowed: {allowed}); its operator can add it with `weir serve --allow-endpoint {origin}`"
+            "`{shown}` is not an endpoint this server lets jobs reach (allowed: {allowed}); its operator can add it with `weir serve --allow-endpoint {origin}`"
         ))
+    }
+
+    /// Why a job may not reach the brokers of `servers`, if it may not.
+    fn broker_refusal(&self, servers: &str) -> Option<String> {
+        match Origin::brokers(servers) {
+            Ok(brokers) => brokers
+                .iter()
+                .find_map(|b| self.refusal_of(b, &b.to_string())),
+            Err(why) => Some(format!("`{servers}`: {why}")),
+        }
+    }
+
+    /// Why a job may not reach the database of `connection`, if it may not. The message names
+    /// the host only: the connection string may hold a password.
+    fn database_refusal(&self, connection: &str) -> Option<String> {
+        match Origin::databases(connection) {
+            Ok(hosts) => hosts
+                .iter()
+                .find_map(|h| self.refusal_of(h, &h.to_string())),
+            Err(why) => Some(why),
+        }
+    }
+}
+
+/// librdkafka properties a submitted job may not set on a server: each makes the client read
+/// a file, run a command, load a library or call a URL on the server's machine. Any key
+/// ending in `.location`, `.path`, `.paths`, `.cmd`, `.url` or `.file` is refused as well.
+const SERVER_REFUSED_PROPERTIES: &[&str] = &[
+    "plugin.library.paths",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.keytab",
+    "sasl.oauthbearer.token.endpoint.url",
+    "ssl.engine.location",
+    "ssl.providers",
+];
+
+/// Why a Kafka client property may not be set on a server, if it may not.
+fn property_refusal(key: &str) -> Option<String> {
+    let key = key.trim().to_ascii_lowercase();
+    let refused = SERVER_REFUSED_PROPERTIES.contains(&key.as_str())
+        || [".location", ".path", ".paths", ".cmd", ".url", ".file"]
+            .iter()
+            .any(|end| key.ends_with(end));
+    refused.then(|| {
+        format!(
+            "`{key}` makes the Kafka client read a file, run a command or reach a URL on the server's machine: a submitted job may not set it (`weir run` may)"
+        )
+    })
+}
+
+impl Origin {
+    fn is_http(&self) -> bool {
+        matches!(self.scheme.as_str(), "http" | "https")
     }
 }
 
@@ -183,6 +350,7 @@ impl Endpoints {
 /// it may run.
 pub fn check(source: &SpecSource, spec: &JobSpec, endpoints: &Endpoints) -> Vec<Problem> {
     let mut problems = Vec::new();
+    connector_problems(source, spec, endpoints, &mut problems);
     // A storage that does not parse is reported by the job's own validation.
     let Ok(config) = spec.checkpoint.storage_config() else {
         return problems;
@@ -223,6 +391,56 @@ pub fn check(source: &SpecSource, spec: &JobSpec, endpoints: &Endpoints) -> Vec<
         }
     }
     problems
+}
+
+/// Problems with the brokers and databases the job's sources and sinks would reach.
+fn connector_problems(
+    source: &SpecSource,
+    spec: &JobSpec,
+    endpoints: &Endpoints,
+    problems: &mut Vec<Problem>,
+) {
+    let kafka = |at: String,
+                 servers: &str,
+                 properties: &indexmap::IndexMap<String, String>,
+                 problems: &mut Vec<Problem>| {
+        if let Some(why) = endpoints.broker_refusal(servers) {
+            problems.push(source.at_value(&format!("{at}/bootstrap-servers"), why));
+        }
+        for key in properties.keys() {
+            if let Some(why) = property_refusal(key) {
+                problems
+                    .push(source.at_key(&format!("{at}/properties/{}", pointer_escape(key)), why));
+            }
+        }
+    };
+    for (name, s) in &spec.sources {
+        if let SourceSpec::Kafka(k) = s {
+            kafka(
+                format!("/sources/{}", pointer_escape(name)),
+                &k.bootstrap_servers,
+                &k.properties,
+                problems,
+            );
+        }
+    }
+    for (name, s) in &spec.sinks {
+        let at = format!("/sinks/{}", pointer_escape(name));
+        match s {
+            SinkSpec::Kafka(k) => kafka(at, &k.bootstrap_servers, &k.properties, problems),
+            SinkSpec::Postgres(p) => {
+                if let Some(why) = endpoints.database_refusal(&p.connection) {
+                    problems.push(source.at_value(&format!("{at}/connection"), why));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `text` as one reference token of a JSON pointer (RFC 6901).
+fn pointer_escape(text: &str) -> String {
+    text.replace('~', "~0").replace('/', "~1")
 }
 
 #[cfg(test)]
@@ -300,5 +518,95 @@ mod tests {
                 .allow("https://s3.eu-west-1.amazonaws.com")
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn brokers_must_each_be_listed_with_their_port() {
+        let e = listed(&["kafka://broker-a:9092", "kafka://127.0.0.1:19092"]);
+        assert_eq!(e.broker_refusal("broker-a:9092"), None);
+        assert_eq!(e.broker_refusal("BROKER-A"), None, "port 9092 by default");
+        assert_eq!(
+            e.broker_refusal("PLAINTEXT://broker-a:9092, 127.0.0.1:19092"),
+            None
+        );
+        assert_eq!(
+            e.broker_refusal("2130706433:19092"),
+            None,
+            "127.0.0.1 spelled as a number"
+        );
+        for other in [
+            "broker-a:9092,broker-b:9092",
+            "broker-a:9093",
+            "127.0.0.1:9092",
+            "[::1]:19092",
+            "",
+            "broker-a:port",
+        ] {
+            let why = e
+                .broker_refusal(other)
+                .unwrap_or_else(|| panic!("{other} allowed"));
+            assert!(!why.is_empty());
+        }
+        let why = e.broker_refusal("broker-b:9092").unwrap();
+        assert!(
+            why.contains("--allow-endpoint kafka://broker-b:9092"),
+            "{why}"
+        );
+        assert!(
+            why.contains("`kafka://broker-a:9092`"),
+            "lists brokers only: {why}"
+        );
+        let any = listed(&["*"]);
+        assert_eq!(any.broker_refusal("anything:1234"), None);
+        let why = any.broker_refusal("ok:9092,169.254.169.254:9092").unwrap();
+        assert!(why.contains("link-local"), "{why}");
+    }
+
+    #[test]
+    fn a_database_is_reached_only_at_a_listed_host_and_port() {
+        let e = listed(&["postgres://db.internal:5432", "postgresql://localhost:5433"]);
+        for ok in [
+            "host=db.internal user=weir dbname=out",
+            "postgresql://weir:secret@db.internal/out",
+            "postgres://weir@localhost:5433/out",
+            "host=/var/run/postgresql port=5433 dbname=out",
+        ] {
+            assert_eq!(e.database_refusal(ok), None, "{ok}");
+        }
+        for refused in [
+            "host=db.internal port=5433 dbname=out",
+            "host=db.internal hostaddr=169.254.169.254 dbname=out",
+            "host=db.internal,evil.example dbname=out",
+            "postgresql://weir:hunter2@evil.example/out",
+            "dbname=out",
+            "not = a connection string = at all",
+        ] {
+            let why = e
+                .database_refusal(refused)
+                .unwrap_or_else(|| panic!("{refused} allowed"));
+            assert!(!why.contains("hunter2"), "the password leaked: {why}");
+        }
+    }
+
+    #[test]
+    fn kafka_properties_that_touch_the_servers_machine_are_refused() {
+        for key in [
+            "ssl.key.location",
+            "ssl.ca.location",
+            "sasl.kerberos.kinit.cmd",
+            "plugin.library.paths",
+            "sasl.oauthbearer.token.endpoint.url",
+            "SSL.Keystore.Location",
+        ] {
+            assert!(property_refusal(key).is_some(), "{key}");
+        }
+        for key in [
+            "security.protocol",
+            "sasl.mechanism",
+            "sasl.username",
+            "socket.timeout.ms",
+        ] {
+            assert_eq!(property_refusal(key), None, "{key}");
+        }
     }
 }

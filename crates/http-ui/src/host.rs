@@ -47,8 +47,8 @@ pub struct HostConfig {
     pub lookup_burst: u32,
     /// What one job may ask for (subtasks, checkpoint interval, batch sizes, generator rate).
     pub limits: JobLimits,
-    /// The S3 endpoints submitted jobs may reach ([`crate::endpoints`]); by default only the
-    /// server's own.
+    /// The S3 endpoints, Kafka brokers and PostgreSQL hosts submitted jobs may reach
+    /// ([`crate::endpoints`]); by default only the server's own storage.
     pub endpoints: crate::endpoints::Endpoints,
 }
 
