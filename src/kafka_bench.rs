@@ -57,8 +57,8 @@ struct OwnBroker {
 }
 
 impl OwnBroker {
-    fn start(data: &Path) -> anyhow::Result<(Self, String)> {
-        let dir = data.join("kafka-broker");
+    fn start(dir: &Path) -> anyhow::Result<(Self, String)> {
+        let dir = dir.to_path_buf();
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -165,15 +165,23 @@ fn kafka_q1(jobs: &Path, servers: &str, topic: &str, dir: &Path) -> anyhow::Resu
 
 pub fn main(b: BenchKafkaArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&b.data)?;
-    let (_own, servers) = match &b.bootstrap_servers {
-        Some(s) => (None, s.clone()),
-        None => {
-            let (own, servers) = OwnBroker::start(&b.data)?;
-            (Some(own), servers)
-        }
+    let broker = |name: &str| -> anyhow::Result<(Option<OwnBroker>, String)> {
+        Ok(match &b.bootstrap_servers {
+            Some(s) => (None, s.clone()),
+            None => {
+                let (own, servers) = OwnBroker::start(&b.data.join(name))?;
+                (Some(own), servers)
+            }
+        })
     };
-    throughput(&b, &servers)?;
+    {
+        let (_own, servers) = broker("kafka-throughput")?;
+        throughput(&b, &servers)?;
+    }
     println!();
+    // A broker of its own: tansu's SQLite store, holding the throughput topic (~0.5 GB for
+    // 1,000,000 events), stopped serving under the latency arm's load.
+    let (_own, servers) = broker("kafka-latency")?;
     latency(&b, &servers)
 }
 
@@ -260,6 +268,9 @@ fn now_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
+/// The mock cluster's consumers' `fetch.wait.max.ms` (see [`latency`]).
+const MOCK_FETCH_WAIT_MS: u32 = 10;
+
 /// Produce → `read_committed` visibility, through a pass-through job, per delivery. The
 /// exactly-once arm runs against librdkafka's mock cluster: tansu 0.6.0 cannot commit
 /// transactions (it has no `EndTxn` handler).
@@ -270,7 +281,8 @@ fn latency(b: &BenchKafkaArgs, servers: &str) -> anyhow::Result<()> {
          Kafka → map → Kafka job; {} measured per arm after a warm-up of a quarter of it. The \
          mock cluster is librdkafka's (in this process, over TCP): it commits transactions but \
          hides no uncommitted record, so its exactly-once figure is the checkpoint-bound wait \
-         of weir's sink, without a real broker's commit cost.",
+         of weir's sink, without a real broker's commit cost. Its consumers wait at most \
+         {MOCK_FETCH_WAIT_MS} ms per fetch (the mock does not answer early when records arrive).",
         group(b.rate),
         b.partitions,
         humantime::format_duration(b.latency_for)
@@ -313,18 +325,37 @@ fn latency(b: &BenchKafkaArgs, servers: &str) -> anyhow::Result<()> {
             ),
             None => String::new(),
         };
+        // The mock answers an empty fetch only after `fetch.wait.max.ms` (500 ms by default)
+        // even when records arrive meanwhile, where a real broker answers as they arrive: a
+        // short wait makes its consumers poll as often as a real broker would answer.
+        let fetch_wait = if broker == "mock" {
+            format!("    properties: {{fetch.wait.max.ms: \"{MOCK_FETCH_WAIT_MS}\"}}\n")
+        } else {
+            String::new()
+        };
         std::fs::write(
             &job,
             format!(
                 "name: kafka-latency-{stamp}-{arm}\n{checkpoint}sources:\n  in:\n    kind: kafka\n    \
                  bootstrap-servers: {at}\n    topic: {input}\n    start-from: latest\n    \
-                 schema: {{id: int, sent: int}}\ntransforms:\n  pass:\n    kind: map\n    from: \
+                 schema: {{id: int, sent: int}}\n{fetch_wait}transforms:\n  pass:\n    kind: map\n    from: \
                  in\n    columns: {{id: id, sent: sent}}\nsinks:\n  out:\n    kind: kafka\n    \
                  from: pass\n    bootstrap-servers: {at}\n    topic: {output}\n    \
                  delivery: {delivery}\n"
             ),
         )?;
-        let (rows, mut latencies) = measure_latency(b, at, &job, &input, &output)?;
+        let wait = if broker == "mock" {
+            MOCK_FETCH_WAIT_MS
+        } else {
+            500
+        };
+        let (rows, mut latencies) = match measure_latency(b, at, wait, &job, &input, &output) {
+            Ok(measured) => measured,
+            Err(e) => {
+                println!("| {broker} | {delivery} | – | – | failed: {e} | | | |");
+                continue;
+            }
+        };
         latencies.sort_unstable();
         let pick = |q: f64| {
             latencies
@@ -353,6 +384,7 @@ fn latency(b: &BenchKafkaArgs, servers: &str) -> anyhow::Result<()> {
 fn measure_latency(
     b: &BenchKafkaArgs,
     servers: &str,
+    fetch_wait_ms: u32,
     job: &Path,
     input: &str,
     output: &str,
@@ -375,6 +407,7 @@ fn measure_latency(
         .set("group.id", "weir-bench-latency")
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", fetch_wait_ms.to_string())
         .create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..b.partitions {
@@ -415,31 +448,36 @@ fn measure_latency(
 
     // Let the job start and read its start position before producing.
     std::thread::sleep(Duration::from_secs(2));
-    let producer = producer(servers)?;
-    let started = Instant::now();
     let warm_until = now_micros() + (b.latency_for.as_micros() / 4) as i64;
-    let mut sent = 0u64;
-    while started.elapsed() < b.latency_for + b.latency_for / 4 {
-        let due = (started.elapsed().as_secs_f64() * b.rate as f64) as u64;
-        while sent < due {
-            let value = format!("{{\"id\":{sent},\"sent\":{}}}", now_micros());
-            send(
-                &producer,
-                input,
-                (sent % b.partitions as u64) as i32,
-                &value,
-            )?;
-            sent += 1;
+    let produced = (|| -> anyhow::Result<()> {
+        let producer = producer(servers)?;
+        let started = Instant::now();
+        let mut sent = 0u64;
+        while started.elapsed() < b.latency_for + b.latency_for / 4 {
+            let due = (started.elapsed().as_secs_f64() * b.rate as f64) as u64;
+            while sent < due {
+                let value = format!("{{\"id\":{sent},\"sent\":{}}}", now_micros());
+                send(
+                    &producer,
+                    input,
+                    (sent % b.partitions as u64) as i32,
+                    &value,
+                )?;
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    producer.flush(Duration::from_secs(30))?;
+        producer.flush(Duration::from_secs(30))?;
+        Ok(())
+    })();
     done.store(true, Ordering::Relaxed);
     let seen = reader
         .join()
         .map_err(|_| anyhow::anyhow!("the latency reader panicked"))?;
+    // Stopped whatever the producer met, so that the job never outlives its arm.
     stop.cancel();
     let _ = runtime.block_on(running.wait());
+    produced?;
     let rows = seen.len() as u64;
     let latencies = seen
         .into_iter()

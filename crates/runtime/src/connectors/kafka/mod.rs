@@ -144,6 +144,13 @@ impl<T: Send + 'static> Drop for Closing<T> {
 /// the broker fails with its own message if it stays away. Everything else is an error.
 pub fn client_error(error: &rdkafka::error::KafkaError, reason: &str) {
     use rdkafka::types::RDKafkaErrorCode as Code;
+    // The end of a partition, which `enable.partition.eof` asks for: the reader sees it on
+    // its own poll too.
+    if matches!(error, rdkafka::error::KafkaError::PartitionEOF(_))
+        || error.rdkafka_error_code() == Some(Code::PartitionEOF)
+    {
+        return;
+    }
     let transient = matches!(
         error.rdkafka_error_code(),
         Some(
