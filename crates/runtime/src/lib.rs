@@ -9,10 +9,13 @@
 //!
 //! # Layout
 //! - [`spec`]: the job file format, strict parsing, every problem with its line and column.
-//! - [`plan`]: wiring, schemas, expression compilation, chaining, task construction.
+//! - [`plan`]: wiring, schemas, expression compilation (one planning file per transform kind
+//!   under `plan/nodes/`), chaining, task construction.
 //! - [`expr`]: SQL snippets compiled to vectorised evaluators over record batches.
-//! - [`operators`]: one file per operator (filter, map, key-by, aggregate).
-//! - [`connectors`]: sources (Nexmark generator, JSON lines) and sinks (blackhole, stdout, files).
+//! - [`operators`]: one file per operator (filter, map, key-by, aggregates, windows, Top-N,
+//!   joins), each planned by its namesake in `plan/nodes/`.
+//! - [`connectors`]: sources (Nexmark generator, JSON lines, Kafka) and sinks (blackhole,
+//!   stdout, files, PostgreSQL, Kafka).
 //! - [`format`]: JSON lines to and from Arrow; splitting files for parallel readers.
 //! - [`exec`]: messages, input gates, exchanges, tasks, jobs, metrics.
 //! - [`query`]: queryable state: lookups of a running job's keyed state by key.

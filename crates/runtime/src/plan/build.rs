@@ -1,15 +1,18 @@
 //! Spec → [`Plan`]: wiring, cycles, schemas and expressions, every problem reported together.
+//!
+//! This file keeps what is common to every node: names and inputs, the topological order and
+//! cycles, sources and sinks (which build themselves from their spec), `queryable:`
+//! declarations, and the assembly of the real nodes (`key-by` and `union` folded into edges).
+//! Each transform kind is planned in its own file under [`super::nodes`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use sqlparser::ast::SelectItem;
-use sqlparser::dialect::GenericDialect;
-use sqlparser::parser::Parser;
+use arrow_schema::{DataType, SchemaRef};
 
+use super::nodes::{self, Compiled, Make, Planned, Planner, sql_type};
 use super::state::StateSettings;
-use super::{Factory, Plan, PlanEdge, PlanNode};
+use super::{Factory, OperatorFactory, Plan, PlanEdge, PlanNode};
 use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
 use crate::connectors::kafka::source::KafkaSourceFactory;
 use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
@@ -17,23 +20,11 @@ use crate::connectors::sink;
 use crate::connectors::source::SourceFactory;
 use crate::exec::metrics::NodeRole;
 use crate::exec::task::EventTime;
-use crate::expr::Expr;
-use crate::operators::accumulators::Accumulators;
-use crate::operators::aggregate::{AggCall, Aggregate};
-use crate::operators::filter::Filter;
-use crate::operators::join::{Join, JoinDef, Projection, joined_schema};
 use crate::operators::key_by::KeySelector;
-use crate::operators::keyed::KeyEncoder;
-use crate::operators::map::Map;
-use crate::operators::over_aggregate::{OverAggregate, OverAggregateDef};
-use crate::operators::top_n::{TopN, TopNDef};
-use crate::operators::window::Windowing;
-use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
-use crate::operators::window_join::{WindowJoin, WindowJoinDef};
-use crate::query::{QueryableNode, StateShape};
+use crate::query::QueryableNode;
 use crate::spec::load::{Dropped, LoadedJob, closest};
 use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
-use crate::spec::{JobSpec, SinkSpec, SourceSpec, TransformSpec};
+use crate::spec::{HumanDuration, JobSpec, SinkSpec, SourceSpec, TransformSpec};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Section {
@@ -53,14 +44,14 @@ impl Section {
 }
 
 /// A node of the job file before planning.
-struct Def<'a> {
-    name: &'a str,
+pub(super) struct Def<'a> {
+    pub(super) name: &'a str,
     section: Section,
     source: Option<&'a SourceSpec>,
     transform: Option<&'a TransformSpec>,
     sink: Option<&'a SinkSpec>,
     /// Resolved inputs: (pointer of the `from` value, producing def, port).
-    inputs: Vec<(String, usize, usize)>,
+    pub(super) inputs: Vec<(String, usize, usize)>,
 }
 
 impl Def<'_> {
@@ -68,7 +59,7 @@ impl Def<'_> {
         pointer(&[self.section.key(), self.name])
     }
 
-    fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         if let Some(s) = self.source {
             s.kind()
         } else if let Some(t) = self.transform {
@@ -77,81 +68,6 @@ impl Def<'_> {
             s.kind()
         } else {
             "?"
-        }
-    }
-}
-
-/// What planning learned about a def.
-enum Compiled {
-    Source {
-        ports: Vec<(String, SchemaRef)>,
-        factory: Arc<dyn SourceFactory>,
-        event_time: EventTime,
-    },
-    Filter {
-        schema: SchemaRef,
-        predicate: Arc<Expr>,
-    },
-    Map {
-        schema: SchemaRef,
-        columns: Arc<[Expr]>,
-    },
-    KeyBy {
-        schema: SchemaRef,
-        keys: Arc<KeySelector>,
-    },
-    Union {
-        schema: SchemaRef,
-    },
-    Aggregate {
-        schema: SchemaRef,
-        keys: Arc<KeySelector>,
-        calls: Vec<AggCall>,
-        queryable: Option<Arc<QueryableNode>>,
-    },
-    WindowAggregate {
-        keys: Arc<KeySelector>,
-        def: Arc<WindowAggregateDef>,
-        queryable: Option<Arc<QueryableNode>>,
-    },
-    TopN {
-        keys: Arc<KeySelector>,
-        def: Arc<TopNDef>,
-    },
-    OverAggregate {
-        keys: Arc<KeySelector>,
-        def: Arc<OverAggregateDef>,
-    },
-    Join {
-        keys: [Arc<KeySelector>; 2],
-        def: Arc<JoinDef>,
-    },
-    WindowJoin {
-        keys: [Arc<KeySelector>; 2],
-        def: Arc<WindowJoinDef>,
-    },
-    Sink {
-        factory: Arc<dyn crate::connectors::sink::SinkFactory>,
-    },
-    /// Planning this def failed (its problems are reported); its consumers are skipped.
-    Failed,
-}
-
-impl Compiled {
-    fn schema(&self, port: usize) -> Option<&SchemaRef> {
-        match self {
-            Compiled::Source { ports, .. } => ports.get(port).map(|(_, s)| s),
-            Compiled::Filter { schema, .. }
-            | Compiled::Map { schema, .. }
-            | Compiled::KeyBy { schema, .. }
-            | Compiled::Union { schema }
-            | Compiled::Aggregate { schema, .. } => Some(schema),
-            Compiled::WindowAggregate { def, .. } => Some(&def.schema),
-            Compiled::TopN { def, .. } => Some(&def.schema),
-            Compiled::OverAggregate { def, .. } => Some(&def.schema),
-            Compiled::Join { def, .. } => Some(&def.projection.schema),
-            Compiled::WindowJoin { def, .. } => Some(&def.projection.schema),
-            Compiled::Sink { .. } | Compiled::Failed => None,
         }
     }
 }
@@ -521,25 +437,11 @@ fn compile_sink(
     problems: &mut Vec<Problem>,
 ) -> Compiled {
     if let SinkSpec::Postgres(pg) = sink_spec {
-        let before = problems.len();
-        if let Some((column, ty)) = crate::connectors::postgres::unsupported_column(&schema) {
-            problems.push(src.at_value(
-                &format!("{at}/from"),
-                format!("column `{column}` has type {ty}, which the postgres sink cannot write"),
-            ));
-        }
-        for (i, key) in pg.key.iter().enumerate() {
-            if schema.field_with_name(key).is_err() {
-                problems.push(src.at_value(
-                    &format!("{at}/key/{i}"),
-                    format!(
-                        "the input has no column `{key}` (it has {})",
-                        field_names(&schema)
-                    ),
-                ));
+        let found = crate::connectors::postgres::check_input(pg, &schema);
+        if !found.is_empty() {
+            for (key, message) in found {
+                problems.push(src.at_value(&format!("{at}/{key}"), message));
             }
-        }
-        if problems.len() > before {
             return Compiled::Failed;
         }
     }
@@ -555,15 +457,6 @@ fn compile_sink(
             Compiled::Failed
         }
     }
-}
-
-fn field_names(schema: &Schema) -> String {
-    schema
-        .fields()
-        .iter()
-        .map(|f| format!("`{}`", f.name()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn compile(
@@ -590,159 +483,17 @@ fn compile(
     let Some(transform) = def.transform else {
         return Compiled::Failed;
     };
-    let result = match transform {
-        TransformSpec::Filter(f) => match Expr::compile(&f.predicate, &schema) {
-            Ok(e) if matches!(e.data_type(), DataType::Boolean | DataType::Null) => {
-                Compiled::Filter {
-                    schema,
-                    predicate: Arc::new(e),
-                }
-            }
-            Ok(e) => {
-                problems.push(src.at_value(
-                    &format!("{at}/where"),
-                    format!(
-                        "a condition must be BOOL, but `{}` is {}",
-                        f.predicate,
-                        sql_type(e.data_type())
-                    ),
-                ));
-                Compiled::Failed
-            }
-            Err(e) => {
-                problems.push(src.at_value(&format!("{at}/where"), e.to_string()));
-                Compiled::Failed
-            }
-        },
-        TransformSpec::Map(m) => {
-            let mut exprs = Vec::new();
-            let mut fields = Vec::new();
-            for (name, sql) in &m.columns {
-                match Expr::compile(sql, &schema) {
-                    Ok(e) => {
-                        fields.push(Field::new(name, e.data_type().clone(), true));
-                        exprs.push(e);
-                    }
-                    Err(e) => problems.push(src.at_value(
-                        &format!(
-                            "{at}/columns/{}",
-                            crate::spec::positions::escape_segment(name)
-                        ),
-                        e.to_string(),
-                    )),
-                }
-            }
-            Compiled::Map {
-                schema: Arc::new(Schema::new(fields)),
-                columns: exprs.into(),
-            }
-        }
-        TransformSpec::KeyBy(k) => {
-            let mut exprs = Vec::new();
-            let mut names = Vec::new();
-            for (n, key) in k.keys.iter().enumerate() {
-                let key_at = format!("{at}/keys/{n}");
-                match compile_key(key, &schema) {
-                    Ok((name, e)) => {
-                        if names.contains(&name) {
-                            problems.push(src.at_value(
-                                &key_at,
-                                format!("two keys are named `{name}`; rename one with `AS`"),
-                            ));
-                        }
-                        names.push(name);
-                        exprs.push(e);
-                    }
-                    Err(message) => problems.push(src.at_value(&key_at, message)),
-                }
-            }
-            Compiled::KeyBy {
-                schema,
-                keys: Arc::new(KeySelector::new(exprs, names, spec.key_groups)),
-            }
-        }
-        TransformSpec::Union(_) => {
-            for k in 1..def.inputs.len() {
-                if let Some(other) = input_schema(compiled, defs, i, k) {
-                    if let Some(diff) = schema_difference(&schema, &other) {
-                        problems.push(src.at_value(
-                            &def.inputs[k].0,
-                            format!(
-                                "`{}` does not have the same columns as `{}`: {diff}",
-                                defs[def.inputs[k].1].name, defs[def.inputs[0].1].name
-                            ),
-                        ));
-                    }
-                }
-            }
-            Compiled::Union { schema }
-        }
-        TransformSpec::Aggregate(a) => {
-            let (_, j, _) = &def.inputs[0];
-            let keys = match &compiled[*j] {
-                Compiled::KeyBy { keys, .. } => keys.clone(),
-                _ => {
-                    problems.push(src.at_value(
-                        &format!("{at}/from"),
-                        format!(
-                            "an aggregate reads a `key-by` node, and `{}` is a {}; add a key-by between them",
-                            defs[*j].name,
-                            defs[*j].kind()
-                        ),
-                    ));
-                    return Compiled::Failed;
-                }
-            };
-            let mut calls = Vec::new();
-            let mut names = Vec::new();
-            for (name, sql) in &a.aggregates {
-                if keys.names().contains(name) {
-                    problems.push(src.at_key(
-                        &format!(
-                            "{at}/aggregates/{}",
-                            crate::spec::positions::escape_segment(name)
-                        ),
-                        format!("`{name}` is already a key column; choose another name"),
-                    ));
-                }
-                match AggCall::compile(sql, &schema) {
-                    Ok(c) => {
-                        calls.push(c);
-                        names.push(name.clone());
-                    }
-                    Err(message) => problems.push(src.at_value(
-                        &format!(
-                            "{at}/aggregates/{}",
-                            crate::spec::positions::escape_segment(name)
-                        ),
-                        message,
-                    )),
-                }
-            }
-            Compiled::Aggregate {
-                schema: Aggregate::output_schema(&keys, &names, &calls),
-                keys,
-                calls,
-                queryable: None,
-            }
-        }
-        TransformSpec::WindowAggregate(_)
-        | TransformSpec::TopN(_)
-        | TransformSpec::OverAggregate(_)
-        | TransformSpec::Join(_)
-        | TransformSpec::IntervalJoin(_)
-        | TransformSpec::WindowJoin(_) => {
-            let mut k = Keyed {
-                defs,
-                compiled,
-                i,
-                src,
-                problems,
-                at: &at,
-            };
-            k.compile(transform).unwrap_or(Compiled::Failed)
-        }
+    let mut planner = Planner {
+        defs,
+        compiled,
+        i,
+        src,
+        problems,
+        at: &at,
+        input: schema,
+        key_groups: spec.key_groups,
     };
+    let result = nodes::plan(&mut planner, transform).unwrap_or(Compiled::Failed);
     if problems.len() > before {
         return Compiled::Failed;
     }
@@ -762,64 +513,27 @@ fn with_queryable(
     src: &SpecSource,
     problems: &mut Vec<Problem>,
 ) -> Compiled {
-    use crate::operators::window::Windowing;
-    let backend = spec.state.backend;
-    // The output columns after the keys (and the window bounds) are the aggregates, in
-    // accumulator order.
-    let names = |schema: &SchemaRef, skip: usize| -> Vec<String> {
-        schema
-            .fields()
-            .iter()
-            .skip(skip)
-            .map(|f| f.name().clone())
-            .collect()
+    let Compiled::Operator(mut planned) = compiled else {
+        return compiled;
     };
-    let built = match &compiled {
-        Compiled::Aggregate { schema, keys, .. } => QueryableNode::build(
-            node,
-            "aggregate",
-            declared,
-            backend,
-            keys,
-            names(schema, keys.names().len()),
-            &[("accumulators", StateShape::Accumulators)],
-        ),
-        Compiled::WindowAggregate { keys, def, .. } => QueryableNode::build(
-            node,
-            "window-aggregate",
-            declared,
-            backend,
-            keys,
-            names(&def.schema, keys.names().len() + 2),
-            match def.windowing {
-                Windowing::Session { .. } => &[("sessions", StateShape::Sessions)],
-                _ => &[("windows", StateShape::Windows)],
-            },
-        ),
-        _ => return compiled,
+    let Some(shape) = &planned.query_shape else {
+        return Compiled::Operator(planned);
     };
-    match (built, compiled) {
-        (
-            Ok(q),
-            Compiled::Aggregate {
-                schema,
-                keys,
-                calls,
-                ..
-            },
-        ) => Compiled::Aggregate {
-            schema,
-            keys,
-            calls,
-            queryable: Some(Arc::new(q)),
-        },
-        (Ok(q), Compiled::WindowAggregate { keys, def, .. }) => Compiled::WindowAggregate {
-            keys,
-            def,
-            queryable: Some(Arc::new(q)),
-        },
-        (Ok(_), other) => other,
-        (Err(found), _) => {
+    let built = QueryableNode::build(
+        node,
+        shape.kind,
+        declared,
+        spec.state.backend,
+        &shape.keys,
+        shape.values.clone(),
+        shape.states,
+    );
+    match built {
+        Ok(q) => {
+            planned.queryable = Some(Arc::new(q));
+            Compiled::Operator(planned)
+        }
+        Err(found) => {
             for p in found {
                 problems.push(src.at_value(&format!("{at}/{}", p.pointer), p.message));
             }
@@ -970,68 +684,6 @@ fn compile_source(
     }
 }
 
-/// A key: `expr` or `expr AS name`; a plain column names itself.
-fn compile_key(sql: &str, schema: &Schema) -> Result<(String, Expr), String> {
-    crate::expr::check_size(sql).map_err(|e| e.to_string())?;
-    let item = Parser::new(&GenericDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut p| {
-            let item = p.parse_select_item()?;
-            match p.peek_token().token {
-                sqlparser::tokenizer::Token::EOF => Ok(item),
-                other => Err(sqlparser::parser::ParserError::ParserError(format!(
-                    "unexpected `{other}` after the key"
-                ))),
-            }
-        })
-        .map_err(|e| format!("cannot parse the key `{sql}`: {e}"))?;
-    let (ast, alias) = match item {
-        SelectItem::UnnamedExpr(e) => (e, None),
-        SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value)),
-        _ => {
-            return Err(format!(
-                "`{sql}` is not a key: write a column or `expression AS name`"
-            ));
-        }
-    };
-    let e = Expr::compile_ast(&ast, schema).map_err(|e| e.to_string())?;
-    let name = match (alias, e.as_column()) {
-        (Some(a), _) => a,
-        (None, Some(_)) => e.default_name(),
-        (None, None) => return Err(format!("name the key `{sql}`: write `{sql} AS name`")),
-    };
-    Ok((name, e))
-}
-
-fn sql_type(t: &DataType) -> &'static str {
-    match t {
-        DataType::Int64 => "INT",
-        DataType::Float64 => "FLOAT",
-        DataType::Utf8 => "STRING",
-        DataType::Boolean => "BOOL",
-        DataType::Timestamp(_, _) => "TIMESTAMP",
-        DataType::Null => "NULL",
-        _ => "an unsupported type",
-    }
-}
-
-/// Why two schemas differ for a union, if they do.
-fn schema_difference(a: &Schema, b: &Schema) -> Option<String> {
-    let describe = |s: &Schema| {
-        s.fields()
-            .iter()
-            .map(|f| format!("{} {}", f.name(), sql_type(f.data_type())))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let same = a.fields().len() == b.fields().len()
-        && a.fields()
-            .iter()
-            .zip(b.fields())
-            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type());
-    (!same).then(|| format!("({}) versus ({})", describe(a), describe(b)))
-}
-
 /// Builds the plan's real nodes and edges, dissolving `key-by` and `union` into edges.
 fn assemble(
     spec: &JobSpec,
@@ -1112,152 +764,23 @@ fn assemble(
                     event_time,
                 },
             ),
-            Compiled::Filter { schema, predicate } => (
-                NodeRole::Operator,
-                def.transform.and_then(|t| t.parallelism()),
-                vec![(String::new(), schema)],
-                Factory::Operator(Arc::new(move |_| {
-                    Ok(Box::new(Filter::new(predicate.clone())))
-                })),
-            ),
-            Compiled::Map { schema, columns } => {
-                let out = schema.clone();
-                (
-                    NodeRole::Operator,
-                    def.transform.and_then(|t| t.parallelism()),
-                    vec![(String::new(), schema)],
-                    Factory::Operator(Arc::new(move |_| {
-                        Ok(Box::new(Map::new(columns.clone(), out.clone())))
-                    })),
-                )
-            }
-            Compiled::Aggregate {
+            Compiled::Operator(Planned {
                 schema,
-                keys,
-                calls,
+                make,
+                state_ttl,
                 queryable,
-            } => {
-                let out = schema.clone();
-                let settings = settings.clone();
-                let node = def.name.to_string();
-                let ttl = state_ttl(def.transform);
-                let aggs = Arc::new(Accumulators { calls });
+                ..
+            }) => {
                 queryable_of = queryable;
+                let factory = match make {
+                    Make::Stateless(factory) => factory,
+                    Make::Keyed(make) => keyed_factory(&settings, def.name, state_ttl, make),
+                };
                 (
                     NodeRole::Operator,
                     def.transform.and_then(|t| t.parallelism()),
                     vec![(String::new(), schema)],
-                    Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(Aggregate::new(
-                            KeyEncoder::new(keys.clone())?,
-                            aggs.clone(),
-                            out.clone(),
-                            settings.backend(&node, ctx, ttl)?,
-                        )?))
-                    })),
-                )
-            }
-            Compiled::WindowAggregate {
-                keys,
-                def: d,
-                queryable,
-            } => {
-                queryable_of = queryable;
-                let settings = settings.clone();
-                let node = def.name.to_string();
-                let ttl = state_ttl(def.transform);
-                (
-                    NodeRole::Operator,
-                    def.transform.and_then(|t| t.parallelism()),
-                    vec![(String::new(), d.schema.clone())],
-                    Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(WindowAggregate::new(
-                            d.clone(),
-                            KeyEncoder::new(keys.clone())?,
-                            settings.backend(&node, ctx, ttl)?,
-                            ctx.metrics.clone(),
-                        )?))
-                    })),
-                )
-            }
-            Compiled::TopN { keys, def: d } => {
-                let settings = settings.clone();
-                let node = def.name.to_string();
-                let ttl = state_ttl(def.transform);
-                (
-                    NodeRole::Operator,
-                    def.transform.and_then(|t| t.parallelism()),
-                    vec![(String::new(), d.schema.clone())],
-                    Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(TopN::new(
-                            d.clone(),
-                            KeyEncoder::new(keys.clone())?,
-                            settings.backend(&node, ctx, ttl)?,
-                            ctx.metrics.clone(),
-                        )?))
-                    })),
-                )
-            }
-            Compiled::OverAggregate { keys, def: d } => {
-                let settings = settings.clone();
-                let node = def.name.to_string();
-                let ttl = state_ttl(def.transform);
-                (
-                    NodeRole::Operator,
-                    def.transform.and_then(|t| t.parallelism()),
-                    vec![(String::new(), d.schema.clone())],
-                    Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(OverAggregate::new(
-                            d.clone(),
-                            KeyEncoder::new(keys.clone())?,
-                            settings.backend(&node, ctx, ttl)?,
-                            ctx.metrics.clone(),
-                        )?))
-                    })),
-                )
-            }
-            Compiled::Join { keys, def: d } => {
-                let settings = settings.clone();
-                let node = def.name.to_string();
-                let ttl = state_ttl(def.transform);
-                (
-                    NodeRole::Operator,
-                    def.transform.and_then(|t| t.parallelism()),
-                    vec![(String::new(), d.projection.schema.clone())],
-                    Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(
-                            Join::new(
-                                d.clone(),
-                                [
-                                    KeyEncoder::new(keys[0].clone())?,
-                                    KeyEncoder::new(keys[1].clone())?,
-                                ],
-                                settings.backend(&node, ctx, ttl)?,
-                            )?
-                            .restored(ctx.restore.as_deref()),
-                        ))
-                    })),
-                )
-            }
-            Compiled::WindowJoin { keys, def: d } => {
-                let settings = settings.clone();
-                let node = def.name.to_string();
-                let ttl = state_ttl(def.transform);
-                (
-                    NodeRole::Operator,
-                    def.transform.and_then(|t| t.parallelism()),
-                    vec![(String::new(), d.projection.schema.clone())],
-                    Factory::Operator(Arc::new(move |ctx| {
-                        Ok(Box::new(WindowJoin::new(
-                            d.clone(),
-                            [
-                                KeyEncoder::new(keys[0].clone())?,
-                                KeyEncoder::new(keys[1].clone())?,
-                            ],
-                            settings.backend(&node, ctx, ttl)?,
-                            ctx.metrics.clone(),
-                        )?))
-                    })),
+                    Factory::Operator(factory),
                 )
             }
             Compiled::Sink { factory: f } => (
@@ -1287,515 +810,15 @@ fn assemble(
     }
 }
 
-/// Compiles the keyed operators (all read `key-by` nodes).
-struct Keyed<'a, 'd> {
-    defs: &'a [Def<'d>],
-    compiled: &'a [Compiled],
-    i: usize,
-    src: &'a SpecSource,
-    problems: &'a mut Vec<Problem>,
-    at: &'a str,
-}
-
-impl Keyed<'_, '_> {
-    fn problem(&mut self, key: &str, message: impl Into<String>) {
-        let at = if key.is_empty() {
-            self.at.to_string()
-        } else {
-            format!("{}/{key}", self.at)
-        };
-        self.problems.push(self.src.at_value(&at, message));
-    }
-
-    /// The key selector and schema of input `k`, which must be a key-by node.
-    fn keyed_input(&mut self, k: usize, key: &str) -> Option<(Arc<KeySelector>, SchemaRef)> {
-        let (_, j, _) = self.defs[self.i].inputs.get(k)?;
-        match &self.compiled[*j] {
-            Compiled::KeyBy { keys, schema } => Some((keys.clone(), schema.clone())),
-            Compiled::Failed => None,
-            _ => {
-                let (name, kind) = (self.defs[*j].name, self.defs[*j].kind());
-                let me = self.defs[self.i].kind();
-                self.problem(
-                    key,
-                    format!("a {me} reads `key-by` nodes, and `{name}` is a {kind}; add a key-by between them"),
-                );
-                None
-            }
-        }
-    }
-
-    fn expr(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
-        match Expr::compile(sql, schema) {
-            Ok(e) => Some(e),
-            Err(e) => {
-                self.problem(key, e.to_string());
-                None
-            }
-        }
-    }
-
-    /// A TIMESTAMP (or INT epoch-ms) expression.
-    fn time(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
-        let e = self.expr(key, sql, schema)?;
-        if matches!(e.data_type(), DataType::Timestamp(_, _) | DataType::Int64) {
-            Some(e)
-        } else {
-            self.problem(
-                key,
-                format!(
-                    "`{sql}` must be a TIMESTAMP, not {}",
-                    sql_type(e.data_type())
-                ),
-            );
-            None
-        }
-    }
-
-    fn condition(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
-        let e = self.expr(key, sql, schema)?;
-        if matches!(e.data_type(), DataType::Boolean | DataType::Null) {
-            Some(e)
-        } else {
-            self.problem(
-                key,
-                format!(
-                    "a condition must be BOOL, but `{sql}` is {}",
-                    sql_type(e.data_type())
-                ),
-            );
-            None
-        }
-    }
-
-    fn windowing(&mut self, key: &str, window: &crate::spec::WindowSpec) -> Option<Windowing> {
-        match Windowing::from_spec(window) {
-            Ok(w) => Some(w),
-            Err(m) => {
-                self.problem(key, m);
-                None
-            }
-        }
-    }
-
-    fn calls(
-        &mut self,
-        aggregates: &indexmap::IndexMap<String, String>,
-        schema: &Schema,
-        taken: &[String],
-    ) -> (Vec<String>, Vec<AggCall>) {
-        let mut names = Vec::new();
-        let mut calls = Vec::new();
-        for (name, sql) in aggregates {
-            let key = format!(
-                "aggregates/{}",
-                crate::spec::positions::escape_segment(name)
-            );
-            if taken.contains(name) {
-                self.problem(
-                    &key,
-                    format!("`{name}` is already a column of the output; choose another name"),
-                );
-            }
-            match AggCall::compile(sql, schema) {
-                Ok(c) => {
-                    names.push(name.clone());
-                    calls.push(c);
-                }
-                Err(m) => self.problem(&key, m),
-            }
-        }
-        (names, calls)
-    }
-
-    /// `price DESC`, `dateTime` → (expression, descending).
-    fn order(&mut self, key: &str, items: &[String], schema: &Schema) -> Vec<(Expr, bool)> {
-        let mut out = Vec::new();
-        for (n, item) in items.iter().enumerate() {
-            let (sql, desc) = split_direction(item);
-            if let Some(e) = self.expr(&format!("{key}/{n}"), sql, schema) {
-                out.push((e, desc));
-            }
-        }
-        out
-    }
-
-    fn projection(
-        &mut self,
-        columns: Option<&indexmap::IndexMap<String, String>>,
-        joined: &SchemaRef,
-    ) -> Option<Projection> {
-        let mut exprs = Vec::new();
-        let mut fields = Vec::new();
-        match columns {
-            None => {
-                for (n, f) in joined.fields().iter().enumerate() {
-                    if f.name() == "window_start" || f.name() == "window_end" {
-                        continue;
-                    }
-                    let e =
-                        Expr::compile(&format!("\"{}\"", f.name().replace('"', "\"\"")), joined);
-                    match e {
-                        Ok(e) => {
-                            fields.push(Field::new(f.name(), e.data_type().clone(), true));
-                            exprs.push(e);
-                        }
-                        Err(e) => self.problem(&format!("columns/{n}"), e.to_string()),
-                    }
-                }
-            }
-            Some(columns) => {
-                for (name, sql) in columns {
-                    let key = format!("columns/{}", crate::spec::positions::escape_segment(name));
-                    if let Some(e) = self.expr(&key, sql, joined) {
-                        fields.push(Field::new(name, e.data_type().clone(), true));
-                        exprs.push(e);
-                    }
-                }
-            }
-        }
-        Some(Projection {
-            exprs,
-            schema: Arc::new(Schema::new(fields)),
-        })
-    }
-
-    fn same_keys(&mut self, a: &KeySelector, b: &KeySelector) {
-        let types = |k: &KeySelector| {
-            k.exprs()
-                .iter()
-                .map(|e| sql_type(e.data_type()))
-                .collect::<Vec<_>>()
-        };
-        if types(a) != types(b) {
-            self.problem(
-                "right",
-                format!(
-                    "the two sides are keyed differently: ({}) versus ({}); key them by the same types",
-                    types(a).join(", "),
-                    types(b).join(", ")
-                ),
-            );
-        }
-    }
-
-    fn compile(&mut self, transform: &TransformSpec) -> Option<Compiled> {
-        let before = self.problems.len();
-        let result = match transform {
-            TransformSpec::WindowAggregate(w) => self.window_aggregate(w),
-            TransformSpec::TopN(t) => self.top_n(t),
-            TransformSpec::OverAggregate(o) => self.over_aggregate(o),
-            TransformSpec::Join(j) => self.join(j),
-            TransformSpec::IntervalJoin(j) => self.interval_join(j),
-            TransformSpec::WindowJoin(j) => self.window_join(j),
-            _ => None,
-        };
-        if self.problems.len() > before {
-            return None;
-        }
-        result
-    }
-
-    fn window_aggregate(&mut self, w: &crate::spec::WindowAggregateSpec) -> Option<Compiled> {
-        let (keys, schema) = self.keyed_input(0, "from")?;
-        let time = self.time("time", &w.time, &schema);
-        let windowing = self.windowing("window", &w.window);
-        let mut taken: Vec<String> = keys.names().to_vec();
-        taken.extend(["window_start".to_string(), "window_end".to_string()]);
-        let (names, calls) = self.calls(&w.aggregates, &schema, &taken);
-        let out = WindowAggregateDef::output_schema(&keys, &names, &calls);
-        Some(Compiled::WindowAggregate {
-            def: Arc::new(WindowAggregateDef {
-                time: time?,
-                windowing: windowing?,
-                lateness: w.allowed_lateness.as_millis_i64(),
-                aggs: Accumulators { calls },
-                schema: out,
-            }),
-            keys,
-            queryable: None,
-        })
-    }
-
-    fn top_n(&mut self, t: &crate::spec::TopNSpec) -> Option<Compiled> {
-        let (keys, schema) = self.keyed_input(0, "from")?;
-        let order = self.order("order-by", &t.order_by, &schema);
-        let fire_at = self.time("fire-at", &t.fire_at, &schema);
-        let columns: Vec<usize> = match &t.columns {
-            None => (0..schema.fields().len()).collect(),
-            Some(names) => {
-                let mut idx = Vec::new();
-                for (n, name) in names.iter().enumerate() {
-                    match schema.index_of(name) {
-                        Ok(i) => idx.push(i),
-                        Err(_) => {
-                            let known: Vec<&str> =
-                                schema.fields().iter().map(|f| f.name().as_str()).collect();
-                            self.problem(
-                                &format!("columns/{n}"),
-                                format!("no column `{name}`; columns: {}", known.join(", ")),
-                            );
-                        }
-                    }
-                }
-                idx
-            }
-        };
-        let out = Arc::new(schema.project(&columns).ok()?);
-        Some(Compiled::TopN {
-            def: Arc::new(TopNDef {
-                order,
-                n: t.n.max(1) as usize,
-                with_ties: t.with_ties,
-                fire_at: fire_at?,
-                input: schema,
-                columns,
-                schema: out,
-            }),
-            keys,
-        })
-    }
-
-    fn over_aggregate(&mut self, o: &crate::spec::OverAggregateSpec) -> Option<Compiled> {
-        let (keys, schema) = self.keyed_input(0, "from")?;
-        let order = self.order("order-by", &o.order_by, &schema);
-        let (first, desc) = split_direction(o.order_by.first()?);
-        if desc {
-            self.problem(
-                "order-by/0",
-                "the first order-by expression is the rows' time and must be ascending",
-            );
-        }
-        let time = self.time("order-by/0", first, &schema);
-        let taken: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-        let (names, calls) = self.calls(&o.aggregates, &schema, &taken);
-        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-        fields.extend(
-            names
-                .iter()
-                .zip(&calls)
-                .map(|(n, c)| Field::new(n, c.data_type.clone(), true)),
-        );
-        Some(Compiled::OverAggregate {
-            def: Arc::new(OverAggregateDef {
-                time: time?,
-                order,
-                rows: o.rows.max(1) as usize,
-                calls,
-                input: schema,
-                schema: Arc::new(Schema::new(fields)),
-            }),
-            keys,
-        })
-    }
-
-    /// Compiles a join's condition and output columns, and prunes each side to the columns
-    /// they read, so joins keep (and copy) only what they will use. Returns the joined schema
-    /// over the pruned sides, the condition, the projection and the kept columns per side.
-    #[allow(clippy::type_complexity)]
-    fn pruned_join(
-        &mut self,
-        sides: [(&SchemaRef, &str); 2],
-        extra: &[Field],
-        condition: Option<&str>,
-        columns: Option<&indexmap::IndexMap<String, String>>,
-    ) -> Option<(SchemaRef, Option<Expr>, Projection, [Vec<usize>; 2])> {
-        let [(ls, la), (rs, ra)] = sides;
-        // Compiled once against every column: problems use the user's names, and the
-        // compiled expressions tell which columns are read.
-        let full = joined_schema(ls, la, rs, ra, extra);
-        let cond = match condition {
-            Some(c) => Some(self.condition("where", c, &full)?),
-            None => None,
-        };
-        let proj = self.projection(columns, &full)?;
-        let mut used = std::collections::BTreeSet::new();
-        for e in cond.iter().chain(&proj.exprs) {
-            used.extend(e.columns());
-        }
-        let (nl, nr) = (ls.fields().len(), rs.fields().len());
-        let mut keep_l: Vec<usize> = used.iter().copied().filter(|i| *i < nl).collect();
-        let mut keep_r: Vec<usize> = used
-            .iter()
-            .copied()
-            .filter(|i| (nl..nl + nr).contains(i))
-            .map(|i| i - nl)
-            .collect();
-        // A row with no columns would lose its count: keep at least one per side.
-        for keep in [&mut keep_l, &mut keep_r] {
-            if keep.is_empty() {
-                keep.push(0);
-            }
-        }
-        let lp = Arc::new(ls.project(&keep_l).ok()?);
-        let rp = Arc::new(rs.project(&keep_r).ok()?);
-        let joined = joined_schema(&lp, la, &rp, ra, extra);
-        // The same expressions over the pruned rows (same names, fewer columns).
-        let cond = match condition {
-            Some(c) => Some(self.condition("where", c, &joined)?),
-            None => None,
-        };
-        let proj = self.projection(columns, &joined)?;
-        Some((joined, cond, proj, [keep_l, keep_r]))
-    }
-
-    fn join(&mut self, j: &crate::spec::JoinSpec) -> Option<Compiled> {
-        let left = self.keyed_input(0, "left");
-        let right = self.keyed_input(1, "right");
-        let ((lk, ls), (rk, rs)) = (left?, right?);
-        self.same_keys(&lk, &rk);
-        let left_until = match &j.left_until {
-            Some(u) => Some(self.time("left-until", u, &ls)?),
-            None => None,
-        };
-        let right_until = match &j.right_until {
-            Some(u) => Some(self.time("right-until", u, &rs)?),
-            None => None,
-        };
-        let (joined, condition, projection, keep) = self.pruned_join(
-            [(&ls, &j.left_as), (&rs, &j.right_as)],
-            &[],
-            j.condition.as_deref(),
-            j.columns.as_ref(),
-        )?;
-        Some(Compiled::Join {
-            keys: [lk, rk],
-            def: Arc::new(JoinDef {
-                inputs: [
-                    Arc::new(ls.project(&keep[0]).ok()?),
-                    Arc::new(rs.project(&keep[1]).ok()?),
-                ],
-                keep,
-                until: [left_until, right_until],
-                joined,
-                condition,
-                projection,
-            }),
-        })
-    }
-
-    fn interval_join(&mut self, j: &crate::spec::IntervalJoinSpec) -> Option<Compiled> {
-        let left = self.keyed_input(0, "left");
-        let right = self.keyed_input(1, "right");
-        let ((lk, ls), (rk, rs)) = (left?, right?);
-        self.same_keys(&lk, &rk);
-        let (lower, upper) = (j.lower.as_millis(), j.upper.as_millis());
-        if lower > upper {
-            self.problem(
-                "lower",
-                format!("lower ({}) is after upper ({})", j.lower, j.upper),
-            );
-            return None;
-        }
-        self.time("left-time", &j.left_time, &ls)?;
-        self.time("right-time", &j.right_time, &rs)?;
-        let shifted = |base: &str, ms: i64| {
-            if ms < 0 {
-                format!("({base}) - INTERVAL '{} milliseconds'", -ms)
-            } else {
-                format!("({base}) + INTERVAL '{ms} milliseconds'")
-            }
-        };
-        let l = format!("{}.{}", j.left_as, j.left_time);
-        let r = format!("{}.{}", j.right_as, j.right_time);
-        let bounds = format!(
-            "{r} BETWEEN {} AND {}",
-            shifted(&l, lower),
-            shifted(&l, upper)
-        );
-        let sql = match &j.condition {
-            Some(c) => format!("({bounds}) AND ({c})"),
-            None => bounds,
-        };
-        // A left row can match right rows up to its time + upper; a right row can be matched by
-        // left rows down to its time - lower.
-        let left_until = self.time("left-time", &shifted(&j.left_time, upper), &ls)?;
-        let right_until = self.time("right-time", &shifted(&j.right_time, -lower), &rs)?;
-        let (joined, condition, projection, keep) = self.pruned_join(
-            [(&ls, &j.left_as), (&rs, &j.right_as)],
-            &[],
-            Some(&sql),
-            j.columns.as_ref(),
-        )?;
-        Some(Compiled::Join {
-            keys: [lk, rk],
-            def: Arc::new(JoinDef {
-                inputs: [
-                    Arc::new(ls.project(&keep[0]).ok()?),
-                    Arc::new(rs.project(&keep[1]).ok()?),
-                ],
-                keep,
-                until: [Some(left_until), Some(right_until)],
-                joined,
-                condition,
-                projection,
-            }),
-        })
-    }
-
-    fn window_join(&mut self, j: &crate::spec::WindowJoinSpec) -> Option<Compiled> {
-        let left = self.keyed_input(0, "left");
-        let right = self.keyed_input(1, "right");
-        let ((lk, ls), (rk, rs)) = (left?, right?);
-        self.same_keys(&lk, &rk);
-        let windowing = self.windowing("window", &j.window)?;
-        if windowing.is_session() {
-            self.problem(
-                "window",
-                "a window join takes tumbling or sliding windows, not sessions",
-            );
-            return None;
-        }
-        let lt = self.time("left-time", &j.left_time, &ls);
-        let rt = self.time("right-time", &j.right_time, &rs);
-        let ts = DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None);
-        let windows = [
-            Field::new("window_start", ts.clone(), true),
-            Field::new("window_end", ts, true),
-        ];
-        let (joined, condition, projection, keep) = self.pruned_join(
-            [(&ls, &j.left_as), (&rs, &j.right_as)],
-            &windows,
-            j.condition.as_deref(),
-            j.columns.as_ref(),
-        )?;
-        Some(Compiled::WindowJoin {
-            keys: [lk, rk],
-            def: Arc::new(WindowJoinDef {
-                inputs: [
-                    Arc::new(ls.project(&keep[0]).ok()?),
-                    Arc::new(rs.project(&keep[1]).ok()?),
-                ],
-                keep,
-                times: [lt?, rt?],
-                windowing,
-                mode: j.mode,
-                joined,
-                condition,
-                projection,
-            }),
-        })
-    }
-}
-
-/// `price DESC` → (`price`, true); `dateTime ASC` or `dateTime` → (`dateTime`, false).
-fn split_direction(item: &str) -> (&str, bool) {
-    let t = item.trim();
-    let lower = t.to_ascii_lowercase();
-    if lower.ends_with(" desc") {
-        (t[..t.len() - 5].trim_end(), true)
-    } else if lower.ends_with(" asc") {
-        (t[..t.len() - 4].trim_end(), false)
-    } else {
-        (t, false)
-    }
-}
-
-/// An operator's own state TTL, if its spec has one.
-fn state_ttl(transform: Option<&TransformSpec>) -> Option<crate::spec::HumanDuration> {
-    match transform {
-        Some(TransformSpec::Aggregate(a)) => a.state_ttl,
-        Some(TransformSpec::Join(j)) => j.state_ttl,
-        _ => None,
-    }
+/// The factory of a keyed operator: each subtask opens (or restores) its keyed state, with
+/// the operator's own TTL over the job's, and makes the operator from it.
+fn keyed_factory(
+    settings: &Arc<StateSettings>,
+    node: &str,
+    ttl: Option<HumanDuration>,
+    make: nodes::KeyedMake,
+) -> OperatorFactory {
+    let settings = settings.clone();
+    let node = node.to_owned();
+    Arc::new(move |ctx| make(ctx, settings.backend(&node, ctx, ttl)?))
 }

@@ -7,11 +7,17 @@
 //! a `union` merges its inputs into its consumers' input gates.
 //!
 //! # Layout
-//! - [`build`]: spec → [`Plan`] (wiring, cycles, schemas, expressions).
+//! - [`build`]: spec → [`Plan`] (wiring, cycles, sources and sinks, `queryable:`, and the
+//!   assembly of the real nodes, with the one keyed-state factory every keyed operator uses).
+//! - `nodes`: one file per transform kind, checking its spec against its inputs and saying
+//!   how its subtasks are made; `nodes/mod.rs` holds the registry (one line per kind) and the
+//!   checks several kinds share. A transform kind is `operators/<kind>.rs` (running it),
+//!   `nodes/<kind>.rs` (planning it) and its line in the registry.
 //! - [`physical`]: [`Plan`] → tasks: chaining, channels, subtasks.
 //! - [`state`]: the state backend each keyed subtask gets, and weir's data directory.
 
 pub mod build;
+mod nodes;
 pub mod physical;
 pub mod state;
 

@@ -59,6 +59,37 @@ use weir_connection_pool::{Pool, PoolMetrics};
 pub use self::client::{PgConnection, PgFailure, PgManager};
 use self::encode::{encode_csv, ident};
 pub use self::encode::{sql_type, unsupported_column};
+
+/// What the sink needs of its input, checked at planning: every column of a type it can
+/// write, and every `key` column present. Each problem is (the key of the sink's spec it is
+/// about, the message).
+pub fn check_input(
+    spec: &crate::spec::PostgresSinkSpec,
+    schema: &arrow_schema::Schema,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    if let Some((column, ty)) = unsupported_column(schema) {
+        problems.push((
+            "from".to_owned(),
+            format!("column `{column}` has type {ty}, which the postgres sink cannot write"),
+        ));
+    }
+    for (i, key) in spec.key.iter().enumerate() {
+        if schema.field_with_name(key).is_err() {
+            let names = schema
+                .fields()
+                .iter()
+                .map(|f| format!("`{}`", f.name()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            problems.push((
+                format!("key/{i}"),
+                format!("the input has no column `{key}` (it has {names})"),
+            ));
+        }
+    }
+    problems
+}
 use super::sink::{
     Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,
 };

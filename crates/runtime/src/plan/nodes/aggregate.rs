@@ -1,0 +1,70 @@
+//! `aggregate`: a running aggregate per key over a `key-by` node, emitted as an upsert
+//! changelog (the key columns, then one column per aggregate call).
+
+use std::sync::Arc;
+
+use super::{Compiled, Planned, Planner, QueryShape};
+use crate::operators::accumulators::Accumulators;
+use crate::operators::aggregate::{AggCall, Aggregate};
+use crate::operators::keyed::KeyEncoder;
+use crate::query::StateShape;
+use crate::spec::AggregateSpec;
+
+pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compiled> {
+    let keys = match p.input_compiled(0)? {
+        Compiled::KeyBy { keys, .. } => keys.clone(),
+        _ => {
+            let (_, name, kind) = p.input_def(0)?;
+            let message = format!(
+                "an aggregate reads a `key-by` node, and `{name}` is a {kind}; add a key-by between them"
+            );
+            p.problem("from", message);
+            return None;
+        }
+    };
+    let schema = p.input.clone();
+    let mut calls = Vec::new();
+    let mut names = Vec::new();
+    for (name, sql) in &a.aggregates {
+        let key = format!(
+            "aggregates/{}",
+            crate::spec::positions::escape_segment(name)
+        );
+        if keys.names().contains(name) {
+            p.problem_at_key(
+                &key,
+                format!("`{name}` is already a key column; choose another name"),
+            );
+        }
+        match AggCall::compile(sql, &schema) {
+            Ok(c) => {
+                calls.push(c);
+                names.push(name.clone());
+            }
+            Err(message) => p.problem(&key, message),
+        }
+    }
+    let out = Aggregate::output_schema(&keys, &names, &calls);
+    let schema = out.clone();
+    let aggs = Arc::new(Accumulators { calls });
+    let encoded = keys.clone();
+    let mut planned = Planned::keyed(
+        out,
+        Arc::new(move |_, state| {
+            Ok(Box::new(Aggregate::new(
+                KeyEncoder::new(encoded.clone())?,
+                aggs.clone(),
+                schema.clone(),
+                state,
+            )?))
+        }),
+    );
+    planned.state_ttl = a.state_ttl;
+    planned.query_shape = Some(QueryShape {
+        kind: "aggregate",
+        values: names,
+        keys,
+        states: &[("accumulators", StateShape::Accumulators)],
+    });
+    Some(Compiled::Operator(planned))
+}

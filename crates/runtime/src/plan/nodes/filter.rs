@@ -1,0 +1,34 @@
+//! `filter`: a BOOL condition over the input's columns; the output is the input's schema.
+
+use std::sync::Arc;
+
+use arrow_schema::DataType;
+
+use super::{Compiled, Planned, Planner, sql_type};
+use crate::expr::Expr;
+use crate::operators::filter::Filter;
+use crate::spec::FilterSpec;
+
+pub(super) fn plan(p: &mut Planner<'_, '_>, f: &FilterSpec) -> Option<Compiled> {
+    let schema = p.input.clone();
+    let predicate = match Expr::compile(&f.predicate, &schema) {
+        Ok(e) if matches!(e.data_type(), DataType::Boolean | DataType::Null) => Arc::new(e),
+        Ok(e) => {
+            let message = format!(
+                "a condition must be BOOL, but `{}` is {}",
+                f.predicate,
+                sql_type(e.data_type())
+            );
+            p.problem("where", message);
+            return None;
+        }
+        Err(e) => {
+            p.problem("where", e.to_string());
+            return None;
+        }
+    };
+    Some(Compiled::Operator(Planned::stateless(
+        schema,
+        Arc::new(move |_| Ok(Box::new(Filter::new(predicate.clone())))),
+    )))
+}

@@ -1,0 +1,68 @@
+//! `join`: a regular join of two `key-by` nodes on their keys, each side kept until its
+//! optional `*-until` time passes the watermark (and under the operator's state TTL).
+
+use std::sync::Arc;
+
+use super::{Compiled, Planned, Planner, PrunedJoin};
+use crate::expr::Expr;
+use crate::operators::join::{Join, JoinDef};
+use crate::operators::key_by::KeySelector;
+use crate::operators::keyed::KeyEncoder;
+use crate::spec::JoinSpec;
+
+pub(super) fn plan(p: &mut Planner<'_, '_>, j: &JoinSpec) -> Option<Compiled> {
+    let left = p.keyed_input(0, "left");
+    let right = p.keyed_input(1, "right");
+    let ((lk, ls), (rk, rs)) = (left?, right?);
+    p.same_keys(&lk, &rk);
+    let left_until = match &j.left_until {
+        Some(u) => Some(p.time("left-until", u, &ls)?),
+        None => None,
+    };
+    let right_until = match &j.right_until {
+        Some(u) => Some(p.time("right-until", u, &rs)?),
+        None => None,
+    };
+    let pruned = p.pruned_join(
+        [(&ls, &j.left_as), (&rs, &j.right_as)],
+        &[],
+        j.condition.as_deref(),
+        j.columns.as_ref(),
+    )?;
+    let mut planned = planned([lk, rk], pruned, [left_until, right_until]);
+    planned.state_ttl = j.state_ttl;
+    Some(Compiled::Operator(planned))
+}
+
+/// A regular or interval join's operator: `until` says how long each side's rows are kept.
+pub(super) fn planned(
+    keys: [Arc<KeySelector>; 2],
+    pruned: PrunedJoin,
+    until: [Option<Expr>; 2],
+) -> Planned {
+    let out = pruned.projection.schema.clone();
+    let def = Arc::new(JoinDef {
+        inputs: pruned.inputs,
+        keep: pruned.keep,
+        until,
+        joined: pruned.joined,
+        condition: pruned.condition,
+        projection: pruned.projection,
+    });
+    Planned::keyed(
+        out,
+        Arc::new(move |ctx, state| {
+            Ok(Box::new(
+                Join::new(
+                    def.clone(),
+                    [
+                        KeyEncoder::new(keys[0].clone())?,
+                        KeyEncoder::new(keys[1].clone())?,
+                    ],
+                    state,
+                )?
+                .restored(ctx.restore.as_deref()),
+            ))
+        }),
+    )
+}

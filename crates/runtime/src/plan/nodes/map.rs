@@ -1,0 +1,35 @@
+//! `map`: named expressions over the input's columns, one output column each.
+
+use std::sync::Arc;
+
+use arrow_schema::{Field, Schema};
+
+use super::{Compiled, Planned, Planner};
+use crate::expr::Expr;
+use crate::operators::map::Map;
+use crate::spec::MapSpec;
+
+pub(super) fn plan(p: &mut Planner<'_, '_>, m: &MapSpec) -> Option<Compiled> {
+    let input = p.input.clone();
+    let mut exprs = Vec::new();
+    let mut fields = Vec::new();
+    for (name, sql) in &m.columns {
+        match Expr::compile(sql, &input) {
+            Ok(e) => {
+                fields.push(Field::new(name, e.data_type().clone(), true));
+                exprs.push(e);
+            }
+            Err(e) => p.problem(
+                &format!("columns/{}", crate::spec::positions::escape_segment(name)),
+                e.to_string(),
+            ),
+        }
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let out = schema.clone();
+    let columns: Arc<[Expr]> = exprs.into();
+    Some(Compiled::Operator(Planned::stateless(
+        schema,
+        Arc::new(move |_| Ok(Box::new(Map::new(columns.clone(), out.clone())))),
+    )))
+}

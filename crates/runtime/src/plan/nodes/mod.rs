@@ -1,0 +1,489 @@
+//! One planning home per transform kind. Each module checks its node's spec against the
+//! schemas of its inputs, reports what is wrong at the key that is wrong, and says how the
+//! node's subtasks are made; [`super::build`] keeps the wiring around them (inputs, order,
+//! cycles, `key-by` and `union` folding) and calls [`plan`], the one line per kind below.
+//!
+//! An operator kind is then two files side by side: `operators/<kind>.rs` runs it and
+//! `plan/nodes/<kind>.rs` plans it. A keyed operator says only how to make one subtask from
+//! its keyed state ([`Make::Keyed`]); opening or restoring that state is done once, for every
+//! kind, by [`super::build`].
+
+mod aggregate;
+mod filter;
+mod interval_join;
+mod join;
+mod key_by;
+mod map;
+mod over_aggregate;
+mod top_n;
+mod union;
+mod window_aggregate;
+mod window_join;
+
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+use super::OperatorFactory;
+use super::build::Def;
+use crate::connectors::sink::SinkFactory;
+use crate::connectors::source::{SourceFactory, SubtaskContext};
+use crate::error::OperatorError;
+use crate::exec::task::EventTime;
+use crate::expr::Expr;
+use crate::operators::Operator;
+use crate::operators::aggregate::AggCall;
+use crate::operators::join::{Projection, joined_schema};
+use crate::operators::key_by::KeySelector;
+use crate::operators::window::Windowing;
+use crate::query::{QueryableNode, StateShape};
+use crate::spec::problems::{Problem, SpecSource};
+use crate::spec::{HumanDuration, TransformSpec};
+use weir_state::KeyedStateBackend;
+
+/// Plans one transform: the registry of kinds.
+pub(super) fn plan(p: &mut Planner<'_, '_>, transform: &TransformSpec) -> Option<Compiled> {
+    match transform {
+        TransformSpec::Filter(s) => filter::plan(p, s),
+        TransformSpec::Map(s) => map::plan(p, s),
+        TransformSpec::KeyBy(s) => key_by::plan(p, s),
+        TransformSpec::Union(_) => union::plan(p),
+        TransformSpec::Aggregate(s) => aggregate::plan(p, s),
+        TransformSpec::WindowAggregate(s) => window_aggregate::plan(p, s),
+        TransformSpec::TopN(s) => top_n::plan(p, s),
+        TransformSpec::OverAggregate(s) => over_aggregate::plan(p, s),
+        TransformSpec::Join(s) => join::plan(p, s),
+        TransformSpec::IntervalJoin(s) => interval_join::plan(p, s),
+        TransformSpec::WindowJoin(s) => window_join::plan(p, s),
+    }
+}
+
+/// What planning learned about a node of the job file.
+pub(super) enum Compiled {
+    Source {
+        ports: Vec<(String, SchemaRef)>,
+        factory: Arc<dyn SourceFactory>,
+        event_time: EventTime,
+    },
+    /// Dissolves into the key partitioning of its consumers' input edges.
+    KeyBy {
+        schema: SchemaRef,
+        keys: Arc<KeySelector>,
+    },
+    /// Dissolves into its consumers' input gates.
+    Union {
+        schema: SchemaRef,
+    },
+    /// A transform that runs as an operator.
+    Operator(Planned),
+    Sink {
+        factory: Arc<dyn SinkFactory>,
+    },
+    /// Planning this node failed (its problems are reported); its consumers are skipped.
+    Failed,
+}
+
+impl Compiled {
+    pub(super) fn schema(&self, port: usize) -> Option<&SchemaRef> {
+        match self {
+            Compiled::Source { ports, .. } => ports.get(port).map(|(_, s)| s),
+            Compiled::KeyBy { schema, .. } | Compiled::Union { schema } => Some(schema),
+            Compiled::Operator(planned) => Some(&planned.schema),
+            Compiled::Sink { .. } | Compiled::Failed => None,
+        }
+    }
+}
+
+/// A planned operator.
+pub(super) struct Planned {
+    /// Its output.
+    pub schema: SchemaRef,
+    pub make: Make,
+    /// The operator's own state TTL, over the job's.
+    pub state_ttl: Option<HumanDuration>,
+    /// Keyed operators whose state a job may declare `queryable`: how it is laid out.
+    pub query_shape: Option<QueryShape>,
+    /// The checked `queryable:` declaration, once [`super::build`] has attached it.
+    pub queryable: Option<Arc<QueryableNode>>,
+}
+
+impl Planned {
+    pub(super) fn stateless(schema: SchemaRef, factory: OperatorFactory) -> Self {
+        Planned {
+            schema,
+            make: Make::Stateless(factory),
+            state_ttl: None,
+            query_shape: None,
+            queryable: None,
+        }
+    }
+
+    pub(super) fn keyed(schema: SchemaRef, make: KeyedMake) -> Self {
+        Planned {
+            schema,
+            make: Make::Keyed(make),
+            state_ttl: None,
+            query_shape: None,
+            queryable: None,
+        }
+    }
+}
+
+/// How an operator's subtasks are made.
+pub(super) enum Make {
+    Stateless(OperatorFactory),
+    /// From the subtask's keyed state, opened (or restored) for it by the planner.
+    Keyed(KeyedMake),
+}
+
+/// Makes one subtask of a keyed operator from its context and its keyed state.
+pub(super) type KeyedMake = Arc<
+    dyn Fn(&SubtaskContext, KeyedStateBackend) -> Result<Box<dyn Operator>, OperatorError>
+        + Send
+        + Sync,
+>;
+
+/// How a keyed operator's state reads for lookups (see [`QueryableNode::build`]).
+pub(super) struct QueryShape {
+    pub kind: &'static str,
+    pub keys: Arc<KeySelector>,
+    /// The output columns that are aggregates, in accumulator order.
+    pub values: Vec<String>,
+    pub states: &'static [(&'static str, StateShape)],
+}
+
+/// What a node's planning sees: its inputs, where its problems go, and the checks that
+/// several kinds share.
+pub(super) struct Planner<'a, 'd> {
+    pub(super) defs: &'a [Def<'d>],
+    pub(super) compiled: &'a [Compiled],
+    /// The node's index in `defs`.
+    pub(super) i: usize,
+    pub(super) src: &'a SpecSource,
+    pub(super) problems: &'a mut Vec<Problem>,
+    /// The node's pointer in the job file.
+    pub(super) at: &'a str,
+    /// The schema of input 0.
+    pub(super) input: SchemaRef,
+    pub(super) key_groups: u32,
+}
+
+impl Planner<'_, '_> {
+    fn pointer(&self, key: &str) -> String {
+        if key.is_empty() {
+            self.at.to_string()
+        } else {
+            format!("{}/{key}", self.at)
+        }
+    }
+
+    /// A problem at the value of `key` (relative to the node; empty for the node itself).
+    pub(super) fn problem(&mut self, key: &str, message: impl Into<String>) {
+        let at = self.pointer(key);
+        self.problems.push(self.src.at_value(&at, message));
+    }
+
+    /// A problem at the key `key` itself (a name that is wrong, not its value).
+    pub(super) fn problem_at_key(&mut self, key: &str, message: impl Into<String>) {
+        let at = self.pointer(key);
+        self.problems.push(self.src.at_key(&at, message));
+    }
+
+    /// The pointer of the `from` value of input `k`, the input's name and its kind.
+    fn input_def(&self, k: usize) -> Option<(&str, &str, &'static str)> {
+        let (from, j, _) = self.defs[self.i].inputs.get(k)?;
+        Some((from, self.defs[*j].name, self.defs[*j].kind()))
+    }
+
+    /// What planning learned about input `k`.
+    fn input_compiled(&self, k: usize) -> Option<&Compiled> {
+        let (_, j, _) = self.defs[self.i].inputs.get(k)?;
+        Some(&self.compiled[*j])
+    }
+
+    /// The schema of input `k` (`None` if it failed to plan).
+    fn input_schema(&self, k: usize) -> Option<SchemaRef> {
+        let (_, j, port) = self.defs[self.i].inputs.get(k)?;
+        self.compiled[*j].schema(*port).cloned()
+    }
+
+    /// The key selector and schema of input `k`, which must be a key-by node.
+    pub(super) fn keyed_input(
+        &mut self,
+        k: usize,
+        key: &str,
+    ) -> Option<(Arc<KeySelector>, SchemaRef)> {
+        match self.input_compiled(k)? {
+            Compiled::KeyBy { keys, schema } => Some((keys.clone(), schema.clone())),
+            Compiled::Failed => None,
+            _ => {
+                let (_, name, kind) = self.input_def(k)?;
+                let me = self.defs[self.i].kind();
+                let message = format!(
+                    "a {me} reads `key-by` nodes, and `{name}` is a {kind}; add a key-by between them"
+                );
+                self.problem(key, message);
+                None
+            }
+        }
+    }
+
+    pub(super) fn expr(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
+        match Expr::compile(sql, schema) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                self.problem(key, e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A TIMESTAMP (or INT epoch-ms) expression.
+    pub(super) fn time(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
+        let e = self.expr(key, sql, schema)?;
+        if matches!(e.data_type(), DataType::Timestamp(_, _) | DataType::Int64) {
+            Some(e)
+        } else {
+            self.problem(
+                key,
+                format!(
+                    "`{sql}` must be a TIMESTAMP, not {}",
+                    sql_type(e.data_type())
+                ),
+            );
+            None
+        }
+    }
+
+    /// A BOOL expression.
+    pub(super) fn condition(&mut self, key: &str, sql: &str, schema: &Schema) -> Option<Expr> {
+        let e = self.expr(key, sql, schema)?;
+        if matches!(e.data_type(), DataType::Boolean | DataType::Null) {
+            Some(e)
+        } else {
+            self.problem(
+                key,
+                format!(
+                    "a condition must be BOOL, but `{sql}` is {}",
+                    sql_type(e.data_type())
+                ),
+            );
+            None
+        }
+    }
+
+    pub(super) fn windowing(
+        &mut self,
+        key: &str,
+        window: &crate::spec::WindowSpec,
+    ) -> Option<Windowing> {
+        match Windowing::from_spec(window) {
+            Ok(w) => Some(w),
+            Err(m) => {
+                self.problem(key, m);
+                None
+            }
+        }
+    }
+
+    /// The `aggregates:` of a windowed or OVER aggregate, none named like a column in `taken`.
+    pub(super) fn calls(
+        &mut self,
+        aggregates: &indexmap::IndexMap<String, String>,
+        schema: &Schema,
+        taken: &[String],
+    ) -> (Vec<String>, Vec<AggCall>) {
+        let mut names = Vec::new();
+        let mut calls = Vec::new();
+        for (name, sql) in aggregates {
+            let key = format!(
+                "aggregates/{}",
+                crate::spec::positions::escape_segment(name)
+            );
+            if taken.contains(name) {
+                self.problem(
+                    &key,
+                    format!("`{name}` is already a column of the output; choose another name"),
+                );
+            }
+            match AggCall::compile(sql, schema) {
+                Ok(c) => {
+                    names.push(name.clone());
+                    calls.push(c);
+                }
+                Err(m) => self.problem(&key, m),
+            }
+        }
+        (names, calls)
+    }
+
+    /// `price DESC`, `dateTime` → (expression, descending).
+    pub(super) fn order(
+        &mut self,
+        key: &str,
+        items: &[String],
+        schema: &Schema,
+    ) -> Vec<(Expr, bool)> {
+        let mut out = Vec::new();
+        for (n, item) in items.iter().enumerate() {
+            let (sql, desc) = split_direction(item);
+            if let Some(e) = self.expr(&format!("{key}/{n}"), sql, schema) {
+                out.push((e, desc));
+            }
+        }
+        out
+    }
+
+    /// A join's output columns: `columns:`, or every joined column but the window bounds.
+    fn projection(
+        &mut self,
+        columns: Option<&indexmap::IndexMap<String, String>>,
+        joined: &SchemaRef,
+    ) -> Option<Projection> {
+        let mut exprs = Vec::new();
+        let mut fields = Vec::new();
+        match columns {
+            None => {
+                for (n, f) in joined.fields().iter().enumerate() {
+                    if f.name() == "window_start" || f.name() == "window_end" {
+                        continue;
+                    }
+                    let e =
+                        Expr::compile(&format!("\"{}\"", f.name().replace('"', "\"\"")), joined);
+                    match e {
+                        Ok(e) => {
+                            fields.push(Field::new(f.name(), e.data_type().clone(), true));
+                            exprs.push(e);
+                        }
+                        Err(e) => self.problem(&format!("columns/{n}"), e.to_string()),
+                    }
+                }
+            }
+            Some(columns) => {
+                for (name, sql) in columns {
+                    let key = format!("columns/{}", crate::spec::positions::escape_segment(name));
+                    if let Some(e) = self.expr(&key, sql, joined) {
+                        fields.push(Field::new(name, e.data_type().clone(), true));
+                        exprs.push(e);
+                    }
+                }
+            }
+        }
+        Some(Projection {
+            exprs,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
+    /// The two sides of a join must be keyed by the same types.
+    pub(super) fn same_keys(&mut self, a: &KeySelector, b: &KeySelector) {
+        let types = |k: &KeySelector| {
+            k.exprs()
+                .iter()
+                .map(|e| sql_type(e.data_type()))
+                .collect::<Vec<_>>()
+        };
+        if types(a) != types(b) {
+            self.problem(
+                "right",
+                format!(
+                    "the two sides are keyed differently: ({}) versus ({}); key them by the same types",
+                    types(a).join(", "),
+                    types(b).join(", ")
+                ),
+            );
+        }
+    }
+
+    /// Compiles a join's condition and output columns, and prunes each side to the columns
+    /// they read, so joins keep (and copy) only what they will use.
+    pub(super) fn pruned_join(
+        &mut self,
+        sides: [(&SchemaRef, &str); 2],
+        extra: &[Field],
+        condition: Option<&str>,
+        columns: Option<&indexmap::IndexMap<String, String>>,
+    ) -> Option<PrunedJoin> {
+        let [(ls, la), (rs, ra)] = sides;
+        // Compiled once against every column: problems use the user's names, and the
+        // compiled expressions tell which columns are read.
+        let full = joined_schema(ls, la, rs, ra, extra);
+        let cond = match condition {
+            Some(c) => Some(self.condition("where", c, &full)?),
+            None => None,
+        };
+        let proj = self.projection(columns, &full)?;
+        let mut used = std::collections::BTreeSet::new();
+        for e in cond.iter().chain(&proj.exprs) {
+            used.extend(e.columns());
+        }
+        let (nl, nr) = (ls.fields().len(), rs.fields().len());
+        let mut keep_l: Vec<usize> = used.iter().copied().filter(|i| *i < nl).collect();
+        let mut keep_r: Vec<usize> = used
+            .iter()
+            .copied()
+            .filter(|i| (nl..nl + nr).contains(i))
+            .map(|i| i - nl)
+            .collect();
+        // A row with no columns would lose its count: keep at least one per side.
+        for keep in [&mut keep_l, &mut keep_r] {
+            if keep.is_empty() {
+                keep.push(0);
+            }
+        }
+        let lp = Arc::new(ls.project(&keep_l).ok()?);
+        let rp = Arc::new(rs.project(&keep_r).ok()?);
+        let joined = joined_schema(&lp, la, &rp, ra, extra);
+        // The same expressions over the pruned rows (same names, fewer columns).
+        let condition = match condition {
+            Some(c) => Some(self.condition("where", c, &joined)?),
+            None => None,
+        };
+        let projection = self.projection(columns, &joined)?;
+        Some(PrunedJoin {
+            inputs: [lp, rp],
+            joined,
+            condition,
+            projection,
+            keep: [keep_l, keep_r],
+        })
+    }
+}
+
+/// A join over the columns its condition and output read (see [`Planner::pruned_join`]).
+pub(super) struct PrunedJoin {
+    /// Each side's rows as kept.
+    pub inputs: [SchemaRef; 2],
+    /// Both pruned sides side by side (and the window bounds, for window joins).
+    pub joined: SchemaRef,
+    pub condition: Option<Expr>,
+    pub projection: Projection,
+    /// The kept columns per side.
+    pub keep: [Vec<usize>; 2],
+}
+
+/// `price DESC` → (`price`, true); `dateTime ASC` or `dateTime` → (`dateTime`, false).
+pub(super) fn split_direction(item: &str) -> (&str, bool) {
+    let t = item.trim();
+    let lower = t.to_ascii_lowercase();
+    if lower.ends_with(" desc") {
+        (t[..t.len() - 5].trim_end(), true)
+    } else if lower.ends_with(" asc") {
+        (t[..t.len() - 4].trim_end(), false)
+    } else {
+        (t, false)
+    }
+}
+
+/// A type as the job file spells it.
+pub(super) fn sql_type(t: &DataType) -> &'static str {
+    match t {
+        DataType::Int64 => "INT",
+        DataType::Float64 => "FLOAT",
+        DataType::Utf8 => "STRING",
+        DataType::Boolean => "BOOL",
+        DataType::Timestamp(_, _) => "TIMESTAMP",
+        DataType::Null => "NULL",
+        _ => "an unsupported type",
+    }
+}

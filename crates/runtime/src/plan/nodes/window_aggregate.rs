@@ -1,0 +1,52 @@
+//! `window-aggregate`: aggregates per key and event-time window (tumbling, sliding or
+//! session) over a `key-by` node, emitted when the watermark passes the window's end.
+
+use std::sync::Arc;
+
+use super::{Compiled, Planned, Planner, QueryShape};
+use crate::operators::accumulators::Accumulators;
+use crate::operators::keyed::KeyEncoder;
+use crate::operators::window::Windowing;
+use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
+use crate::query::StateShape;
+use crate::spec::WindowAggregateSpec;
+
+pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<Compiled> {
+    let (keys, schema) = p.keyed_input(0, "from")?;
+    let time = p.time("time", &w.time, &schema);
+    let windowing = p.windowing("window", &w.window);
+    let mut taken: Vec<String> = keys.names().to_vec();
+    taken.extend(["window_start".to_string(), "window_end".to_string()]);
+    let (names, calls) = p.calls(&w.aggregates, &schema, &taken);
+    let out = WindowAggregateDef::output_schema(&keys, &names, &calls);
+    let def = Arc::new(WindowAggregateDef {
+        time: time?,
+        windowing: windowing?,
+        lateness: w.allowed_lateness.as_millis_i64(),
+        aggs: Accumulators { calls },
+        schema: out.clone(),
+    });
+    let states: &'static [(&'static str, StateShape)] = match def.windowing {
+        Windowing::Session { .. } => &[("sessions", StateShape::Sessions)],
+        _ => &[("windows", StateShape::Windows)],
+    };
+    let encoded = keys.clone();
+    let mut planned = Planned::keyed(
+        out,
+        Arc::new(move |ctx, state| {
+            Ok(Box::new(WindowAggregate::new(
+                def.clone(),
+                KeyEncoder::new(encoded.clone())?,
+                state,
+                ctx.metrics.clone(),
+            )?))
+        }),
+    );
+    planned.query_shape = Some(QueryShape {
+        kind: "window-aggregate",
+        values: names,
+        keys,
+        states,
+    });
+    Some(Compiled::Operator(planned))
+}
