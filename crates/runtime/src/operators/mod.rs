@@ -16,6 +16,9 @@
 //! - [`over_aggregate`]: aggregates over each row's last n rows per key.
 //! - [`join`], [`window_join`]: keyed joins (regular, interval, windowed).
 //!
+//! - `testing` (tests only): a harness that plans one operator from a job file and drives one
+//!   subtask by hand (batches, watermarks, checkpoint and restore), reading its output back.
+//!
 //! `union` has no operator: the planner merges the union's inputs into its consumer's input gate.
 
 pub mod accumulators;
@@ -30,6 +33,9 @@ pub mod top_n;
 pub mod window;
 pub mod window_aggregate;
 pub mod window_join;
+
+#[cfg(test)]
+pub mod testing;
 
 use arrow_array::RecordBatch;
 
