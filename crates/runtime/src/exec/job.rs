@@ -267,6 +267,10 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         .metrics
         .clone()
         .ok_or_else(|| RunError::Checkpoint("the first attempt made no metrics".into()))?;
+    // Restarts before the first attempt that launched had no metrics to count in yet.
+    metrics
+        .restarts
+        .store(u64::from(run.restarts), Ordering::Relaxed);
     tracing::info!(job = %plan.spec.name, tasks = attempt.ids.len(), "job started");
     let supervisor = tokio::spawn(run.supervise(attempt));
     Ok(RunningJob {
