@@ -40,7 +40,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use weir_checkpoint::object::StorageKind;
-use weir_runtime::spec::problems::SpecSource;
+use weir_runtime::spec::problems::{SpecSource, pointer};
 use weir_runtime::spec::{JobSpec, Problem, SinkSpec, SourceSpec, StorageSpec};
 
 /// Names of cloud metadata services, refused unless listed.
@@ -176,6 +176,11 @@ impl Origin {
             out.push(Origin::new("postgres", "localhost", port_of(0))?);
         }
         Ok(out)
+    }
+
+    /// An S3 endpoint's scheme.
+    fn is_http(&self) -> bool {
+        matches!(self.scheme.as_str(), "http" | "https")
     }
 
     /// Whether the host is link-local or a cloud metadata service.
@@ -340,12 +345,6 @@ fn property_refusal(key: &str) -> Option<String> {
     })
 }
 
-impl Origin {
-    fn is_http(&self) -> bool {
-        matches!(self.scheme.as_str(), "http" | "https")
-    }
-}
-
 /// Every problem with the network destinations of `spec` (located through `source`); empty if
 /// it may run.
 pub fn check(source: &SpecSource, spec: &JobSpec, endpoints: &Endpoints) -> Vec<Problem> {
@@ -410,14 +409,14 @@ fn connector_problems(
         for key in properties.keys() {
             if let Some(why) = property_refusal(key) {
                 problems
-                    .push(source.at_key(&format!("{at}/properties/{}", pointer_escape(key)), why));
+                    .push(source.at_key(&format!("{at}{}", pointer(&["properties", key])), why));
             }
         }
     };
     for (name, s) in &spec.sources {
         if let SourceSpec::Kafka(k) = s {
             kafka(
-                format!("/sources/{}", pointer_escape(name)),
+                pointer(&["sources", name]),
                 &k.bootstrap_servers,
                 &k.properties,
                 problems,
@@ -425,7 +424,7 @@ fn connector_problems(
         }
     }
     for (name, s) in &spec.sinks {
-        let at = format!("/sinks/{}", pointer_escape(name));
+        let at = pointer(&["sinks", name]);
         match s {
             SinkSpec::Kafka(k) => kafka(at, &k.bootstrap_servers, &k.properties, problems),
             SinkSpec::Postgres(p) => {
@@ -436,11 +435,6 @@ fn connector_problems(
             _ => {}
         }
     }
-}
-
-/// `text` as one reference token of a JSON pointer (RFC 6901).
-fn pointer_escape(text: &str) -> String {
-    text.replace('~', "~0").replace('/', "~1")
 }
 
 #[cfg(test)]
