@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio_util::sync::CancellationToken;
+use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
+use weir_runtime::api::{JobMetrics, NodeRole};
 use weir_runtime::exec::job::{self, JobControl, JobOptions, JobSummary};
-use weir_runtime::exec::message::{BEGINNING_OF_TIME, END_OF_TIME};
-use weir_runtime::exec::metrics::{JobMetrics, NodeRole};
 use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::spec::load::Override;
 
@@ -187,9 +187,9 @@ pub struct PidFile {
 
 impl PidFile {
     pub fn path_of(job: &str) -> PathBuf {
-        weir_runtime::plan::state::data_dir()
+        weir_runtime::spec::paths::data_dir()
             .join("run")
-            .join(format!("{}.pid", weir_runtime::plan::state::safe_name(job)))
+            .join(format!("{}.pid", weir_runtime::spec::paths::safe_name(job)))
     }
 
     /// The process running `job`, if one is.

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
-use weir_runtime::connectors::source::SubtaskContext;
-use weir_runtime::error::OperatorError;
-use weir_runtime::operators::Operator;
+use weir_runtime::api::Operator;
+use weir_runtime::api::OperatorError;
+use weir_runtime::api::SubtaskContext;
 use weir_runtime::plan::Factory;
 use weir_runtime::spec::load::Override;
 

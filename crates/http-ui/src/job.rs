@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use weir_checkpoint::coordinator::Record;
-use weir_runtime::error::RunError;
+use weir_runtime::api::JobMetrics;
+use weir_runtime::exec::error::RunError;
 use weir_runtime::exec::job::{JobControl, JobSummary, RunningJob};
-use weir_runtime::exec::metrics::JobMetrics;
 use weir_runtime::plan::Plan;
 
 /// Samples kept per job: two minutes at the default sampling interval of one second.
@@ -203,7 +203,7 @@ impl JobInner {
 
     /// How the job's latest restore read its snapshot (seeks performed and skipped, requests,
     /// bytes), from the run in progress or the one that ended.
-    pub fn restore_stats(&self) -> Option<weir_runtime::exec::job::Restore> {
+    pub fn restore_stats(&self) -> Option<weir_runtime::exec::job::RestoreReport> {
         match &self.live {
             Some(live) => live.control.restore_stats(),
             None => self.summary.as_ref().and_then(|s| s.restore.clone()),

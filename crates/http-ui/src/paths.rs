@@ -26,7 +26,7 @@ pub fn check(source: &SpecSource, spec: &JobSpec) -> Vec<Problem> {
     let name = &spec.name;
     if name.is_empty()
         || name.starts_with('.')
-        || weir_runtime::plan::state::safe_name(name) != *name
+        || weir_runtime::spec::paths::safe_name(name) != *name
     {
         problems.push(source.at_value(
             "/name",

@@ -163,7 +163,7 @@ pub fn render(host: &Host) -> String {
             "gauge",
             "A node's input watermark, epoch ms (absent before the first and after the end).",
             |n| {
-                use weir_runtime::exec::message::{BEGINNING_OF_TIME, END_OF_TIME};
+                use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
                 (n.watermark != BEGINNING_OF_TIME && n.watermark != END_OF_TIME)
                     .then_some(n.watermark as f64)
             },

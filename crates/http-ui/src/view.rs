@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 use weir_checkpoint::coordinator::{Outcome, Record};
 use weir_checkpoint::metadata::SnapshotKind;
-use weir_runtime::exec::message::{BEGINNING_OF_TIME, END_OF_TIME};
-use weir_runtime::exec::metrics::NodeRole;
+use weir_runtime::api::NodeRole;
+use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
 use weir_scheduler::{DelaySummary, PipelineMetrics};
 
 use crate::job::{HostedJob, JobInner, JobState, Sample, now_ms, rate};
@@ -155,7 +155,7 @@ pub struct JobDetail {
     pub pools: Vec<PoolView>,
     /// How the latest restore read its snapshot, when the job was restored: which snapshot,
     /// seeks performed and skipped, requests and bytes.
-    pub restore: Option<weir_runtime::exec::job::Restore>,
+    pub restore: Option<weir_runtime::exec::job::RestoreReport>,
 }
 
 /// The gauges and counters of one sink's connection pool.

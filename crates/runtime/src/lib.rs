@@ -8,18 +8,26 @@
 //! sink slows its sources instead of filling memory. Records travel as Arrow record batches.
 //!
 //! # Layout
+//! - [`api`]: the contract between the executor and what it runs: the operator, source and
+//!   sink traits and their factories, the subtask context, the in-band message, metrics,
+//!   snapshots, and [`api::OperatorError`] with its retry decision.
 //! - [`spec`]: the job file format, strict parsing, every problem with its line and column.
-//! - [`plan`]: wiring, schemas, expression compilation (one planning file per transform kind
-//!   under `plan/nodes/`), chaining, task construction.
+//! - [`plan`]: spec → a [`plan::Plan`], a pure description: wiring, schemas, expression
+//!   compilation (one planning file per transform kind under `plan/nodes/`), chaining.
 //! - [`expr`]: SQL snippets compiled to vectorised evaluators over record batches.
-//! - [`operators`]: one file per operator (filter, map, key-by, aggregates, windows, Top-N,
-//!   joins), each planned by its namesake in `plan/nodes/`.
+//! - [`keys`]: key expressions and the stable key hash behind key groups.
+//! - [`operators`]: one file per operator (filter, map, aggregates, windows, Top-N, joins),
+//!   each planned by its namesake in `plan/nodes/`.
 //! - [`connectors`]: sources (Nexmark generator, JSON lines, Kafka) and sinks (blackhole,
 //!   stdout, files, PostgreSQL, Kafka).
 //! - [`format`]: JSON lines to and from Arrow; splitting files for parallel readers.
-//! - [`exec`]: messages, input gates, exchanges, tasks, jobs, metrics.
+//! - [`exec`]: a plan → running tasks: jobs, their supervisor and attempts, checkpointing,
+//!   tasks and chains, input gates, exchanges, the run's state store.
 //! - [`query`]: queryable state: lookups of a running job's keyed state by key.
-//! - [`error`]: failure categories of running jobs.
+//!
+//! Operators and connectors import only [`api`] and what lies beneath it (`expr`, `format`,
+//! `keys`, `spec`, `weir_state`); no module imports another in a circle. A test of this crate
+//! (`layering.rs`) checks both.
 //!
 //! # Example
 //! ```
@@ -36,15 +44,24 @@
 //! # }
 //! ```
 
+pub mod api;
 pub mod connectors;
-pub mod error;
 pub mod exec;
 pub mod expr;
 pub mod format;
+pub mod keys;
 pub mod operators;
 pub mod plan;
 pub mod query;
 pub mod spec;
+
+/// A harness that plans one operator from a job file and drives one subtask by hand (tests
+/// only).
+#[cfg(test)]
+pub mod testing;
+
+#[cfg(test)]
+mod layering;
 
 /// weir's keyed state crate, for tools built on the runtime (benchmarks, tests).
 pub mod state {

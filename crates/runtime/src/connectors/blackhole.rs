@@ -4,8 +4,7 @@
 use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 
-use super::sink::Sink;
-use crate::error::OperatorError;
+use crate::api::{OperatorError, Sink};
 
 pub struct Blackhole;
 

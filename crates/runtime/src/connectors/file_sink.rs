@@ -22,11 +22,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use super::sink::{
-    Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,
+use crate::api::{
+    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
+    Unconfirmed, decode_transactions,
 };
-use super::source::SubtaskContext;
-use crate::error::OperatorError;
 use crate::format::json::JsonEncoder;
 
 /// Encoded bytes buffered before a write to the file.

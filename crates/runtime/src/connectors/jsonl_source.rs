@@ -20,9 +20,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 
-use super::source::{Source, SourceEvent};
-use crate::error::OperatorError;
-use crate::exec::metrics::SubtaskMetrics;
+use crate::api::{OperatorError, Source, SourceEvent, SubtaskMetrics};
 use indexmap::IndexMap;
 
 use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout, JsonType};
@@ -316,7 +314,7 @@ impl JsonlSourceFactory {
     }
 }
 
-impl super::source::SourceFactory for JsonlSourceFactory {
+impl crate::api::SourceFactory for JsonlSourceFactory {
     fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
         let path = Path::new(&self.spec.path);
         let files = list_files(path).map_err(|e| {
@@ -330,10 +328,7 @@ impl super::source::SourceFactory for JsonlSourceFactory {
         Ok(Some(total))
     }
 
-    fn create(
-        &self,
-        ctx: &super::source::SubtaskContext,
-    ) -> Result<Box<dyn Source>, OperatorError> {
+    fn create(&self, ctx: &crate::api::SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
         if let Some(restore) = ctx
             .restore
             .as_ref()

@@ -18,9 +18,7 @@ use futures::future::BoxFuture;
 use super::nexmark::{
     Generator, GeneratorConfig, Kinds, Split, auction_schema, bid_schema, person_schema,
 };
-use super::source::{Source, SourceEvent};
-use crate::error::OperatorError;
-use crate::exec::metrics::SubtaskMetrics;
+use crate::api::{OperatorError, Source, SourceEvent, SubtaskMetrics};
 use crate::spec::NexmarkSourceSpec;
 
 /// Port names in port order.
@@ -212,15 +210,12 @@ impl NexmarkSourceFactory {
     }
 }
 
-impl super::source::SourceFactory for NexmarkSourceFactory {
+impl crate::api::SourceFactory for NexmarkSourceFactory {
     fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
         Ok(self.spec.events)
     }
 
-    fn create(
-        &self,
-        ctx: &super::source::SubtaskContext,
-    ) -> Result<Box<dyn Source>, OperatorError> {
+    fn create(&self, ctx: &crate::api::SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
         let splits = match &ctx.restore {
             Some(restore) if restore.own_states().next().is_some() => {
                 let states = restore.own_states().cloned();

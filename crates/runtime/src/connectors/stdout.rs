@@ -5,8 +5,7 @@ use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 use tokio::io::AsyncWriteExt;
 
-use super::sink::Sink;
-use crate::error::OperatorError;
+use crate::api::{OperatorError, Sink};
 use crate::format::json::JsonEncoder;
 
 #[derive(Default)]

@@ -8,10 +8,8 @@ use arrow_select::take::take_record_batch;
 use async_channel::{Sender, TrySendError};
 use weir_state::key_groups::subtask_for_key_group;
 
-use super::message::Message;
-use super::metrics::SubtaskMetrics;
-use crate::error::OperatorError;
-use crate::operators::key_by::KeySelector;
+use crate::api::{Message, OperatorError, SubtaskMetrics};
+use crate::keys::KeySelector;
 
 /// How records of an edge are spread over the receiving subtasks.
 #[derive(Clone, Debug)]

@@ -22,7 +22,7 @@ use arrow_array::RecordBatch;
 use async_channel::Receiver;
 use futures::Stream;
 
-use super::message::{BEGINNING_OF_TIME, Barrier, Message, Watermark};
+use crate::api::{BEGINNING_OF_TIME, Barrier, Message, Watermark};
 
 /// What the gate hands to its task.
 #[derive(Debug)]
@@ -322,7 +322,7 @@ mod tests {
     fn barrier(id: u64) -> Message {
         Message::Barrier(Barrier {
             id,
-            kind: super::super::message::BarrierKind::Checkpoint,
+            kind: crate::api::BarrierKind::Checkpoint,
         })
     }
 

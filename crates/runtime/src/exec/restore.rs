@@ -16,8 +16,7 @@ use weir_checkpoint::restore::Restored;
 use weir_checkpoint::{JobCheckpoints, LocalStorage, RestoreError, RestoreStats};
 use weir_state::key_groups::KeyGroupRange;
 
-use super::snapshot::{NodeState, SubtaskRestore};
-use crate::connectors::sink::SinkRestore;
+use crate::api::{SinkRestore, SubtaskRestore, SubtaskState};
 use crate::plan::{Factory, Plan};
 
 /// Where a run starts from.
@@ -218,11 +217,11 @@ async fn prepare_one(
         let Some(old) = m.node(&node.name) else {
             continue;
         };
-        let states: Vec<NodeState> = restored
+        let states: Vec<SubtaskState> = restored
             .operator_states(&node.name)
             .into_iter()
             .map(|(_, bytes)| {
-                NodeState::decode(bytes).map_err(|reason| RestoreError::Corrupt {
+                SubtaskState::decode(bytes).map_err(|reason| RestoreError::Corrupt {
                     location: location.clone(),
                     reason: format!("`{}`: {reason}", node.name),
                 })

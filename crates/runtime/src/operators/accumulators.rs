@@ -22,7 +22,7 @@ use sqlparser::ast::{
 };
 use weir_state::StateValue;
 
-use crate::error::OperatorError;
+use crate::api::OperatorError;
 use crate::expr::{self, Expr};
 
 /// One value of any of weir's types, for accumulators that keep values.

@@ -12,13 +12,12 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use weir_state::{AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE};
 
-use super::Operator;
 use super::accumulators::{Acc, Accumulators, evaluate_all, result_columns};
 pub use super::accumulators::{AggCall, AggFn};
-use super::key_by::KeySelector;
 use super::keyed::KeyEncoder;
-use super::window_aggregate::state_error;
-use crate::error::OperatorError;
+use crate::api::Operator;
+use crate::api::OperatorError;
+use crate::keys::KeySelector;
 
 pub struct Aggregate {
     aggs: Arc<Accumulators>,
@@ -52,9 +51,7 @@ impl Aggregate {
         schema: SchemaRef,
         mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
-        let accs = state
-            .aggregating_state("accumulators")
-            .map_err(state_error)?;
+        let accs = state.aggregating_state("accumulators")?;
         Ok(Self {
             aggs,
             schema,
@@ -84,9 +81,7 @@ impl Operator for Aggregate {
         let mut state = self.state.aggregating(&self.accs, &self.aggs);
         for row in 0..batch.num_rows() {
             let key = keys.key(row);
-            state
-                .add(key, NO_NAMESPACE, (&args, row))
-                .map_err(state_error)??;
+            state.add(key, NO_NAMESPACE, (&args, row))??;
             first_row.entry(key.bytes).or_insert_with(|| {
                 touched.push(row);
                 row
@@ -99,8 +94,7 @@ impl Operator for Aggregate {
         for &row in &touched {
             let key: KeyRef<'_> = keys.key(row);
             let accs = state
-                .accumulator(key, NO_NAMESPACE)
-                .map_err(state_error)?
+                .accumulator(key, NO_NAMESPACE)?
                 .ok_or_else(|| OperatorError::Internal("an updated key has no state".into()))?;
             rows.push(accs);
         }

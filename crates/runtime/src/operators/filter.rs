@@ -5,8 +5,8 @@ use std::sync::Arc;
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_select::filter::filter_record_batch;
 
-use super::Operator;
-use crate::error::OperatorError;
+use crate::api::Operator;
+use crate::api::OperatorError;
 use crate::expr::Expr;
 
 pub struct Filter {

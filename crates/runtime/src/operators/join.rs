@@ -15,10 +15,10 @@ use arrow_select::filter::filter_record_batch;
 use arrow_select::take::take;
 use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain};
 
-use super::Operator;
 use super::keyed::{KeyEncoder, RowCodec};
-use super::window_aggregate::{state_error, times};
-use crate::error::OperatorError;
+use crate::api::Operator;
+use crate::api::OperatorError;
+use crate::api::time::event_times;
 use crate::expr::Expr;
 
 /// The schema of joined rows: left columns as `left_as.name`, right ones as `right_as.name`,
@@ -95,10 +95,7 @@ impl Join {
         keys: [KeyEncoder; 2],
         mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
-        let sides = [
-            state.map_state("left").map_err(state_error)?,
-            state.map_state("right").map_err(state_error)?,
-        ];
+        let sides = [state.map_state("left")?, state.map_state("right")?];
         Ok(Self {
             rows: [
                 RowCodec::new(def.inputs[0].clone())?,
@@ -115,7 +112,7 @@ impl Join {
 
     /// Continues the arrival numbering of a restored run past every old subtask's, so a new
     /// row never takes the place of a restored one.
-    pub fn restored(mut self, restore: Option<&crate::exec::snapshot::SubtaskRestore>) -> Self {
+    pub fn restored(mut self, restore: Option<&crate::api::SubtaskRestore>) -> Self {
         if let Some(r) = restore {
             self.arrivals = r
                 .own_states()
@@ -195,7 +192,7 @@ impl Operator for Join {
         let other = 1 - side;
         let keys = self.keys[side].encode(&batch)?;
         let until = match &self.def.until[side] {
-            Some(e) => Some(times(&e.evaluate(&batch)?)?),
+            Some(e) => Some(event_times(&e.evaluate(&batch)?)?),
             None => None,
         };
         let batch = batch.project(&self.def.keep[side])?;
@@ -211,8 +208,7 @@ impl Operator for Join {
                         this_rows.push(row as u32);
                         other_rows.push(r.clone());
                     }
-                })
-                .map_err(state_error)?;
+                })?;
             let keep_until = match &until {
                 None => i64::MAX,
                 Some(u) => match u[row] {
@@ -226,17 +222,13 @@ impl Operator for Join {
             }
             self.arrivals += 1;
             let mut side_state = self.state.map(&self.sides[side]);
-            let earliest = side_state
-                .first_key(key, NO_NAMESPACE)
-                .map_err(state_error)?;
-            side_state
-                .put(
-                    key,
-                    NO_NAMESPACE,
-                    (keep_until, self.arrivals),
-                    rows.row(row).data().to_vec(),
-                )
-                .map_err(state_error)?;
+            let earliest = side_state.first_key(key, NO_NAMESPACE)?;
+            side_state.put(
+                key,
+                NO_NAMESPACE,
+                (keep_until, self.arrivals),
+                rows.row(row).data().to_vec(),
+            )?;
             // One cleanup timer per key and side, at the earliest time a stored row expires;
             // rows arriving in time order never move it, so they cost no timer operation.
             if keep_until < i64::MAX {
@@ -245,18 +237,17 @@ impl Operator for Join {
                     Some((t, _)) if t <= keep_until => {}
                     Some((t, _)) => {
                         let mut timers = self.state.timers();
-                        timers
-                            .delete(TimeDomain::EventTime, t, key, &ns)
-                            .map_err(state_error)?;
-                        timers
-                            .set(TimeDomain::EventTime, keep_until, key, &ns, None)
-                            .map_err(state_error)?;
+                        timers.delete(TimeDomain::EventTime, t, key, &ns)?;
+                        timers.set(TimeDomain::EventTime, keep_until, key, &ns, None)?;
                     }
                     None => {
-                        self.state
-                            .timers()
-                            .set(TimeDomain::EventTime, keep_until, key, &ns, None)
-                            .map_err(state_error)?;
+                        self.state.timers().set(
+                            TimeDomain::EventTime,
+                            keep_until,
+                            key,
+                            &ns,
+                            None,
+                        )?;
                     }
                 }
             }
@@ -288,29 +279,21 @@ impl Operator for Join {
         while let Some(timer) = self
             .state
             .timers()
-            .pop_due(TimeDomain::EventTime, watermark)
-            .map_err(state_error)?
+            .pop_due(TimeDomain::EventTime, watermark)?
         {
             let side = usize::from(timer.namespace.first().copied().unwrap_or(0)).min(1);
             let mut side_state = self.state.map(&self.sides[side]);
-            side_state
-                .take_while(timer.key(), NO_NAMESPACE, |(until, _)| *until <= watermark)
-                .map_err(state_error)?;
+            side_state.take_while(timer.key(), NO_NAMESPACE, |(until, _)| *until <= watermark)?;
             // The next row to expire takes over the key's cleanup timer.
-            let next = side_state
-                .first_key(timer.key(), NO_NAMESPACE)
-                .map_err(state_error)?;
+            let next = side_state.first_key(timer.key(), NO_NAMESPACE)?;
             if let Some((until, _)) = next {
-                self.state
-                    .timers()
-                    .set(
-                        TimeDomain::EventTime,
-                        until,
-                        timer.key(),
-                        &timer.namespace,
-                        None,
-                    )
-                    .map_err(state_error)?;
+                self.state.timers().set(
+                    TimeDomain::EventTime,
+                    until,
+                    timer.key(),
+                    &timer.namespace,
+                    None,
+                )?;
             }
         }
         Ok(watermark)

@@ -13,8 +13,8 @@ use arrow_schema::SchemaRef;
 use weir_state::KeyRef;
 use weir_state::key_groups::key_group_for_hash;
 
-use super::key_by::{KeySelector, hash_columns};
-use crate::error::OperatorError;
+use crate::api::OperatorError;
+use crate::keys::{KeySelector, hash_columns};
 
 /// Encoded keys of one batch.
 pub struct EncodedKeys {

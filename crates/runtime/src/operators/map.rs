@@ -5,8 +5,8 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::Operator;
-use crate::error::OperatorError;
+use crate::api::Operator;
+use crate::api::OperatorError;
 use crate::expr::Expr;
 
 pub struct Map {

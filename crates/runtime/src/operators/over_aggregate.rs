@@ -12,12 +12,11 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain, ValueId};
 
-use super::Operator;
 use super::accumulators::{Acc, AggCall, evaluate_all, new_accs, result_columns, update_all};
 use super::keyed::{KeyEncoder, RowCodec, SortKeyEncoder};
-use super::window_aggregate::{state_error, times};
-use crate::error::OperatorError;
-use crate::exec::metrics::SubtaskMetrics;
+use crate::api::Operator;
+use crate::api::time::event_times;
+use crate::api::{OperatorError, SubtaskMetrics};
 use crate::expr::Expr;
 
 /// What an over-aggregate is, shared by its subtasks.
@@ -54,8 +53,8 @@ impl OverAggregate {
         mut state: KeyedStateBackend,
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
-        let waiting = state.map_state("waiting").map_err(state_error)?;
-        let last = state.value_state("last").map_err(state_error)?;
+        let waiting = state.map_state("waiting")?;
+        let last = state.value_state("last")?;
         Ok(Self {
             rows: RowCodec::new(def.input.clone())?,
             sort: SortKeyEncoder::new(def.order.clone())?,
@@ -84,7 +83,7 @@ impl Operator for OverAggregate {
         let keys = self.keys.encode(&batch)?;
         let rows = self.rows.encode(&batch)?;
         let sort = self.sort.encode(&batch)?;
-        let times = times(&self.def.time.evaluate(&batch)?)?;
+        let times = event_times(&self.def.time.evaluate(&batch)?)?;
         let mut late = 0u64;
         for (i, t) in times.iter().enumerate() {
             let Some(t) = *t else {
@@ -96,19 +95,15 @@ impl Operator for OverAggregate {
                 continue;
             }
             let key = keys.key(i);
-            self.state
-                .map(&self.waiting)
-                .put(
-                    key,
-                    NO_NAMESPACE,
-                    (t, sort.row(i).data().to_vec()),
-                    rows.row(i).data().to_vec(),
-                )
-                .map_err(state_error)?;
+            self.state.map(&self.waiting).put(
+                key,
+                NO_NAMESPACE,
+                (t, sort.row(i).data().to_vec()),
+                rows.row(i).data().to_vec(),
+            )?;
             self.state
                 .timers()
-                .set(TimeDomain::EventTime, t, key, NO_NAMESPACE, None)
-                .map_err(state_error)?;
+                .set(TimeDomain::EventTime, t, key, NO_NAMESPACE, None)?;
         }
         if late > 0 {
             self.metrics.late_dropped.fetch_add(late, Ordering::Relaxed);
@@ -127,23 +122,20 @@ impl Operator for OverAggregate {
         while let Some(timer) = self
             .state
             .timers()
-            .pop_due(TimeDomain::EventTime, watermark)
-            .map_err(state_error)?
+            .pop_due(TimeDomain::EventTime, watermark)?
         {
             let key = timer.key();
             let due = self
                 .state
                 .map(&self.waiting)
-                .take_while(key, NO_NAMESPACE, |(t, _)| *t <= timer.time)
-                .map_err(state_error)?;
+                .take_while(key, NO_NAMESPACE, |(t, _)| *t <= timer.time)?;
             if due.is_empty() {
                 continue;
             }
             let mut last = self
                 .state
                 .value(&self.last)
-                .remove(key, NO_NAMESPACE)
-                .map_err(state_error)?
+                .remove(key, NO_NAMESPACE)?
                 .unwrap_or_default();
             for (_, row) in due {
                 last.push(row.clone());
@@ -159,10 +151,7 @@ impl Operator for OverAggregate {
                 emitted.push(row);
                 results.push(accs);
             }
-            self.state
-                .value(&self.last)
-                .put(key, NO_NAMESPACE, last)
-                .map_err(state_error)?;
+            self.state.value(&self.last).put(key, NO_NAMESPACE, last)?;
         }
         if !emitted.is_empty() {
             let rows = self.rows.decode(emitted.iter().map(Vec::as_slice))?;

@@ -15,11 +15,10 @@ use arrow_schema::SchemaRef;
 use weir_state::codec::put_ordered_i64;
 use weir_state::{KeyedStateBackend, TimeDomain, ValueId};
 
-use super::Operator;
 use super::keyed::{KeyEncoder, RowCodec, SortKeyEncoder};
-use super::window_aggregate::{state_error, times};
-use crate::error::OperatorError;
-use crate::exec::metrics::SubtaskMetrics;
+use crate::api::Operator;
+use crate::api::time::event_times;
+use crate::api::{OperatorError, SubtaskMetrics};
 use crate::expr::Expr;
 
 /// A group's rows: (sort key, encoded row), in order.
@@ -55,7 +54,7 @@ impl TopN {
         mut state: KeyedStateBackend,
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
-        let groups = state.value_state("groups").map_err(state_error)?;
+        let groups = state.value_state("groups")?;
         Ok(Self {
             rows: RowCodec::new(def.input.clone())?,
             sort: SortKeyEncoder::new(def.order.clone())?,
@@ -107,7 +106,7 @@ impl Operator for TopN {
         let keys = self.keys.encode(&batch)?;
         let sort = self.sort.encode(&batch)?;
         let rows = self.rows.encode(&batch)?;
-        let fire = times(&self.def.fire_at.evaluate(&batch)?)?;
+        let fire = event_times(&self.def.fire_at.evaluate(&batch)?)?;
         let (n, ties) = (self.def.n, self.def.with_ties);
         let mut late = 0u64;
         let mut ns = Vec::with_capacity(8);
@@ -124,26 +123,24 @@ impl Operator for TopN {
             put_ordered_i64(&mut ns, f);
             let key = keys.key(i);
             let sort_key = sort.row(i).data();
-            let (_, created) = self
-                .state
-                .value(&self.groups)
-                .modify_or_init(key, &ns, Vec::new, |group| {
-                    if admits(group, sort_key, n, ties) {
-                        insert(
-                            group,
-                            sort_key.to_vec(),
-                            rows.row(i).data().to_vec(),
-                            n,
-                            ties,
-                        );
-                    }
-                })
-                .map_err(state_error)?;
+            let (_, created) =
+                self.state
+                    .value(&self.groups)
+                    .modify_or_init(key, &ns, Vec::new, |group| {
+                        if admits(group, sort_key, n, ties) {
+                            insert(
+                                group,
+                                sort_key.to_vec(),
+                                rows.row(i).data().to_vec(),
+                                n,
+                                ties,
+                            );
+                        }
+                    })?;
             if created {
                 self.state
                     .timers()
-                    .set(TimeDomain::EventTime, f, key, &ns, None)
-                    .map_err(state_error)?;
+                    .set(TimeDomain::EventTime, f, key, &ns, None)?;
             }
         }
         if late > 0 {
@@ -162,14 +159,12 @@ impl Operator for TopN {
         while let Some(timer) = self
             .state
             .timers()
-            .pop_due(TimeDomain::EventTime, watermark)
-            .map_err(state_error)?
+            .pop_due(TimeDomain::EventTime, watermark)?
         {
             let group = self
                 .state
                 .value(&self.groups)
-                .remove(timer.key(), &timer.namespace)
-                .map_err(state_error)?;
+                .remove(timer.key(), &timer.namespace)?;
             ready.extend(group.into_iter().flatten().map(|(_, row)| row));
             if ready.len() >= 4096 {
                 out.push(self.project(&ready)?);

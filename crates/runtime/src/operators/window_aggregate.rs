@@ -11,22 +11,20 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int64Type, TimestampMillisecondType};
 use arrow_array::{ArrayRef, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_state::{
     AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE, TimeDomain, ValueId, Window,
 };
 
-use super::Operator;
 use super::accumulators::{
     Acc, Accumulators, AggCall, evaluate_all, merge_all, new_accs, result_columns, update_all,
 };
 use super::keyed::KeyEncoder;
 use super::window::Windowing;
-use crate::error::OperatorError;
-use crate::exec::metrics::SubtaskMetrics;
+use crate::api::Operator;
+use crate::api::time::event_times;
+use crate::api::{OperatorError, SubtaskMetrics};
 use crate::expr::Expr;
 
 /// A session: its window and its accumulators.
@@ -44,7 +42,7 @@ pub struct WindowAggregateDef {
 impl WindowAggregateDef {
     /// Key columns, `window_start`, `window_end`, then the aggregates.
     pub fn output_schema(
-        keys: &super::key_by::KeySelector,
+        keys: &crate::keys::KeySelector,
         names: &[String],
         calls: &[AggCall],
     ) -> SchemaRef {
@@ -87,8 +85,8 @@ impl WindowAggregate {
         mut state: KeyedStateBackend,
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
-        let windows_state = state.aggregating_state("windows").map_err(state_error)?;
-        let sessions_state = state.value_state("sessions").map_err(state_error)?;
+        let windows_state = state.aggregating_state("windows")?;
+        let sessions_state = state.value_state("sessions")?;
         Ok(Self {
             def,
             keys,
@@ -109,25 +107,21 @@ impl WindowAggregate {
     fn set_timers(&mut self, key: KeyRef<'_>, window: &Window) -> Result<(), OperatorError> {
         let ns = window.to_namespace();
         let mut timers = self.state.timers();
-        timers
-            .set(
+        timers.set(
+            TimeDomain::EventTime,
+            window.max_timestamp(),
+            key,
+            &ns,
+            None,
+        )?;
+        if self.def.lateness > 0 {
+            timers.set(
                 TimeDomain::EventTime,
-                window.max_timestamp(),
+                window.max_timestamp().saturating_add(self.def.lateness),
                 key,
                 &ns,
                 None,
-            )
-            .map_err(state_error)?;
-        if self.def.lateness > 0 {
-            timers
-                .set(
-                    TimeDomain::EventTime,
-                    window.max_timestamp().saturating_add(self.def.lateness),
-                    key,
-                    &ns,
-                    None,
-                )
-                .map_err(state_error)?;
+            )?;
         }
         Ok(())
     }
@@ -135,18 +129,14 @@ impl WindowAggregate {
     fn delete_timers(&mut self, key: KeyRef<'_>, window: &Window) -> Result<(), OperatorError> {
         let ns = window.to_namespace();
         let mut timers = self.state.timers();
-        timers
-            .delete(TimeDomain::EventTime, window.max_timestamp(), key, &ns)
-            .map_err(state_error)?;
+        timers.delete(TimeDomain::EventTime, window.max_timestamp(), key, &ns)?;
         if self.def.lateness > 0 {
-            timers
-                .delete(
-                    TimeDomain::EventTime,
-                    window.max_timestamp().saturating_add(self.def.lateness),
-                    key,
-                    &ns,
-                )
-                .map_err(state_error)?;
+            timers.delete(
+                TimeDomain::EventTime,
+                window.max_timestamp().saturating_add(self.def.lateness),
+                key,
+                &ns,
+            )?;
         }
         Ok(())
     }
@@ -168,12 +158,10 @@ impl WindowAggregate {
             live = true;
             let ns = w.to_namespace();
             let mut windows_state = self.state.aggregating(&self.windows_state, &self.def.aggs);
-            let created = windows_state
-                .add(key, &ns, (args, row))
-                .map_err(state_error)??;
+            let created = windows_state.add(key, &ns, (args, row))??;
             // A window that already fired re-emits its updated result.
             let refire = if w.max_timestamp() <= self.watermark {
-                windows_state.accumulator(key, &ns).map_err(state_error)?
+                windows_state.accumulator(key, &ns)?
             } else {
                 None
             };
@@ -206,10 +194,10 @@ impl WindowAggregate {
         let mut fresh = new_accs(calls);
         update_all(&mut fresh, calls, args, row)?;
         let watermark = self.watermark;
-        let (merged_away, merged, fired) = self
-            .state
-            .value(&self.sessions_state)
-            .update(key, NO_NAMESPACE, |sessions| -> Result<_, OperatorError> {
+        let (merged_away, merged, fired) = self.state.value(&self.sessions_state).update(
+            key,
+            NO_NAMESPACE,
+            |sessions| -> Result<_, OperatorError> {
                 let list = sessions.get_or_insert_with(Vec::new);
                 let mut window = own;
                 let mut accs = fresh;
@@ -230,8 +218,8 @@ impl WindowAggregate {
                 kept.sort_by_key(|s| s.0);
                 *list = kept;
                 Ok((merged_away, window, fired))
-            })
-            .map_err(state_error)??;
+            },
+        )??;
         for w in &merged_away {
             if *w != merged {
                 self.delete_timers(key, w)?;
@@ -252,25 +240,24 @@ impl WindowAggregate {
         let fire = timer.time == window.max_timestamp();
         let cleanup = timer.time == window.max_timestamp().saturating_add(self.def.lateness);
         if self.def.windowing.is_session() {
-            let found = self
-                .state
-                .value(&self.sessions_state)
-                .update(key, NO_NAMESPACE, |sessions| {
-                    let list = sessions.as_mut()?;
-                    let i = list
-                        .iter()
-                        .position(|s| s.0 == window.start && s.1 == window.end)?;
-                    let accs = if cleanup {
-                        list.remove(i).2
-                    } else {
-                        list[i].2.clone()
-                    };
-                    if list.is_empty() {
-                        *sessions = None;
-                    }
-                    Some(accs)
-                })
-                .map_err(state_error)?;
+            let found =
+                self.state
+                    .value(&self.sessions_state)
+                    .update(key, NO_NAMESPACE, |sessions| {
+                        let list = sessions.as_mut()?;
+                        let i = list
+                            .iter()
+                            .position(|s| s.0 == window.start && s.1 == window.end)?;
+                        let accs = if cleanup {
+                            list.remove(i).2
+                        } else {
+                            list[i].2.clone()
+                        };
+                        if list.is_empty() {
+                            *sessions = None;
+                        }
+                        Some(accs)
+                    })?;
             if let (true, Some(accs)) = (fire, found) {
                 self.pending.push((timer.key.clone(), window, accs));
             }
@@ -278,9 +265,9 @@ impl WindowAggregate {
         }
         let ns = &timer.namespace;
         let mut view = self.state.aggregating(&self.windows_state, &self.def.aggs);
-        let accs = view.accumulator(key, ns).map_err(state_error)?;
+        let accs = view.accumulator(key, ns)?;
         if cleanup {
-            view.take(key, ns).map_err(state_error)?;
+            view.take(key, ns)?;
         }
         if let (true, Some(accs)) = (fire, accs) {
             self.pending.push((timer.key.clone(), window, accs));
@@ -308,32 +295,6 @@ impl WindowAggregate {
     }
 }
 
-/// Event times of a TIMESTAMP (or INT epoch-ms) column.
-pub fn times(array: &ArrayRef) -> Result<Vec<Option<i64>>, OperatorError> {
-    Ok(match array.data_type() {
-        DataType::Timestamp(_, _) => array
-            .as_primitive::<TimestampMillisecondType>()
-            .iter()
-            .collect(),
-        DataType::Int64 => array.as_primitive::<Int64Type>().iter().collect(),
-        other => {
-            return Err(OperatorError::Internal(format!(
-                "a time column of type {other}"
-            )));
-        }
-    })
-}
-
-pub fn state_error(e: weir_state::StateError) -> OperatorError {
-    match e {
-        weir_state::StateError::Storage(m) => OperatorError::External {
-            message: m,
-            source: None,
-        },
-        other => OperatorError::Internal(other.to_string()),
-    }
-}
-
 impl Operator for WindowAggregate {
     fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
         Some(&mut self.state)
@@ -346,7 +307,7 @@ impl Operator for WindowAggregate {
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
         let keys = self.keys.encode(&batch)?;
-        let times = times(&self.def.time.evaluate(&batch)?)?;
+        let times = event_times(&self.def.time.evaluate(&batch)?)?;
         let args = evaluate_all(&self.def.aggs.calls, &batch)?;
         let mut dropped = 0u64;
         for (row, t) in times.iter().enumerate() {
@@ -381,8 +342,7 @@ impl Operator for WindowAggregate {
         while let Some(timer) = self
             .state
             .timers()
-            .pop_due(TimeDomain::EventTime, watermark)
-            .map_err(state_error)?
+            .pop_due(TimeDomain::EventTime, watermark)?
         {
             self.on_timer(timer)?;
             if self.pending.len() >= 4096 {
@@ -398,11 +358,13 @@ impl Operator for WindowAggregate {
 mod tests {
     use std::collections::BTreeMap;
 
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, TimestampMillisecondType};
     use arrow_array::{Int64Array, StringArray};
     use weir_state::key_groups::KeyGroupRange;
 
     use super::*;
-    use crate::operators::key_by::KeySelector;
+    use crate::keys::KeySelector;
     use crate::spec::{HumanDuration, WindowSpec};
 
     fn input_schema() -> SchemaRef {

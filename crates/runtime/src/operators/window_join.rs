@@ -10,13 +10,12 @@ use std::sync::atomic::Ordering;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, TimestampMillisecondArray};
 use weir_state::{KeyedStateBackend, ListId, TimeDomain, Window};
 
-use super::Operator;
 use super::join::{Projection, filter};
 use super::keyed::{KeyEncoder, RowCodec};
 use super::window::Windowing;
-use super::window_aggregate::{state_error, times};
-use crate::error::OperatorError;
-use crate::exec::metrics::SubtaskMetrics;
+use crate::api::Operator;
+use crate::api::time::event_times;
+use crate::api::{OperatorError, SubtaskMetrics};
 use crate::expr::Expr;
 use crate::spec::JoinMode;
 
@@ -53,10 +52,7 @@ impl WindowJoin {
         mut state: KeyedStateBackend,
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
-        let lists = [
-            state.list_state("left").map_err(state_error)?,
-            state.list_state("right").map_err(state_error)?,
-        ];
+        let lists = [state.list_state("left")?, state.list_state("right")?];
         Ok(Self {
             rows: [
                 RowCodec::new(def.inputs[0].clone())?,
@@ -146,7 +142,7 @@ impl Operator for WindowJoin {
     ) -> Result<(), OperatorError> {
         let side = input.min(1);
         let keys = self.keys[side].encode(&batch)?;
-        let times = times(&self.def.times[side].evaluate(&batch)?)?;
+        let times = event_times(&self.def.times[side].evaluate(&batch)?)?;
         let rows = self.rows[side].encode(&batch.project(&self.def.keep[side])?)?;
         let mut late = 0u64;
         let mut windows = std::mem::take(&mut self.scratch);
@@ -170,13 +166,15 @@ impl Operator for WindowJoin {
                     .update(key, &ns, |list| {
                         list.push(row);
                         list.len() == 1
-                    })
-                    .map_err(state_error)?;
+                    })?;
                 if first {
-                    self.state
-                        .timers()
-                        .set(TimeDomain::EventTime, w.max_timestamp(), key, &ns, None)
-                        .map_err(state_error)?;
+                    self.state.timers().set(
+                        TimeDomain::EventTime,
+                        w.max_timestamp(),
+                        key,
+                        &ns,
+                        None,
+                    )?;
                 }
             }
         }
@@ -196,21 +194,18 @@ impl Operator for WindowJoin {
         while let Some(timer) = self
             .state
             .timers()
-            .pop_due(TimeDomain::EventTime, watermark)
-            .map_err(state_error)?
+            .pop_due(TimeDomain::EventTime, watermark)?
         {
             let window =
                 Window::from_namespace(&timer.namespace).map_err(OperatorError::Internal)?;
             let left = self
                 .state
                 .list(&self.lists[0])
-                .take(timer.key(), &timer.namespace)
-                .map_err(state_error)?;
+                .take(timer.key(), &timer.namespace)?;
             let right = self
                 .state
                 .list(&self.lists[1])
-                .take(timer.key(), &timer.namespace)
-                .map_err(state_error)?;
+                .take(timer.key(), &timer.namespace)?;
             if let Some(joined) = self.join(window, &left, &right)? {
                 out.push(self.def.projection.apply(&joined)?);
             }

@@ -11,16 +11,13 @@ use std::sync::Arc;
 use arrow_schema::{DataType, SchemaRef};
 
 use super::nodes::{self, Compiled, Make, Planned, Planner, sql_type};
-use super::state::StateSettings;
 use super::{Factory, OperatorFactory, Plan, PlanEdge, PlanNode};
 use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
 use crate::connectors::kafka::source::KafkaSourceFactory;
 use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
-use crate::connectors::sink;
-use crate::connectors::source::SourceFactory;
-use crate::exec::metrics::NodeRole;
-use crate::exec::task::EventTime;
-use crate::operators::key_by::KeySelector;
+
+use crate::api::{EventTime, NodeRole, SourceFactory};
+use crate::keys::KeySelector;
 use crate::query::QueryableNode;
 use crate::spec::load::{Dropped, LoadedJob, closest};
 use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
@@ -445,7 +442,7 @@ fn compile_sink(
             return Compiled::Failed;
         }
     }
-    match sink::factory(sink_spec, schema, job, node) {
+    match crate::connectors::sink_factory(sink_spec, schema, job, node) {
         Ok(factory) => Compiled::Sink { factory },
         Err(message) => {
             let key = match sink_spec {
@@ -692,7 +689,6 @@ fn assemble(
     order: &[usize],
 ) -> Plan {
     let job_parallelism = spec.parallelism as usize;
-    let settings = Arc::new(StateSettings::from_spec(spec));
     let virtual_def = |c: &Compiled| matches!(c, Compiled::KeyBy { .. } | Compiled::Union { .. });
 
     // The real producers behind an input (def, port), and the key partitioning on the way.
@@ -774,7 +770,7 @@ fn assemble(
                 queryable_of = queryable;
                 let factory = match make {
                     Make::Stateless(factory) => factory,
-                    Make::Keyed(make) => keyed_factory(&settings, def.name, state_ttl, make),
+                    Make::Keyed(make) => keyed_factory(def.name, state_ttl, make),
                 };
                 (
                     NodeRole::Operator,
@@ -805,20 +801,19 @@ fn assemble(
     }
     Plan {
         spec: spec.clone(),
+        chains: super::chaining::chaining(spec.chaining, &nodes),
         nodes,
-        state_dir: settings.run_dir().to_path_buf(),
     }
 }
 
-/// The factory of a keyed operator: each subtask opens (or restores) its keyed state, with
-/// the operator's own TTL over the job's, and makes the operator from it.
+/// The factory of a keyed operator: each subtask opens (or restores) its keyed state from
+/// the run's store, with the operator's own TTL over the job's, and makes the operator from it.
 fn keyed_factory(
-    settings: &Arc<StateSettings>,
     node: &str,
     ttl: Option<HumanDuration>,
     make: nodes::KeyedMake,
 ) -> OperatorFactory {
-    let settings = settings.clone();
     let node = node.to_owned();
-    Arc::new(move |ctx| make(ctx, settings.backend(&node, ctx, ttl)?))
+    let ttl_ms = ttl.map(|t| t.as_millis_i64());
+    Arc::new(move |ctx| make(ctx, ctx.keyed_state(&node, ttl_ms)?))
 }

@@ -13,28 +13,27 @@
 //!   how its subtasks are made; `nodes/mod.rs` holds the registry (one line per kind) and the
 //!   checks several kinds share. A transform kind is `operators/<kind>.rs` (running it),
 //!   `nodes/<kind>.rs` (planning it) and its line in the registry.
-//! - [`physical`]: [`Plan`] → tasks: chaining, channels, subtasks.
-//! - [`state`]: the state backend each keyed subtask gets, and weir's data directory.
+//! - [`chaining`]: which nodes run chained in one task.
+//!
+//! A [`Plan`] is a description: planning opens no state, creates no directory and contacts no
+//! external system, so validating a job is cheap and has no side effects. The executor
+//! ([`crate::exec`]) makes the run's resources and its tasks from it.
 
 pub mod build;
+pub mod chaining;
 mod nodes;
-pub mod physical;
-pub mod state;
 
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 
-use crate::connectors::sink::SinkFactory;
-use crate::connectors::source::{SourceFactory, SubtaskContext};
-use crate::error::OperatorError;
-use crate::exec::metrics::NodeRole;
-use crate::exec::task::EventTime;
-use crate::operators::Operator;
-use crate::operators::key_by::KeySelector;
+pub use crate::api::OperatorFactory;
+use crate::api::{EventTime, NodeRole, SinkFactory, SourceFactory};
+use crate::keys::KeySelector;
 use crate::spec::JobSpec;
 
 pub use build::build;
+pub use chaining::Chaining;
 
 use crate::spec::SpecError;
 use crate::spec::load::{Override, load_file, parse_str};
@@ -48,10 +47,6 @@ pub fn check_file(path: &std::path::Path, overrides: &[Override]) -> Result<Plan
 pub fn check_str(file: &str, text: &str, overrides: &[Override]) -> Result<Plan, SpecError> {
     build(&parse_str(file, text, overrides)?)
 }
-
-/// Makes one subtask of an operator.
-pub type OperatorFactory =
-    Arc<dyn Fn(&SubtaskContext) -> Result<Box<dyn Operator>, OperatorError> + Send + Sync>;
 
 /// How the subtasks of a node are made.
 #[derive(Clone)]
@@ -98,9 +93,8 @@ pub struct PlanNode {
 pub struct Plan {
     pub spec: JobSpec,
     pub nodes: Vec<PlanNode>,
-    /// The run's working directory (RocksDB state, snapshots being stored, state being
-    /// restored), removed when the run ends.
-    pub state_dir: std::path::PathBuf,
+    /// Which nodes run chained in one task.
+    pub chains: Chaining,
 }
 
 impl Plan {

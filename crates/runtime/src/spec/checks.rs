@@ -6,7 +6,7 @@
 //! anything that would make a run spin or exhaust memory, is refused here instead.
 
 use super::problems::{Problem, SpecSource, pointer};
-use super::{HumanDuration, JobSpec, SourceSpec, TransformSpec};
+use super::{HumanDuration, JobSpec, SourceSpec};
 
 /// The shortest checkpoint interval and timeout (Flink's minimum, too): below it a job does
 /// nothing but checkpoint, and a zero interval or timeout cannot be scheduled at all.
@@ -56,12 +56,7 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
         at_least(problems, "/state/ttl", ttl, one_ms, "a state TTL");
     }
     for (name, t) in &spec.transforms {
-        let ttl = match t {
-            TransformSpec::Aggregate(a) => a.state_ttl,
-            TransformSpec::Join(j) => j.state_ttl,
-            _ => None,
-        };
-        if let Some(ttl) = ttl {
+        if let Some(ttl) = t.node().state_ttl() {
             let at = pointer(&["transforms", name, "state-ttl"]);
             at_least(problems, &at, ttl, one_ms, "a state TTL");
         }

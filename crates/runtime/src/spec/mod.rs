@@ -12,6 +12,7 @@
 //! - [`problems`]: the error type that lists every problem with its position.
 //! - [`checks`]: well-typed values a run would refuse or choke on (zero intervals, tiny chunks).
 //! - [`kafka`]: the keys of the Kafka source and sink.
+//! - [`paths`]: weir's data directory, and names made safe as path components.
 //!
 //! # Example
 //! ```
@@ -25,6 +26,7 @@
 pub mod checks;
 pub mod kafka;
 pub mod load;
+pub mod paths;
 pub mod positions;
 pub mod problems;
 pub mod units;
@@ -285,107 +287,106 @@ impl EventTimeSpec {
     }
 }
 
-/// An operator.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum TransformSpec {
-    /// Keep the records for which a SQL condition is true.
-    Filter(FilterSpec),
-    /// Compute new columns from SQL expressions (also projection and renaming).
-    Map(MapSpec),
-    /// Partition the stream by key: downstream keyed operators see every record of a key on the
-    /// same subtask. Not a task of its own: it becomes the hash exchange of its output edges.
-    KeyBy(KeyBySpec),
-    /// Merge streams with the same columns.
-    Union(UnionSpec),
-    /// A running (non-windowed) aggregation per key of a `key-by` input, emitting each key's new
-    /// values once per input batch in which the key changed.
-    Aggregate(AggregateSpec),
-    /// Aggregates per key and event-time window (tumbling, sliding or session), emitted when
-    /// the watermark passes the window's end.
-    WindowAggregate(WindowAggregateSpec),
-    /// The first `n` rows per key by an order, emitted when the watermark reaches a time.
-    TopN(TopNSpec),
-    /// An aggregate over each row's last `rows` rows per key, in event-time order.
-    OverAggregate(OverAggregateSpec),
-    /// Joins two keyed streams: every pair with equal keys that meets the condition.
-    Join(JoinSpec),
-    /// Joins two keyed streams where the right row's time is within bounds of the left's.
-    IntervalJoin(IntervalJoinSpec),
-    /// Joins two keyed streams within the same event-time window.
-    WindowJoin(WindowJoinSpec),
+/// Every transform kind, one line each: its variant and spec, its `kind:` in job files, and the
+/// module of `plan/nodes/` that plans it. [`TransformSpec`] is made from this list below, and the
+/// planner's dispatch (`plan/nodes/mod.rs`) from the same list, so a new kind is its spec (with
+/// its [`TransformNode`] impl), `operators/<kind>.rs`, `plan/nodes/<kind>.rs`, and one line here.
+macro_rules! transform_kinds {
+    ($then:ident) => {
+        $then! {
+            /// Keep the records for which a SQL condition is true.
+            Filter(FilterSpec) = "filter" in filter,
+            /// Compute new columns from SQL expressions (also projection and renaming).
+            Map(MapSpec) = "map" in map,
+            /// Partition the stream by key: downstream keyed operators see every record of a key on
+            /// the same subtask. Not a task of its own: it becomes the hash exchange of its output
+            /// edges.
+            KeyBy(KeyBySpec) = "key-by" in key_by,
+            /// Merge streams with the same columns.
+            Union(UnionSpec) = "union" in union,
+            /// A running (non-windowed) aggregation per key of a `key-by` input, emitting each
+            /// key's new values once per input batch in which the key changed.
+            Aggregate(AggregateSpec) = "aggregate" in aggregate,
+            /// Aggregates per key and event-time window (tumbling, sliding or session), emitted
+            /// when the watermark passes the window's end.
+            WindowAggregate(WindowAggregateSpec) = "window-aggregate" in window_aggregate,
+            /// The first `n` rows per key by an order, emitted when the watermark reaches a time.
+            TopN(TopNSpec) = "top-n" in top_n,
+            /// An aggregate over each row's last `rows` rows per key, in event-time order.
+            OverAggregate(OverAggregateSpec) = "over-aggregate" in over_aggregate,
+            /// Joins two keyed streams: every pair with equal keys that meets the condition.
+            Join(JoinSpec) = "join" in join,
+            /// Joins two keyed streams where the right row's time is within bounds of the left's.
+            IntervalJoin(IntervalJoinSpec) = "interval-join" in interval_join,
+            /// Joins two keyed streams within the same event-time window.
+            WindowJoin(WindowJoinSpec) = "window-join" in window_join,
+        }
+    };
+}
+pub(crate) use transform_kinds;
+
+macro_rules! declare_transforms {
+    ($( $(#[$doc:meta])* $variant:ident($spec:ident) = $kind:literal in $module:ident, )*) => {
+        /// An operator.
+        #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+        #[serde(tag = "kind")]
+        pub enum TransformSpec {
+            $( $(#[$doc])* #[serde(rename = $kind)] $variant($spec), )*
+        }
+
+        impl TransformSpec {
+            /// The node's `kind:` in the job file.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( TransformSpec::$variant(_) => $kind, )*
+                }
+            }
+
+            /// What the node says about itself, whatever its kind.
+            pub fn node(&self) -> &dyn TransformNode {
+                match self {
+                    $( TransformSpec::$variant(s) => s, )*
+                }
+            }
+        }
+    };
+}
+transform_kinds!(declare_transforms);
+
+/// What every transform kind tells the planner and the checks about itself.
+pub trait TransformNode {
+    /// The names this node reads from, with the key under which each is written.
+    fn inputs(&self) -> Vec<(String, &str)>;
+
+    /// The node's own parallelism, when it sets one.
+    fn parallelism(&self) -> Option<u32> {
+        None
+    }
+
+    /// The queryable states the node declares, if its kind can declare any.
+    fn queryable(&self) -> Option<&QueryableSpec> {
+        None
+    }
+
+    /// The node's own state TTL, over the job's, if its kind has one.
+    fn state_ttl(&self) -> Option<HumanDuration> {
+        None
+    }
 }
 
 impl TransformSpec {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            TransformSpec::Filter(_) => "filter",
-            TransformSpec::Map(_) => "map",
-            TransformSpec::KeyBy(_) => "key-by",
-            TransformSpec::Union(_) => "union",
-            TransformSpec::Aggregate(_) => "aggregate",
-            TransformSpec::WindowAggregate(_) => "window-aggregate",
-            TransformSpec::TopN(_) => "top-n",
-            TransformSpec::OverAggregate(_) => "over-aggregate",
-            TransformSpec::Join(_) => "join",
-            TransformSpec::IntervalJoin(_) => "interval-join",
-            TransformSpec::WindowJoin(_) => "window-join",
-        }
-    }
-
     /// The names this node reads from, with the key under which each is written.
     pub fn inputs(&self) -> Vec<(String, &str)> {
-        match self {
-            TransformSpec::Filter(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::Map(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::KeyBy(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::Aggregate(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::WindowAggregate(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::TopN(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::OverAggregate(s) => vec![("from".into(), s.from.as_str())],
-            TransformSpec::Join(s) => vec![
-                ("left".into(), s.left.as_str()),
-                ("right".into(), s.right.as_str()),
-            ],
-            TransformSpec::IntervalJoin(s) => vec![
-                ("left".into(), s.left.as_str()),
-                ("right".into(), s.right.as_str()),
-            ],
-            TransformSpec::WindowJoin(s) => vec![
-                ("left".into(), s.left.as_str()),
-                ("right".into(), s.right.as_str()),
-            ],
-            TransformSpec::Union(s) => s
-                .from
-                .iter()
-                .enumerate()
-                .map(|(i, f)| (format!("from.{i}"), f.as_str()))
-                .collect(),
-        }
+        self.node().inputs()
     }
 
     /// The queryable states the node declares, if it can declare any.
     pub fn queryable(&self) -> Option<&QueryableSpec> {
-        match self {
-            TransformSpec::Aggregate(s) => s.queryable.as_ref(),
-            TransformSpec::WindowAggregate(s) => s.queryable.as_ref(),
-            _ => None,
-        }
+        self.node().queryable()
     }
 
     pub fn parallelism(&self) -> Option<u32> {
-        match self {
-            TransformSpec::Filter(s) => s.parallelism,
-            TransformSpec::Map(s) => s.parallelism,
-            TransformSpec::Aggregate(s) => s.parallelism,
-            TransformSpec::WindowAggregate(s) => s.parallelism,
-            TransformSpec::TopN(s) => s.parallelism,
-            TransformSpec::OverAggregate(s) => s.parallelism,
-            TransformSpec::Join(s) => s.parallelism,
-            TransformSpec::IntervalJoin(s) => s.parallelism,
-            TransformSpec::WindowJoin(s) => s.parallelism,
-            TransformSpec::KeyBy(_) | TransformSpec::Union(_) => None,
-        }
+        self.node().parallelism()
     }
 }
 
@@ -402,6 +403,16 @@ pub struct FilterSpec {
     pub parallelism: Option<u32>,
 }
 
+impl TransformNode for FilterSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct MapSpec {
@@ -415,6 +426,16 @@ pub struct MapSpec {
     pub parallelism: Option<u32>,
 }
 
+impl TransformNode for MapSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct KeyBySpec {
@@ -425,12 +446,28 @@ pub struct KeyBySpec {
     pub keys: Vec<String>,
 }
 
+impl TransformNode for KeyBySpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct UnionSpec {
     /// The inputs, which must have the same column names and types.
     #[schemars(length(min = 2))]
     pub from: Vec<String>,
+}
+
+impl TransformNode for UnionSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        self.from
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (format!("from.{i}"), f.as_str()))
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -452,6 +489,24 @@ pub struct AggregateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
+}
+
+impl TransformNode for AggregateSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn queryable(&self) -> Option<&QueryableSpec> {
+        self.queryable.as_ref()
+    }
+
+    fn state_ttl(&self) -> Option<HumanDuration> {
+        self.state_ttl
+    }
 }
 
 /// A keyed operator's queryable states: a list of state names, or a map from state name to
@@ -547,6 +602,20 @@ pub struct WindowAggregateSpec {
     pub parallelism: Option<u32>,
 }
 
+impl TransformNode for WindowAggregateSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn queryable(&self) -> Option<&QueryableSpec> {
+        self.queryable.as_ref()
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TopNSpec {
@@ -573,6 +642,16 @@ pub struct TopNSpec {
     pub parallelism: Option<u32>,
 }
 
+impl TransformNode for TopNSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+}
+
 fn default_one() -> u32 {
     1
 }
@@ -595,6 +674,16 @@ pub struct OverAggregateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
+}
+
+impl TransformNode for OverAggregateSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -632,6 +721,23 @@ pub struct JoinSpec {
     pub parallelism: Option<u32>,
 }
 
+impl TransformNode for JoinSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![
+            ("left".into(), self.left.as_str()),
+            ("right".into(), self.right.as_str()),
+        ]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn state_ttl(&self) -> Option<HumanDuration> {
+        self.state_ttl
+    }
+}
+
 fn default_left_as() -> String {
     "l".into()
 }
@@ -662,6 +768,19 @@ pub struct IntervalJoinSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
+}
+
+impl TransformNode for IntervalJoinSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![
+            ("left".into(), self.left.as_str()),
+            ("right".into(), self.right.as_str()),
+        ]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
 }
 
 /// Which pairs a window join emits.
@@ -700,6 +819,19 @@ pub struct WindowJoinSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
+}
+
+impl TransformNode for WindowJoinSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![
+            ("left".into(), self.left.as_str()),
+            ("right".into(), self.right.as_str()),
+        ]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
 }
 
 /// Where results go.
@@ -959,10 +1091,7 @@ impl CheckpointSpec {
     pub fn storage_config(&self) -> Result<weir_checkpoint::StorageConfig, String> {
         let config = match &self.storage {
             None => weir_checkpoint::StorageConfig::url(
-                crate::plan::state::data_dir()
-                    .join("checkpoints")
-                    .display()
-                    .to_string(),
+                paths::data_dir().join("checkpoints").display().to_string(),
             ),
             Some(StorageSpec::Url(url)) => weir_checkpoint::StorageConfig::url(url.clone()),
             Some(StorageSpec::Settings(s)) => weir_checkpoint::StorageConfig {

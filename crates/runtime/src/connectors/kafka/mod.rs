@@ -19,7 +19,7 @@
 //! # Sink
 //! librdkafka cannot resume a transaction in another process (Flink's `KafkaSink` reaches into
 //! the Java producer for that; KIP-939 adds it to Java clients only), so the two phases of
-//! [`super::sink`] are those of Flink's write-ahead sinks: between barriers a subtask keeps its
+//! [`crate::api::sink`] are those of Flink's write-ahead sinks: between barriers a subtask keeps its
 //! rows; at barrier `n` they become its transaction for snapshot `n`, stored in the checkpoint;
 //! when the checkpoint completes, the rows are written in one Kafka transaction that also
 //! commits a *marker*, the offset `n + 1` of a group of the writer's. A commit (again, on
@@ -36,7 +36,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use rdkafka::ClientConfig;
 
-use crate::error::OperatorError;
+use crate::api::OperatorError;
 
 /// How long one metadata, offsets or transaction request to the cluster may take before the
 /// job fails with a message naming the brokers (librdkafka retries inside it).

@@ -44,11 +44,10 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::{Closing, REQUEST_TIMEOUT, client_config, external};
-use crate::connectors::sink::{
-    Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,
+use crate::api::{
+    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
+    Unconfirmed, decode_transactions,
 };
-use crate::connectors::source::SubtaskContext;
-use crate::error::OperatorError;
 use crate::format::json::JsonEncoder;
 use crate::spec::kafka::{Delivery, KafkaSinkSpec};
 
@@ -583,10 +582,10 @@ impl DirectSink {
             .map(|f| f.clone())
             .unwrap_or_else(|_| Some("the delivery report lock was poisoned".into()));
         match failed {
-            Some(e) => Err(OperatorError::External {
-                message: format!("Kafka sink: a record to topic `{}` failed: {e}", self.topic),
-                source: None,
-            }),
+            Some(e) => Err(OperatorError::external_message(format!(
+                "Kafka sink: a record to topic `{}` failed: {e}",
+                self.topic
+            ))),
             None => Ok(()),
         }
     }

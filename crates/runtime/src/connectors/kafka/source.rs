@@ -26,9 +26,10 @@ use serde::{Deserialize, Serialize};
 
 use super::records::{RecordDecoder, RecordMeta, ValueFormat, headers_json};
 use super::{Closing, REQUEST_TIMEOUT, client_config, external, owner};
-use crate::connectors::source::{Source, SourceEvent, SourceFactory, SubtaskContext};
-use crate::error::OperatorError;
-use crate::exec::metrics::{PartitionProgress, SubtaskMetrics};
+use crate::api::{
+    OperatorError, PartitionProgress, Source, SourceEvent, SourceFactory, SubtaskContext,
+    SubtaskMetrics,
+};
 use crate::spec::OnError;
 use crate::spec::kafka::{KafkaSourceSpec, StartFrom, StartPosition, StopAt};
 

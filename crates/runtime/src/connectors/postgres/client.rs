@@ -4,7 +4,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use weir_connection_pool::{Manager, PoolError};
 
-use crate::error::OperatorError;
+use crate::api::OperatorError;
 
 /// A client and the task that drives its socket. The task belongs to the connection: it ends
 /// when the client is dropped (the socket closes), and dropping the connection aborts it in
@@ -123,9 +123,11 @@ impl PgFailure {
     }
 
     pub fn into_error(self) -> OperatorError {
-        OperatorError::External {
-            message: format!("postgres sink: {}", self.message),
-            source: None,
+        let message = format!("postgres sink: {}", self.message);
+        if self.transient {
+            OperatorError::external_message(message)
+        } else {
+            OperatorError::refused(message, None)
         }
     }
 }

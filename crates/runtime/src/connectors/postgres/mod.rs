@@ -13,7 +13,7 @@
 //!
 //! # Exactly once (checkpoints on)
 //! PostgreSQL cannot hold a transaction open across a process crash, and `PREPARE
-//! TRANSACTION` is off on a default server, so the two phases of [`super::sink`] go through a
+//! TRANSACTION` is off on a default server, so the two phases of [`crate::api::sink`] go through a
 //! *staging table*, `<table>__weir_stage`: the same columns plus a transaction tag, a batch
 //! number and a sequence.
 //! - Between barriers, batches are copied into the staging table under the subtask's current
@@ -90,11 +90,10 @@ pub fn check_input(
     }
     problems
 }
-use super::sink::{
-    Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,
+use crate::api::{
+    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
+    Unconfirmed, decode_transactions,
 };
-use super::source::SubtaskContext;
-use crate::error::OperatorError;
 use crate::spec::{PostgresRetrySpec, PostgresSinkSpec};
 
 /// Batches a subtask may queue for its writer while a write is in flight.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::{Compiled, Planned, Planner, PrunedJoin};
 use crate::expr::Expr;
+use crate::keys::KeySelector;
 use crate::operators::join::{Join, JoinDef};
-use crate::operators::key_by::KeySelector;
 use crate::operators::keyed::KeyEncoder;
 use crate::spec::JoinSpec;
 

@@ -10,7 +10,7 @@ use sqlparser::parser::Parser;
 
 use super::{Compiled, Planner};
 use crate::expr::Expr;
-use crate::operators::key_by::KeySelector;
+use crate::keys::KeySelector;
 use crate::spec::KeyBySpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, k: &KeyBySpec) -> Option<Compiled> {

@@ -1,12 +1,13 @@
 //! One planning home per transform kind. Each module checks its node's spec against the
 //! schemas of its inputs, reports what is wrong at the key that is wrong, and says how the
 //! node's subtasks are made; [`super::build`] keeps the wiring around them (inputs, order,
-//! cycles, `key-by` and `union` folding) and calls [`plan`], the one line per kind below.
+//! cycles, `key-by` and `union` folding) and calls [`plan`], which the list of kinds
+//! (`spec::transform_kinds`, one line per kind) makes.
 //!
 //! An operator kind is then two files side by side: `operators/<kind>.rs` runs it and
 //! `plan/nodes/<kind>.rs` plans it. A keyed operator says only how to make one subtask from
-//! its keyed state ([`Make::Keyed`]); opening or restoring that state is done once, for every
-//! kind, by [`super::build`].
+//! its keyed state ([`Make::Keyed`]); the subtask opens (or restores) that state through its
+//! context, from the store the executor made for the run.
 
 mod aggregate;
 mod filter;
@@ -26,37 +27,31 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::OperatorFactory;
 use super::build::Def;
-use crate::connectors::sink::SinkFactory;
-use crate::connectors::source::{SourceFactory, SubtaskContext};
-use crate::error::OperatorError;
-use crate::exec::task::EventTime;
+use crate::api::{EventTime, Operator, OperatorError, SinkFactory, SourceFactory, SubtaskContext};
 use crate::expr::Expr;
-use crate::operators::Operator;
+use crate::keys::KeySelector;
 use crate::operators::aggregate::AggCall;
 use crate::operators::join::{Projection, joined_schema};
-use crate::operators::key_by::KeySelector;
 use crate::operators::window::Windowing;
 use crate::query::{QueryableNode, StateShape};
 use crate::spec::problems::{Problem, SpecSource};
 use crate::spec::{HumanDuration, TransformSpec};
 use weir_state::KeyedStateBackend;
 
-/// Plans one transform: the registry of kinds.
-pub(super) fn plan(p: &mut Planner<'_, '_>, transform: &TransformSpec) -> Option<Compiled> {
-    match transform {
-        TransformSpec::Filter(s) => filter::plan(p, s),
-        TransformSpec::Map(s) => map::plan(p, s),
-        TransformSpec::KeyBy(s) => key_by::plan(p, s),
-        TransformSpec::Union(_) => union::plan(p),
-        TransformSpec::Aggregate(s) => aggregate::plan(p, s),
-        TransformSpec::WindowAggregate(s) => window_aggregate::plan(p, s),
-        TransformSpec::TopN(s) => top_n::plan(p, s),
-        TransformSpec::OverAggregate(s) => over_aggregate::plan(p, s),
-        TransformSpec::Join(s) => join::plan(p, s),
-        TransformSpec::IntervalJoin(s) => interval_join::plan(p, s),
-        TransformSpec::WindowJoin(s) => window_join::plan(p, s),
-    }
+/// The registry of kinds: [`plan`] sends each transform to the `plan` of its kind's module,
+/// made from the one list of kinds, `spec::transform_kinds`. (The modules are declared above
+/// by hand, so that rustfmt sees them.)
+macro_rules! dispatch {
+    ($( $(#[$doc:meta])* $variant:ident($spec:ident) = $kind:literal in $module:ident, )*) => {
+        /// Plans one transform with its kind's planner.
+        pub(super) fn plan(p: &mut Planner<'_, '_>, transform: &TransformSpec) -> Option<Compiled> {
+            match transform {
+                $( TransformSpec::$variant(s) => $module::plan(p, s), )*
+            }
+        }
+    };
 }
+crate::spec::transform_kinds!(dispatch);
 
 /// What planning learned about a node of the job file.
 pub(super) enum Compiled {

@@ -4,8 +4,10 @@
 use arrow_schema::Schema;
 
 use super::{Compiled, Planner, sql_type};
+use crate::spec::UnionSpec;
 
-pub(super) fn plan(p: &mut Planner<'_, '_>) -> Option<Compiled> {
+/// The union's inputs are all it has (`from:`); their wiring was resolved by the planner.
+pub(super) fn plan(p: &mut Planner<'_, '_>, _union: &UnionSpec) -> Option<Compiled> {
     let schema = p.input.clone();
     let first = p.input_def(0).map(|(_, name, _)| name.to_owned());
     for k in 1..p.defs[p.i].inputs.len() {

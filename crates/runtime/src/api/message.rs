@@ -3,11 +3,6 @@
 use arrow_array::RecordBatch;
 pub use weir_checkpoint::{Barrier, BarrierKind};
 
-/// The watermark that says "the stream has ended": every window and join completes.
-pub const END_OF_TIME: i64 = i64::MAX;
-/// The watermark before any has been seen.
-pub const BEGINNING_OF_TIME: i64 = i64::MIN;
-
 /// What a channel carries, in order. Data and control share the channel so that a watermark
 /// or a checkpoint barrier can never overtake the records sent before it.
 #[derive(Clone, Debug)]

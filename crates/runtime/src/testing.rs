@@ -25,14 +25,15 @@ use arrow_schema::{DataType, SchemaRef};
 use serde_json::{Map, Value};
 use weir_state::snapshot::{RestoreSource, SnapshotFormat};
 
-use super::Operator;
-use crate::connectors::source::SubtaskContext;
-use crate::exec::snapshot::{NodeState, SubtaskRestore};
-use crate::plan::{Factory, OperatorFactory, Plan};
+use crate::api::{Operator, OperatorFactory, SubtaskContext, SubtaskRestore, SubtaskState};
+use crate::exec::state::StateSettings;
+use crate::plan::{Factory, Plan};
 
 /// One subtask of one planned operator, driven by hand.
 pub struct Harness {
     factory: OperatorFactory,
+    /// Where the subtask keeps its keyed state (the job's backend).
+    state: Arc<StateSettings>,
     op: Box<dyn Operator>,
     /// The schema of each logical input.
     inputs: Vec<SchemaRef>,
@@ -76,9 +77,11 @@ impl Harness {
             })
             .collect();
         let factory = factory.clone();
-        let op = factory(&context(None)).unwrap_or_else(|e| panic!("making `{node}`: {e}"));
+        let state = Arc::new(StateSettings::for_run(&plan.spec));
+        let op = factory(&context(&state, None)).unwrap_or_else(|e| panic!("making `{node}`: {e}"));
         Harness {
             factory,
+            state,
             op,
             inputs,
             out: Vec::new(),
@@ -141,19 +144,19 @@ impl Harness {
         let restore = SubtaskRestore {
             checkpoint: self.snapshots,
             keyed,
-            states: vec![NodeState {
+            states: vec![SubtaskState {
                 watermark: self.watermark,
                 max_seen: None,
                 state,
             }],
         };
-        self.op = (self.factory)(&context(Some(Arc::new(restore))))
+        self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore))))
             .unwrap_or_else(|e| panic!("restoring: {e}"));
     }
 }
 
 /// Subtask 0 of 1, heap state, no checkpointing.
-fn context(restore: Option<Arc<SubtaskRestore>>) -> SubtaskContext {
+fn context(state: &Arc<StateSettings>, restore: Option<Arc<SubtaskRestore>>) -> SubtaskContext {
     SubtaskContext {
         subtask: 0,
         parallelism: 1,
@@ -164,6 +167,7 @@ fn context(restore: Option<Arc<SubtaskRestore>>) -> SubtaskContext {
         attempt: 0,
         checkpoint_base: 0,
         checkpointing: false,
+        state: Some(state.clone()),
     }
 }
 

@@ -1,9 +1,9 @@
-//! [`Plan`] → tasks: which nodes chain into one task, which edges become channels.
+//! [`Plan`] → tasks: the subtasks of every chain with their channels, state stores,
+//! checkpoint wiring and queryable-state mailboxes, ready to spawn.
 //!
-//! An edge `u → v` is *chained* when chaining is on, the edge is not partitioned by key, `u`
-//! and `v` have the same parallelism, and `v` reads nothing else. Chained nodes run in the same
-//! task, one call apart. Every other edge becomes bounded channels: one per pair of subtasks that
-//! can exchange records (`i → i` for forward edges, all pairs otherwise).
+//! The plan says which nodes chain into one task ([`Plan::chains`]); every unchained edge
+//! becomes bounded channels, one per pair of subtasks that can exchange records (`i → i` for
+//! forward edges, all pairs otherwise).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,65 +16,21 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use weir_checkpoint::TaskReport;
 
-use super::{Factory, Plan};
-use crate::connectors::sink::SinkRestore;
-use crate::connectors::source::SubtaskContext;
-use crate::error::{JobError, OperatorError};
-use crate::exec::exchange::{ExchangeWriter, Partitioning};
-use crate::exec::gate::InputGate;
-use crate::exec::message::{Barrier, Message};
-use crate::exec::metrics::{JobMetrics, NodeMetrics, SubtaskMetrics};
-use crate::exec::snapshot::SubtaskRestore;
-use crate::exec::task::{
-    Chain, ChainExchange, ChainOp, ChainSink, Member, Reporting, SourceCheckpointing, SourcesDone,
-    Target, Task, TaskInput,
+use super::chain::{Chain, ChainExchange, ChainOp, ChainSink, Member, Target};
+use super::error::JobError;
+use super::exchange::{ExchangeWriter, Partitioning};
+use super::gate::InputGate;
+use super::source_task::{SourceCheckpointing, SourcesDone};
+use super::state::StateSettings;
+use super::task::{Reporting, Task, TaskInput};
+use crate::api::{
+    Barrier, JobMetrics, Message, NodeMetrics, OperatorError, SinkRestore, SubtaskContext,
+    SubtaskMetrics, SubtaskRestore,
 };
+use crate::plan::{Factory, Plan};
 
 /// A receiving end of a channel and the logical input it feeds.
 type GateInput = (Receiver<Message>, usize);
-
-/// Which task each node runs in.
-#[derive(Clone, Debug)]
-pub struct Chaining {
-    /// Per node: its chain.
-    pub chain_of: Vec<usize>,
-    /// Per chain: its nodes in topological order (the first is the root).
-    pub members: Vec<Vec<usize>>,
-    /// Per node, per input edge: whether the edge is chained.
-    pub chained: Vec<Vec<bool>>,
-}
-
-/// Decides the chains of a plan.
-pub fn chaining(plan: &Plan) -> Chaining {
-    let mut chain_of = vec![0; plan.nodes.len()];
-    let mut members: Vec<Vec<usize>> = Vec::new();
-    let mut chained = Vec::with_capacity(plan.nodes.len());
-    for (v, node) in plan.nodes.iter().enumerate() {
-        let edge_chained: Vec<bool> = node
-            .inputs
-            .iter()
-            .map(|e| {
-                plan.spec.chaining
-                    && node.inputs.len() == 1
-                    && e.key.is_none()
-                    && plan.nodes[e.from].parallelism == node.parallelism
-            })
-            .collect();
-        if let (Some(true), Some(e)) = (edge_chained.first(), node.inputs.first()) {
-            chain_of[v] = chain_of[e.from];
-            members[chain_of[v]].push(v);
-        } else {
-            chain_of[v] = members.len();
-            members.push(vec![v]);
-        }
-        chained.push(edge_chained);
-    }
-    Chaining {
-        chain_of,
-        members,
-        chained,
-    }
-}
 
 /// One subtask of one chain, ready to spawn.
 pub struct SubtaskTask {
@@ -108,8 +64,9 @@ pub struct TaskWiring {
 }
 
 /// What one attempt of a run starts from.
-#[derive(Default)]
 pub struct RunContext {
+    /// Where the run keeps keyed state (made once per run, shared by its attempts).
+    pub state: Arc<StateSettings>,
     /// 0 for the first attempt, then 1, 2, ... after restarts.
     pub attempt: u32,
     /// The job's metrics, kept across attempts (made by the first).
@@ -146,7 +103,7 @@ pub fn instantiate(
     stop: &CancellationToken,
     run: &RunContext,
 ) -> Result<Instantiated, JobError> {
-    let chains = chaining(plan);
+    let chains = &plan.chains;
     let nodes = &plan.nodes;
     let capacity = plan.spec.channel_capacity as usize;
     let batch_size = plan.spec.batch_size as usize;
@@ -167,7 +124,7 @@ pub fn instantiate(
 
     let metrics = match &run.metrics {
         Some(m) => m.clone(),
-        None => new_metrics(plan, &chains, &progress_total),
+        None => new_metrics(plan, &progress_total),
     };
     let sources_done = SourcesDone::new(
         nodes
@@ -288,6 +245,7 @@ pub fn instantiate(
                 attempt: run.attempt,
                 checkpoint_base: run.checkpoint_base,
                 checkpointing: run.checkpointing.is_some(),
+                state: Some(run.state.clone()),
             };
             let member = |m: usize| Member {
                 name: nodes[m].name.clone(),
@@ -434,7 +392,7 @@ pub fn instantiate(
 /// through, if any state has a bound.
 fn register_queryable(
     queryable: &crate::query::QueryableNode,
-    op: &mut dyn crate::operators::Operator,
+    op: &mut dyn crate::api::Operator,
     subtask: usize,
     op_index: usize,
     mailbox: mpsc::Sender<crate::query::Control>,
@@ -479,7 +437,7 @@ fn register_queryable(
 }
 
 /// The job's metrics: one entry per node, one counter set per subtask.
-fn new_metrics(plan: &Plan, chains: &Chaining, progress_total: &[Option<u64>]) -> Arc<JobMetrics> {
+fn new_metrics(plan: &Plan, progress_total: &[Option<u64>]) -> Arc<JobMetrics> {
     Arc::new(JobMetrics {
         job: plan.spec.name.clone(),
         started: Instant::now(),
@@ -492,7 +450,7 @@ fn new_metrics(plan: &Plan, chains: &Chaining, progress_total: &[Option<u64>]) -
                     name: n.name.clone(),
                     kind: n.kind.to_string(),
                     role: n.role,
-                    chain: chains.chain_of[i],
+                    chain: plan.chains.chain_of[i],
                     subtasks: (0..n.parallelism)
                         .map(|_| Arc::new(SubtaskMetrics::default()))
                         .collect(),

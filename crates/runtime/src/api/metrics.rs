@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::message::BEGINNING_OF_TIME;
+use super::BEGINNING_OF_TIME;
 
 /// Counters of one subtask of one node.
 #[derive(Debug)]

@@ -12,7 +12,7 @@
 use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 
-use crate::error::OperatorError;
+use super::{OperatorError, SubtaskContext};
 
 /// One subtask of a sink.
 pub trait Sink: Send {
@@ -59,7 +59,7 @@ pub trait SinkFactory: Send + Sync {
         restore: Option<&SinkRestore>,
     ) -> BoxFuture<'_, Result<(), OperatorError>>;
 
-    fn create(&self, ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError>;
+    fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Sink>, OperatorError>;
 
     /// Makes `transactions` (states returned by subtasks) visible. Idempotent.
     fn commit(
@@ -128,48 +128,4 @@ pub fn decode_transactions<T: SnapshotTransaction>(
         out.extend(list);
     }
     Ok(out)
-}
-
-/// The factory of a sink spec whose input has `schema`, for node `node` of job `job`.
-pub fn factory(
-    spec: &crate::spec::SinkSpec,
-    schema: arrow_schema::SchemaRef,
-    job: &str,
-    node: &str,
-) -> Result<std::sync::Arc<dyn SinkFactory>, String> {
-    use crate::spec::SinkSpec;
-    Ok(match spec {
-        SinkSpec::Blackhole(_) => std::sync::Arc::new(Simple(|| -> Box<dyn Sink> {
-            Box::new(super::blackhole::Blackhole)
-        })),
-        SinkSpec::Stdout(_) => std::sync::Arc::new(Simple(|| -> Box<dyn Sink> {
-            Box::new(super::stdout::Stdout::default())
-        })),
-        SinkSpec::File(f) => std::sync::Arc::new(super::file_sink::FileSinkFactory::new(
-            std::path::PathBuf::from(&f.path),
-        )),
-        SinkSpec::Postgres(p) => {
-            std::sync::Arc::new(super::postgres::PostgresSinkFactory::new(p, schema)?)
-        }
-        SinkSpec::Kafka(k) => std::sync::Arc::new(super::kafka::sink::KafkaSinkFactory::new(
-            k, schema, job, node,
-        )?),
-    })
-}
-
-/// A sink that is not transactional.
-struct Simple<F>(F);
-
-impl<F: Fn() -> Box<dyn Sink> + Send + Sync> SinkFactory for Simple<F> {
-    fn prepare(
-        &self,
-        _parallelism: usize,
-        _restore: Option<&SinkRestore>,
-    ) -> BoxFuture<'_, Result<(), OperatorError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn create(&self, _ctx: &super::source::SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
-        Ok((self.0)())
-    }
 }

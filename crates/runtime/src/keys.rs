@@ -17,7 +17,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use weir_state::key_groups::key_group_for_hash;
 
-use crate::error::OperatorError;
+use crate::api::OperatorError;
 use crate::expr::Expr;
 
 /// Compiled key expressions of a keyed stream.

@@ -1,10 +1,9 @@
-//! The source trait.
+//! The source contract: a source subtask and its factory.
 
 use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 
-use crate::error::OperatorError;
-use crate::exec::snapshot::Restore;
+use super::{OperatorError, SubtaskContext};
 
 /// What a source produced.
 #[derive(Debug)]
@@ -45,27 +44,6 @@ pub trait Source: Send {
     fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
         Ok(None)
     }
-}
-
-/// What a subtask is, for factories.
-#[derive(Clone, Debug)]
-pub struct SubtaskContext {
-    pub subtask: usize,
-    pub parallelism: usize,
-    pub batch_size: usize,
-    pub metrics: std::sync::Arc<crate::exec::metrics::SubtaskMetrics>,
-    /// Sources: which output ports are read downstream.
-    pub want: Vec<bool>,
-    /// The state to start from, when the run restores a checkpoint or savepoint.
-    pub restore: Restore,
-    /// Which attempt of the run this is (0, then 1 after the first restart, ...): working
-    /// directories are per attempt.
-    pub attempt: u32,
-    /// Snapshots this run takes have ids above this one (the restored snapshot's, or the
-    /// highest the job's storage holds): a sink names its last transaction after it.
-    pub checkpoint_base: u64,
-    /// Whether the run takes checkpoints (sinks then commit per checkpoint).
-    pub checkpointing: bool,
 }
 
 /// Makes the subtasks of one source node.

@@ -1,5 +1,9 @@
-//! How keyed operators get their state backend: heap or RocksDB, from the job's `state`
-//! section.
+//! Where one run of a job keeps its keyed state: heap or RocksDB, from the job's `state`
+//! section, under a working directory of the run's own.
+//!
+//! [`StateSettings`] is made once per run by [`super::job::start`] (planning makes none: a
+//! plan is a description, so `weir validate` creates no directory and no block cache) and
+//! handed to every subtask as its [`KeyedStateStore`].
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,14 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use weir_state::key_groups::KeyGroupRange;
 use weir_state::{BlockCache, KeyedStateBackend, RocksConfig, StateOptions};
 
-use crate::connectors::source::SubtaskContext;
-use crate::error::OperatorError;
+use crate::api::{KeyedStateStore, OperatorError, SubtaskContext};
+use crate::spec::paths::{data_dir, safe_name};
 use crate::spec::{Compression, JobSpec, StateBackendKind};
-
-/// weir's data directory: `$WEIR_DATA_DIR`, or `data` under the working directory.
-pub fn data_dir() -> PathBuf {
-    std::env::var_os("WEIR_DATA_DIR").map_or_else(|| PathBuf::from("data"), PathBuf::from)
-}
 
 /// The state settings of one run of a job, shared by its keyed operators.
 pub struct StateSettings {
@@ -41,7 +40,9 @@ impl std::fmt::Debug for StateSettings {
 }
 
 impl StateSettings {
-    pub fn from_spec(spec: &JobSpec) -> Self {
+    /// The settings of a new run of `spec`, with a working directory of its own (named by
+    /// start time, process and a counter, so that runs never share one).
+    pub fn for_run(spec: &JobSpec) -> Self {
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let root = spec
             .state
@@ -74,24 +75,32 @@ impl StateSettings {
         }
     }
 
-    /// The keyed state of subtask `ctx` of `node`; `ttl` overrides the job's state TTL.
-    pub fn backend(
+    /// The run's working directory, removed when the run ends.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+}
+
+impl KeyedStateStore for StateSettings {
+    fn open(
         &self,
         node: &str,
         ctx: &SubtaskContext,
-        ttl: Option<crate::spec::HumanDuration>,
+        ttl_ms: Option<i64>,
     ) -> Result<KeyedStateBackend, OperatorError> {
         let range = KeyGroupRange::of_subtask(ctx.subtask, self.key_groups, ctx.parallelism);
         let defaults = StateOptions {
-            ttl_ms: ttl.map(|t| t.as_millis_i64()).or(self.ttl_ms),
+            ttl_ms: ttl_ms.or(self.ttl_ms),
         };
         let sources = ctx.restore.as_ref().map_or(&[][..], |r| r.keyed.as_slice());
-        let failed = |what: &str, e: weir_state::StateError| OperatorError::External {
-            message: format!(
-                "{what} the state of `{node}` (subtask {}): {e}",
-                ctx.subtask
-            ),
-            source: None,
+        let failed = |what: &str, e: weir_state::StateError| {
+            OperatorError::external(
+                format!(
+                    "{what} the state of `{node}` (subtask {}): {e}",
+                    ctx.subtask
+                ),
+                e,
+            )
         };
         let backend = match (&self.kind, &self.block_cache) {
             (StateBackendKind::Rocksdb, Some(cache)) => {
@@ -119,22 +128,4 @@ impl StateSettings {
         };
         Ok(backend.with_defaults(defaults))
     }
-
-    /// The run's working directory, removed when the run ends.
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-}
-
-/// A name safe as one path component.
-pub fn safe_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }

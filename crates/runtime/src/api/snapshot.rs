@@ -1,23 +1,21 @@
 //! What a subtask puts into a checkpoint besides keyed state, and what a restored subtask
 //! starts from.
 //!
-//! Every node's subtask contributes one [`NodeState`]: its watermark and its own state (a
+//! Every node's subtask contributes one [`SubtaskState`]: its watermark and its own state (a
 //! source's position, a sink's pending transactions, an operator's counters) as JSON, small by
 //! construction. The coordinator stores them in a few merged operator-state files per checkpoint.
 //! On restore every new subtask of a node sees the states of *all* old subtasks (union
 //! redistribution, as Flink's union list state) and takes its share: a source its splits, a
 //! join the largest arrival counter. Keyed state is redistributed by key group instead.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use weir_state::snapshot::RestoreSource;
 
-use crate::error::OperatorError;
+use super::OperatorError;
 
 /// The non-keyed state of one subtask of one node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct NodeState {
+pub struct SubtaskState {
     /// Operators: the input watermark; sources: the watermark emitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<i64>,
@@ -29,7 +27,7 @@ pub struct NodeState {
     pub state: Option<serde_json::Value>,
 }
 
-impl NodeState {
+impl SubtaskState {
     pub fn encode(&self) -> Result<Vec<u8>, OperatorError> {
         serde_json::to_vec(self)
             .map_err(|e| OperatorError::Internal(format!("encoding state: {e}")))
@@ -53,7 +51,7 @@ pub struct SubtaskRestore {
     /// Keyed-state snapshots of the old subtasks whose key groups overlap this one's.
     pub keyed: Vec<RestoreSource>,
     /// The non-keyed state of every old subtask of the node, by old subtask index.
-    pub states: Vec<NodeState>,
+    pub states: Vec<SubtaskState>,
 }
 
 impl SubtaskRestore {
@@ -73,6 +71,3 @@ impl SubtaskRestore {
         self.states.iter().filter_map(|s| s.state.as_ref())
     }
 }
-
-/// A subtask's restore context, if the run restores.
-pub type Restore = Option<Arc<SubtaskRestore>>;

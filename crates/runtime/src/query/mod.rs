@@ -18,27 +18,33 @@
 //! Keys are given as text: the key column's value (`42`, `alice`), or for several key columns
 //! a JSON array (`["alice", 3]`). They are encoded and hashed exactly as the `key-by` exchange
 //! does, so a lookup reaches the subtask that holds the key. Values come back as JSON: the
-//! operator's aggregates by name, with the window or session they belong to.
+//! operator's aggregates by name, with the window or session they belong to.//!
+//! # Layout
+//! - [`declare`]: the planner's check of a `queryable:` declaration ([`QueryableNode`]).
+//! - `keys`: key text ↔ stored key bytes and key group.
+//! - `render`: stored entries as JSON.
+//! - this file: [`Queries`], routing a lookup to the subtask that owns its key, direct or
+//!   ordered, and [`answer`], the ordered path on the operator's task.
+
+pub mod declare;
+mod keys;
+mod render;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use arrow_array::{
-    ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMillisecondArray,
-};
-use arrow_row::{RowConverter, SortField};
-use arrow_schema::{DataType, TimeUnit};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
-use weir_state::codec::StateValue;
-use weir_state::key_groups::{KeyGroupRange, key_group_for_hash};
-use weir_state::{Found, NO_NAMESPACE, Select, StateError, StateReader, Window};
+use weir_state::key_groups::KeyGroupRange;
+use weir_state::{Found, NO_NAMESPACE, Select, StateError, StateReader};
 
-use crate::operators::accumulators::{Acc, Scalar};
-use crate::operators::key_by::{KeySelector, hash_columns};
-use crate::spec::{QueryPath, QueryableSpec, StateBackendKind};
+use crate::spec::{QueryPath, StateBackendKind};
+
+pub use declare::{
+    DEFAULT_MAX_STALENESS_MS, DeclarationProblem, QueryableNode, QueryableState, StateShape,
+};
 
 /// Ordered lookups waiting per subtask: a lookup that finds its subtask's mailbox full is
 /// answered "busy" at once rather than queued (so a flood cannot grow memory or delay the
@@ -52,336 +58,6 @@ pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1000;
 /// Most entries a prefix scan examines per subtask (a scan costs what it examines).
 pub const SCAN_BUDGET: usize = 100_000;
-
-/// How a queryable state's values are laid out, to render them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateShape {
-    /// One accumulator per aggregate, no namespace (`aggregate`'s `accumulators`).
-    Accumulators,
-    /// Accumulators per window, namespaced by the window (`window-aggregate`'s `windows`).
-    Windows,
-    /// The key's open sessions with their accumulators (`window-aggregate`'s `sessions`).
-    Sessions,
-}
-
-/// How old direct reads of a state may be when its declaration does not say (`max-staleness`).
-pub const DEFAULT_MAX_STALENESS_MS: i64 = 1000;
-
-/// One declared queryable state.
-#[derive(Clone, Debug)]
-pub struct QueryableState {
-    pub name: String,
-    /// The path lookups take unless they ask for the other.
-    pub path: QueryPath,
-    /// RocksDB: the operator writes the state through at least this often (ms).
-    pub max_staleness_ms: Option<i64>,
-    pub shape: StateShape,
-}
-
-/// A keyed operator's queryable states, and how to encode its keys and render its values.
-#[derive(Debug)]
-pub struct QueryableNode {
-    pub node: String,
-    pub kind: &'static str,
-    pub states: Vec<QueryableState>,
-    pub backend: StateBackendKind,
-    keys: KeyCodec,
-    /// The aggregates' output names, in accumulator order.
-    aggregates: Vec<String>,
-}
-
-/// A problem with a `queryable:` declaration: where under it (`queryable/<i or name>`), and
-/// what.
-#[derive(Debug, PartialEq, Eq)]
-pub struct DeclarationProblem {
-    pub pointer: String,
-    pub message: String,
-}
-
-impl QueryableNode {
-    /// Checks a node's declaration against the states its kind has (`available`) and the
-    /// job's backend; reports every problem.
-    pub fn build(
-        node: &str,
-        kind: &'static str,
-        spec: &QueryableSpec,
-        backend: StateBackendKind,
-        keys: &KeySelector,
-        aggregates: Vec<String>,
-        available: &[(&str, StateShape)],
-    ) -> Result<Self, Vec<DeclarationProblem>> {
-        let mut problems = Vec::new();
-        let mut states: Vec<QueryableState> = Vec::new();
-        let names = available
-            .iter()
-            .map(|(n, _)| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        for (i, (name, options)) in spec.states().into_iter().enumerate() {
-            let pointer = match spec {
-                QueryableSpec::Names(_) => format!("queryable/{i}"),
-                QueryableSpec::Options(_) => format!(
-                    "queryable/{}",
-                    crate::spec::positions::escape_segment(&name)
-                ),
-            };
-            let mut problem = |message: String| {
-                problems.push(DeclarationProblem {
-                    pointer: pointer.clone(),
-                    message,
-                })
-            };
-            let Some((_, shape)) = available.iter().find(|(n, _)| *n == name) else {
-                problem(if available.is_empty() {
-                    format!("this {kind} keeps no state that can be queried")
-                } else {
-                    format!(
-                        "`{name}` is not a queryable state of this {kind}; its states are {names}"
-                    )
-                });
-                continue;
-            };
-            if states.iter().any(|s| s.name == name) {
-                problem(format!("`{name}` is declared twice"));
-                continue;
-            }
-            let rocksdb = backend == StateBackendKind::Rocksdb;
-            let path = match (options.path, rocksdb) {
-                (Some(QueryPath::Direct), false) => {
-                    problem(
-                        "direct reads need the RocksDB backend (`state: {backend: rocksdb}`); \
-                         heap state is read by the operator's task (`path: ordered`)"
-                            .into(),
-                    );
-                    continue;
-                }
-                (Some(p), _) => p,
-                (None, true) => QueryPath::Direct,
-                (None, false) => QueryPath::Ordered,
-            };
-            let max_staleness_ms = options.max_staleness.map(|d| d.as_millis_i64());
-            if max_staleness_ms.is_some() && !rocksdb {
-                problem(
-                    "`max-staleness` bounds how old direct reads of RocksDB state are; heap \
-                     state is always read as of now"
-                        .into(),
-                );
-                continue;
-            }
-            // Checkpoints leave the caches in memory (their writes go into the snapshot's
-            // overlay, not into RocksDB), so without a bound a hot key could stay invisible to
-            // direct reads for as long as it stays cached.
-            let max_staleness_ms = max_staleness_ms
-                .or((path == QueryPath::Direct).then_some(DEFAULT_MAX_STALENESS_MS));
-            states.push(QueryableState {
-                name,
-                path,
-                max_staleness_ms,
-                shape: *shape,
-            });
-        }
-        if !problems.is_empty() {
-            return Err(problems);
-        }
-        Ok(Self {
-            node: node.to_string(),
-            kind,
-            states,
-            backend,
-            keys: KeyCodec::new(keys),
-            aggregates,
-        })
-    }
-
-    pub fn state(&self, name: &str) -> Option<&QueryableState> {
-        self.states.iter().find(|s| s.name == name)
-    }
-
-    /// The key columns' names.
-    pub fn key_names(&self) -> &[String] {
-        &self.keys.names
-    }
-
-    /// One entry as JSON: its key, its window (if namespaced by one) and its value.
-    fn render(
-        &self,
-        state: &QueryableState,
-        entry: &weir_state::QueryEntry,
-        subtask: usize,
-    ) -> Result<serde_json::Value, String> {
-        let mut out = serde_json::Map::new();
-        out.insert("key".into(), self.keys.decode(&entry.key)?);
-        match state.shape {
-            StateShape::Accumulators => {
-                let accs = Vec::<Acc>::from_bytes(&entry.value)?;
-                out.insert("value".into(), self.aggregates_json(&accs));
-            }
-            StateShape::Windows => {
-                let window = Window::from_namespace(&entry.namespace)?;
-                out.insert("window".into(), window_json(window.start, window.end));
-                let accs = Vec::<Acc>::from_bytes(&entry.value)?;
-                out.insert("value".into(), self.aggregates_json(&accs));
-            }
-            StateShape::Sessions => {
-                let sessions = Vec::<(i64, i64, Vec<Acc>)>::from_bytes(&entry.value)?;
-                let list = sessions
-                    .iter()
-                    .map(|(start, end, accs)| {
-                        serde_json::json!({
-                            "window": window_json(*start, *end),
-                            "value": self.aggregates_json(accs),
-                        })
-                    })
-                    .collect();
-                out.insert("value".into(), serde_json::Value::Array(list));
-            }
-        }
-        out.insert("subtask".into(), subtask.into());
-        Ok(serde_json::Value::Object(out))
-    }
-
-    fn aggregates_json(&self, accs: &[Acc]) -> serde_json::Value {
-        let map = self
-            .aggregates
-            .iter()
-            .zip(accs)
-            .map(|(name, acc)| (name.clone(), scalar_json(&acc.result())))
-            .collect();
-        serde_json::Value::Object(map)
-    }
-}
-
-fn window_json(start: i64, end: i64) -> serde_json::Value {
-    serde_json::json!({ "start": start, "end": end })
-}
-
-fn scalar_json(s: &Scalar) -> serde_json::Value {
-    match s {
-        Scalar::Null => serde_json::Value::Null,
-        Scalar::Int(v) | Scalar::Timestamp(v) => (*v).into(),
-        Scalar::Float(v) => serde_json::Number::from_f64(*v)
-            .map_or(serde_json::Value::Null, serde_json::Value::Number),
-        Scalar::Str(v) => v.clone().into(),
-        Scalar::Bool(v) => (*v).into(),
-    }
-}
-
-/// Key text ↔ the bytes and key group the operator stores a key under.
-#[derive(Debug)]
-struct KeyCodec {
-    names: Vec<String>,
-    types: Vec<DataType>,
-    key_groups: u32,
-}
-
-impl KeyCodec {
-    fn new(keys: &KeySelector) -> Self {
-        Self {
-            names: keys.names().to_vec(),
-            types: keys.exprs().iter().map(|e| e.data_type().clone()).collect(),
-            key_groups: keys.key_groups(),
-        }
-    }
-
-    fn converter(&self) -> Result<RowConverter, String> {
-        RowConverter::new(
-            self.types
-                .iter()
-                .map(|t| SortField::new(t.clone()))
-                .collect(),
-        )
-        .map_err(|e| e.to_string())
-    }
-
-    /// The key group and stored bytes of a key given as text.
-    fn encode(&self, text: &str) -> Result<(u32, Vec<u8>), String> {
-        let parts: Vec<serde_json::Value> = if self.types.len() == 1 {
-            vec![serde_json::Value::String(text.to_string())]
-        } else {
-            match serde_json::from_str::<Vec<serde_json::Value>>(text) {
-                Ok(v) if v.len() == self.types.len() => v,
-                _ => {
-                    return Err(format!(
-                        "the key has {} columns ({}): give them as a JSON array, e.g. [\"a\", 1]",
-                        self.types.len(),
-                        self.names.join(", ")
-                    ));
-                }
-            }
-        };
-        let columns = parts
-            .iter()
-            .zip(self.types.iter().zip(&self.names))
-            .map(|(v, (t, name))| key_column(v, t).map_err(|e| format!("key column `{name}`: {e}")))
-            .collect::<Result<Vec<ArrayRef>, String>>()?;
-        let mut hashes = Vec::new();
-        hash_columns(&columns, 1, &mut hashes).map_err(|e| e.to_string())?;
-        let group = key_group_for_hash(hashes[0], self.key_groups);
-        let rows = self
-            .converter()?
-            .convert_columns(&columns)
-            .map_err(|e| e.to_string())?;
-        Ok((group, rows.row(0).data().to_vec()))
-    }
-
-    /// A stored key as a JSON object of its columns.
-    fn decode(&self, bytes: &[u8]) -> Result<serde_json::Value, String> {
-        let converter = self.converter()?;
-        let parser = converter.parser();
-        let row = parser.parse(bytes);
-        let columns = converter.convert_rows([row]).map_err(|e| e.to_string())?;
-        Ok(serde_json::Value::Object(
-            self.names
-                .iter()
-                .zip(&columns)
-                .map(|(n, c)| (n.clone(), scalar_json(&Scalar::at(c.as_ref(), 0))))
-                .collect(),
-        ))
-    }
-
-    /// The first key column as text, for prefix scans.
-    fn first_text(&self, bytes: &[u8]) -> Option<String> {
-        match self.decode(bytes).ok()? {
-            serde_json::Value::Object(m) => match m.get(self.names.first()?)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Null => None,
-                other => Some(other.to_string()),
-            },
-            _ => None,
-        }
-    }
-}
-
-/// A one-row array of a key column's type holding `v`.
-fn key_column(v: &serde_json::Value, t: &DataType) -> Result<ArrayRef, String> {
-    let text = match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    let int = || {
-        text.trim()
-            .parse::<i64>()
-            .map_err(|_| format!("`{text}` is not an integer"))
-    };
-    Ok(match t {
-        DataType::Int64 => Arc::new(Int64Array::from(vec![int()?])),
-        DataType::Timestamp(TimeUnit::Millisecond, tz) => {
-            Arc::new(TimestampMillisecondArray::from(vec![int()?]).with_timezone_opt(tz.clone()))
-        }
-        DataType::Float64 => Arc::new(Float64Array::from(vec![
-            text.trim()
-                .parse::<f64>()
-                .map_err(|_| format!("`{text}` is not a number"))?,
-        ])),
-        DataType::Boolean => Arc::new(BooleanArray::from(vec![
-            text.trim()
-                .parse::<bool>()
-                .map_err(|_| format!("`{text}` is not true or false"))?,
-        ])),
-        DataType::Utf8 => Arc::new(StringArray::from(vec![text])),
-        other => return Err(format!("keys of type {other} cannot be looked up")),
-    })
-}
 
 /// A message to an operator's task outside the data stream.
 pub enum Control {
@@ -512,15 +188,14 @@ impl std::fmt::Debug for Queries {
 }
 
 impl Queries {
-    /// The queryable nodes of a planned job.
-    pub fn new(plan: &crate::plan::Plan) -> Arc<Self> {
+    /// The queryable nodes of job `job`, by node name (each planned node's `queryable`).
+    pub fn new(
+        job: &str,
+        nodes: impl IntoIterator<Item = (String, Arc<QueryableNode>)>,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            job: plan.spec.name.clone(),
-            nodes: plan
-                .nodes
-                .iter()
-                .filter_map(|n| Some((n.name.clone(), n.queryable.clone()?)))
-                .collect(),
+            job: job.to_owned(),
+            nodes: nodes.into_iter().collect(),
             live: RwLock::new(HashMap::new()),
             counters: QueryCounters::default(),
         })
@@ -790,7 +465,7 @@ fn state_error(e: StateError) -> QueryError {
 }
 
 /// Answers a control message on the operator's task (between batches).
-pub fn answer(op: &mut dyn crate::operators::Operator, query: OrderedQuery) {
+pub fn answer(op: &mut dyn crate::api::Operator, query: OrderedQuery) {
     let OrderedQuery {
         state,
         select,
@@ -810,8 +485,14 @@ pub fn answer(op: &mut dyn crate::operators::Operator, query: OrderedQuery) {
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use arrow_schema::DataType;
+
+    use super::keys::KeyCodec;
     use super::*;
     use crate::expr::Expr;
+    use crate::keys::KeySelector;
+    use crate::spec::QueryableSpec;
     use arrow_schema::{Field, Schema};
 
     fn selector(types: &[(&str, DataType)]) -> KeySelector {

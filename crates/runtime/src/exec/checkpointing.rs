@@ -1,0 +1,331 @@
+//! How a job takes part in checkpoints: the coordinator and trigger lease of each attempt, the
+//! hooks through which the coordinator reaches the runtime, and the end of a run.
+//!
+//! How a run ends decides what happens to the sinks' last transactions:
+//! - the input ended: they go into a *final* snapshot and are committed;
+//! - stopped with a savepoint: they come after the savepoint, so they are discarded (a run
+//!   resumed from the savepoint produces them again);
+//! - stopped without a savepoint (checkpointing on): discarded likewise, the next run resumes
+//!   from the latest checkpoint; without checkpoints they are committed (the run drained).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use weir_checkpoint::coordinator::coordinator;
+use weir_checkpoint::metadata::{FileRef, SnapshotKind};
+use weir_checkpoint::{
+    Completed, CoordinatorConfig, CoordinatorHandle, JobHooks, NodeInfo, SubtaskSnapshot,
+};
+
+use super::attempt::Attempt;
+use super::chain::SinkTail;
+use super::error::{JobError, RunError};
+use super::instantiate::TaskWiring;
+use super::summary::JobSummary;
+use super::supervisor::Run;
+use crate::api::{Barrier, OperatorError, SinkFactory, SourceFactory, SubtaskState};
+use crate::plan::{Factory, Plan};
+use crate::spec::CheckpointMode;
+
+/// An attempt's coordinator, the future that runs it, and its hooks.
+pub(super) type Coordination = (CoordinatorHandle, BoxFuture<'static, ()>, Arc<Hooks>);
+
+impl Run {
+    /// The coordinator of attempt `attempt` when the job checkpoints: how its tasks report to
+    /// it, the id its snapshots start above, and its parts.
+    pub(super) async fn coordinate(
+        &self,
+        attempt: u32,
+        restored_id: u64,
+        reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
+        committed: &Arc<AtomicU64>,
+        task_count: usize,
+    ) -> Result<Option<(TaskWiring, u64, Coordination)>, RunError> {
+        let (true, Some(catalog)) = (self.checkpointing(), &self.catalog) else {
+            return Ok(None);
+        };
+        let plan = &self.plan;
+        let spec = &plan.spec.checkpoint;
+        let highest = catalog.highest_id().await?;
+        let hooks = Arc::new(Hooks {
+            barriers: OnceLock::new(),
+            stop: self.stop.clone(),
+            stopped_by_savepoint: AtomicBool::new(false),
+            sinks: sink_factories(plan),
+            sources: source_factories(plan),
+            committed: committed.clone(),
+            failure: Arc::new(Mutex::new(None)),
+            failed: CancellationToken::new(),
+        });
+        let config = CoordinatorConfig {
+            timeout: spec.timeout.0,
+            min_pause: spec.min_pause.0,
+            max_concurrent: spec.max_concurrent as usize,
+            retained: spec.retained as usize,
+            lineage: format!("{}-{attempt}", self.run_id),
+            last_id: highest.max(restored_id),
+            reuse,
+        };
+        let nodes = plan
+            .nodes
+            .iter()
+            .map(|n| NodeInfo {
+                name: n.name.clone(),
+                kind: n.kind.to_string(),
+                parallelism: n.parallelism as u32,
+            })
+            .collect();
+        let (handle, future) = coordinator(
+            config,
+            catalog.clone(),
+            plan.spec.name.clone(),
+            plan.spec.key_groups,
+            nodes,
+            task_count,
+            hooks.clone(),
+        );
+        let wiring = TaskWiring {
+            reports: handle.reports(),
+            committed: committed.clone(),
+            scratch: self.work_dir().join("snapshots"),
+            exactly_once: spec.mode == CheckpointMode::ExactlyOnce,
+            max_in_flight: spec.max_concurrent as usize,
+        };
+        Ok(Some((
+            wiring,
+            highest.max(restored_id),
+            (handle, future, hooks),
+        )))
+    }
+
+    /// The lease on the shared scheduler that triggers the attempt's periodic checkpoints.
+    pub(super) fn trigger_lease(
+        &self,
+        attempt: u32,
+        handle: &CoordinatorHandle,
+    ) -> Result<Option<weir_scheduler::Lease>, RunError> {
+        let plan = &self.plan;
+        let spec = &plan.spec.checkpoint;
+        let (Some(interval), Some(scheduler)) = (spec.interval, &self.options.scheduler) else {
+            return Ok(None);
+        };
+        let trigger = handle.clone();
+        let lease = scheduler.register(
+            format!("{} (attempt {attempt})", plan.spec.name),
+            interval.0,
+            move |_tick: weir_scheduler::Tick| -> Option<weir_scheduler::BoxFuture> {
+                // Inline on the timer thread: one `try_send`. Waiting for the checkpoint
+                // happens in the returned future, and while it runs the scheduler
+                // coalesces further ticks.
+                let done = trigger.try_checkpoint()?;
+                Some(Box::pin(async move {
+                    let _ = done.await;
+                }))
+            },
+        )?;
+        Ok(Some(lease))
+    }
+
+    /// The attempt's tasks all ended: settle the sinks' last transactions.
+    pub(super) async fn finish(
+        &mut self,
+        attempt: &mut Attempt,
+        tails: Vec<SinkTail>,
+    ) -> Result<JobSummary, RunError> {
+        let metrics = self
+            .metrics
+            .clone()
+            .ok_or_else(|| RunError::Internal("no metrics".into()))?;
+        let mut summary = JobSummary::of(&metrics);
+        let factories: HashMap<usize, Arc<dyn SinkFactory>> =
+            sink_factories(&self.plan).into_iter().collect();
+        let by_savepoint = attempt
+            .hooks
+            .as_ref()
+            .is_some_and(|h| h.stopped_by_savepoint.load(Ordering::Acquire));
+        let stopped = self.stop.is_cancelled();
+        let sink_error = |node: usize, subtask: usize, error: OperatorError| {
+            RunError::Task(JobError {
+                node: self.plan.nodes[node].name.clone(),
+                subtask,
+                parallelism: self.plan.nodes[node].parallelism,
+                error,
+            })
+        };
+        match &attempt.coordinator {
+            Some(_) if stopped || by_savepoint => {
+                // After the last snapshot: a resumed run produces these again.
+                for tail in tails {
+                    if let (Some(state), Some(f)) = (tail.state, factories.get(&tail.node)) {
+                        f.abort(vec![state])
+                            .map_err(|e| sink_error(tail.node, tail.subtask, e))?;
+                    }
+                }
+                if let Some(sp) = attempt
+                    .coordinator
+                    .as_ref()
+                    .and_then(|(h, _)| h.stats().snapshot().latest_completed)
+                    .filter(|r| r.kind == SnapshotKind::Savepoint && by_savepoint)
+                {
+                    if let weir_checkpoint::coordinator::Outcome::Completed { location, .. } =
+                        sp.outcome
+                    {
+                        summary.snapshot = Some(location);
+                    }
+                }
+            }
+            Some((handle, _)) => {
+                let snapshots = tails
+                    .into_iter()
+                    .map(|t| {
+                        let blob = SubtaskState {
+                            state: t.state,
+                            ..SubtaskState::default()
+                        };
+                        Ok(SubtaskSnapshot {
+                            node: t.node,
+                            subtask: t.subtask as u32,
+                            operator: (!blob.is_empty()).then(|| blob.encode()).transpose()?,
+                            keyed: None,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, OperatorError>>()
+                    .map_err(|e| RunError::Internal(format!("encoding the final snapshot: {e}")))?;
+                let completed = handle.finish(snapshots).await?;
+                if let Some(h) = &attempt.hooks {
+                    h.check()?;
+                }
+                summary.snapshot = Some(completed.location.clone());
+            }
+            None => {
+                for tail in tails {
+                    if let (Some(state), Some(f)) = (tail.state, factories.get(&tail.node)) {
+                        f.commit(vec![state])
+                            .await
+                            .map_err(|e| sink_error(tail.node, tail.subtask, e))?;
+                    }
+                }
+            }
+        }
+        Ok(summary)
+    }
+}
+
+/// What the coordinator asks of the runtime.
+pub(super) struct Hooks {
+    /// One per source subtask, set once the attempt's tasks exist.
+    pub(super) barriers: OnceLock<Vec<mpsc::Sender<Barrier>>>,
+    pub(super) stop: CancellationToken,
+    pub(super) stopped_by_savepoint: AtomicBool,
+    pub(super) sinks: Vec<(usize, Arc<dyn SinkFactory>)>,
+    pub(super) sources: Vec<(usize, Arc<dyn SourceFactory>)>,
+    /// The newest snapshot whose transactions are committed (sinks read it at barriers).
+    pub(super) committed: Arc<AtomicU64>,
+    /// A commit that failed: it fails the attempt (the restore commits again).
+    pub(super) failure: Arc<Mutex<Option<String>>>,
+    pub(super) failed: CancellationToken,
+}
+
+impl Hooks {
+    pub(super) fn check(&self) -> Result<(), RunError> {
+        match self.failure.lock().ok().and_then(|f| f.clone()) {
+            Some(message) => Err(RunError::Commit(message)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl JobHooks for Hooks {
+    fn inject(&self, barrier: Barrier) -> Result<(), String> {
+        let Some(sources) = self.barriers.get() else {
+            return Err("the job's tasks are not running yet".into());
+        };
+        for tx in sources {
+            match tx.try_send(barrier) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err("a source still has barriers to inject".into());
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    return Err("a source of the job has finished".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>> {
+        let mut commits = Vec::new();
+        for (node, factory) in &self.sinks {
+            let states = node_states(&completed, *node);
+            if !states.is_empty() {
+                commits.push(factory.commit(states));
+            }
+        }
+        // Sources hear of the completed checkpoint too (a Kafka source commits its offsets to
+        // its consumer group, for lag monitoring); what they do with it cannot fail the job.
+        for (node, factory) in &self.sources {
+            factory.checkpoint_complete(node_states(&completed, *node));
+        }
+        let committed = self.committed.clone();
+        let id = completed.metadata.id;
+        let failure = self.failure.clone();
+        let failed = self.failed.clone();
+        Box::pin(async move {
+            for c in commits {
+                if let Err(e) = c.await {
+                    let message = format!("committing the output of snapshot {id}: {e}");
+                    if let Ok(mut slot) = failure.lock() {
+                        slot.get_or_insert(message.clone());
+                    }
+                    failed.cancel();
+                    return Err(message);
+                }
+            }
+            committed.fetch_max(id, Ordering::AcqRel);
+            Ok(())
+        })
+    }
+
+    fn stop_sources(&self) {
+        self.stopped_by_savepoint.store(true, Ordering::Release);
+        self.stop.cancel();
+    }
+}
+
+/// The sink nodes of `plan`, by node index, with their factories.
+/// The operator states the subtasks of `node` recorded in a completed snapshot.
+fn node_states(completed: &Completed, node: usize) -> Vec<serde_json::Value> {
+    completed
+        .operator_states
+        .iter()
+        .filter(|((n, _), _)| *n == node)
+        .filter_map(|(_, bytes)| SubtaskState::decode(bytes).ok()?.state)
+        .collect()
+}
+
+fn source_factories(plan: &Plan) -> Vec<(usize, Arc<dyn SourceFactory>)> {
+    plan.nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| match &n.factory {
+            Factory::Source { factory, .. } => Some((i, factory.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn sink_factories(plan: &Plan) -> Vec<(usize, Arc<dyn SinkFactory>)> {
+    plan.nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| match &n.factory {
+            Factory::Sink(f) => Some((i, f.clone())),
+            _ => None,
+        })
+        .collect()
+}

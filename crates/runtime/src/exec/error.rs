@@ -1,0 +1,44 @@
+//! Why a job's run did not complete: which subtask failed first, or what else stopped it.
+
+use crate::api::OperatorError;
+
+/// A failed job: which node and subtask failed first, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("`{node}` (subtask {subtask} of {parallelism}) failed: {error}")]
+pub struct JobError {
+    pub node: String,
+    pub subtask: usize,
+    pub parallelism: usize,
+    #[source]
+    pub error: OperatorError,
+}
+
+/// Why a run did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A task failed (after any restarts the job was allowed).
+    #[error(transparent)]
+    Task(#[from] JobError),
+    /// The snapshot to start from cannot be used.
+    #[error("cannot restore: {0}")]
+    Restore(#[from] weir_checkpoint::RestoreError),
+    /// The coordinator failed where the run cannot go on without it (the final snapshot of a
+    /// bounded run).
+    #[error("checkpointing: {0}")]
+    Checkpoint(#[from] weir_checkpoint::CheckpointError),
+    /// Checkpoint storage failed (listing the job's snapshots, say).
+    #[error("checkpointing: {0}")]
+    Storage(#[from] weir_checkpoint::StorageError),
+    /// The job's checkpoint storage is configured in a way that cannot be used.
+    #[error("checkpointing: {0}")]
+    StorageConfig(String),
+    /// The checkpoint-trigger scheduler refused the job's periodic checkpoints.
+    #[error("checkpointing: {0}")]
+    Scheduler(#[from] weir_scheduler::SchedulerError),
+    /// Committing a completed snapshot's output failed (the restore commits it again).
+    #[error("checkpointing: {0}")]
+    Commit(String),
+    /// A bug in weir: an invariant did not hold.
+    #[error("internal error (a bug in weir): {0}")]
+    Internal(String),
+}
