@@ -329,17 +329,60 @@ async fn a_savepoint_is_polled_to_completion_and_a_stopped_job_restarts_from_it(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn task_failures_are_listed_as_exceptions_with_their_cause() {
+async fn a_data_error_fails_the_job_at_once_and_is_listed_with_its_kind() {
     let dir = RelativeDir::new("exceptions");
     std::fs::create_dir_all(&dir.0).unwrap();
     let input = format!("{}/clicks.jsonl", dir.0);
     std::fs::write(&input, "{\"user\": \"a\"}\nnot json\n").unwrap();
     let (host, app) = app(Access::open());
+    // A restart budget it does not use: retrying cannot mend a malformed line.
     let job = format!(
         "name: serve-failing\n\
          sources:\n  clicks: {{kind: jsonl, path: {input}, schema: {{user: string}}}}\n\
          sinks:\n  out: {{kind: blackhole, from: clicks}}\n\
-         restart: {{max-attempts: 1, delay: 10ms}}\n"
+         restart: {{max-attempts: 3, delay: 10ms}}\n"
+    );
+    let submitted = call(&app, "POST", "/api/v1/jobs", job).await;
+    assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
+    let id = submitted.json()["id"].as_str().unwrap().to_owned();
+    let failed = wait_for(&app, &format!("/api/v1/jobs/{id}"), |v| {
+        v["state"] == "failed"
+    })
+    .await;
+    let error = failed["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("line 2"), "{error}");
+    let list = call(
+        &app,
+        "GET",
+        &format!("/api/v1/jobs/{id}/exceptions"),
+        Body::empty(),
+    )
+    .await
+    .json();
+    let exceptions = list["exceptions"].as_array().unwrap();
+    assert_eq!(exceptions.len(), 1, "{list}");
+    assert_eq!(exceptions[0]["kind"], "failure");
+    assert_eq!(exceptions[0]["category"], "data");
+    assert_eq!(exceptions[0]["message"], error.as_str());
+    assert_eq!(failed["restarts"], 0);
+    host.shutdown(Duration::from_secs(10)).await;
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_failures_are_restarted_and_listed_as_exceptions_with_their_cause() {
+    let dir = RelativeDir::new("external");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    // The sink's directory would be inside a regular file: creating it fails (an I/O error,
+    // which may pass), so the job restarts within its budget, then fails.
+    let blocker = format!("{}/a-file", dir.0);
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let (host, app) = app(Access::open());
+    let job = format!(
+        "name: serve-external\n\
+         sources:\n  gen: {{kind: nexmark, events: 1000}}\n\
+         sinks:\n  out: {{kind: file, from: gen.bid, path: {blocker}/out}}\n\
+         restart: {{strategy: fixed-delay, max-attempts: 1, delay: 10ms}}\n"
     );
     let submitted = call(&app, "POST", "/api/v1/jobs", job).await;
     assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
@@ -362,7 +405,9 @@ async fn task_failures_are_listed_as_exceptions_with_their_cause() {
     assert_eq!(exceptions.len(), 2, "{list}");
     assert_eq!(exceptions[0]["kind"], "failure");
     assert_eq!(exceptions[0]["message"], error.as_str());
+    assert_eq!(exceptions[0]["category"], "external");
     assert_eq!(exceptions[1]["kind"], "restart");
+    assert_eq!(exceptions[1]["category"], "external");
     assert_eq!(exceptions[1]["message"], format!("{error} (restart 1)"));
     assert_eq!(failed["restarts"], 1);
     host.shutdown(Duration::from_secs(10)).await;

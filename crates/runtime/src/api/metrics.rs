@@ -97,7 +97,7 @@ impl SubtaskMetrics {
 }
 
 /// What kind of node a metrics entry describes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeRole {
     Source,

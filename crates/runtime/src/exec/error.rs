@@ -1,6 +1,7 @@
 //! Why a job's run did not complete: which subtask failed first, or what else stopped it.
 
 use crate::api::OperatorError;
+use crate::api::error::Retry;
 
 /// A failed job: which node and subtask failed first, and why.
 #[derive(Debug, thiserror::Error)]
@@ -41,4 +42,35 @@ pub enum RunError {
     /// A bug in weir: an invariant did not hold.
     #[error("internal error (a bug in weir): {0}")]
     Internal(String),
+}
+
+impl RunError {
+    /// Whether the job should restart after this failure: a task's failure decides for
+    /// itself ([`OperatorError::retry`]); a snapshot that cannot be restored, storage that is
+    /// configured wrong or a scheduler that refuses the job would fail the same way again;
+    /// storage, coordinator and commit failures may pass.
+    pub fn retry(&self) -> Retry {
+        match self {
+            RunError::Task(e) => e.error.retry(),
+            RunError::Restore(_) | RunError::StorageConfig(_) | RunError::Scheduler(_) => {
+                Retry::Never
+            }
+            RunError::Checkpoint(_)
+            | RunError::Storage(_)
+            | RunError::Commit(_)
+            | RunError::Internal(_) => Retry::Backoff,
+        }
+    }
+
+    /// What kind of failure it is, for logs and the exceptions the API lists: `data` (the job
+    /// or its input), `external` (a system outside weir), `internal` (a bug in weir), or
+    /// `cancelled`.
+    pub fn category(&self) -> &'static str {
+        match self {
+            RunError::Task(e) => e.error.category(),
+            RunError::Restore(_) | RunError::StorageConfig(_) => "data",
+            RunError::Checkpoint(_) | RunError::Storage(_) | RunError::Commit(_) => "external",
+            RunError::Scheduler(_) | RunError::Internal(_) => "internal",
+        }
+    }
 }

@@ -26,13 +26,14 @@ use weir_checkpoint::coordinator::StatsInner;
 use weir_checkpoint::{CheckpointError, Completed, CoordinatorHandle, JobCheckpoints};
 
 use super::error::{JobError, RunError};
+use super::restart::RestartPolicy;
 use super::restore::RestoreFrom;
 use super::state::StateSettings;
-use super::supervisor::{Run, retriable_launch};
+use super::supervisor::Run;
 
 // What the job's API returns, at the API's path.
 pub use super::summary::{JobSummary, NodeSummary, sources_finished};
-pub use super::supervisor::{FAILURES, Failure, RestoreReport};
+pub use super::supervisor::{FAILURES, Failure, RestoreReport, RunStatus};
 use crate::api::{JobMetrics, OperatorError};
 use crate::plan::Plan;
 
@@ -54,6 +55,8 @@ pub struct JobControl {
     queries: Arc<crate::query::Queries>,
     /// How the latest restore read its snapshot, shared with the supervisor.
     restore: Arc<Mutex<Option<RestoreReport>>>,
+    /// Running or waiting to restart, set by the supervisor.
+    status: watch::Receiver<RunStatus>,
 }
 
 impl JobControl {
@@ -96,6 +99,11 @@ impl JobControl {
     /// job restored a snapshot.
     pub fn restore_stats(&self) -> Option<RestoreReport> {
         self.restore.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Whether the run is running or waiting to restart after a failure.
+    pub fn status(&self) -> RunStatus {
+        self.status.borrow().clone()
     }
 }
 
@@ -152,6 +160,13 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
+    let (status_tx, status_rx) = watch::channel(RunStatus::Running);
+    let policy = RestartPolicy::new(
+        &plan.spec.restart,
+        checkpointing,
+        // Jitter differs between jobs and runs.
+        (started as u64) ^ u64::from(std::process::id()).rotate_left(32),
+    );
     let mut run = Run {
         plan: plan.clone(),
         state,
@@ -166,6 +181,9 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         history: Vec::new(),
         restored_from: None,
         restarts: 0,
+        policy,
+        attempt_started: std::time::Instant::now(),
+        status: Arc::new(status_tx),
         failures: failures.clone(),
         queries: queries.clone(),
         restore: restore.clone(),
@@ -179,9 +197,9 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
     let attempt = match run.launch(0, prepared).await {
         Ok(attempt) => attempt,
         // An external system that is down for a moment (a broker restarting) while the job
-        // starts is a failure like any other: restarted after, within the budget.
-        Err(failure) if retriable_launch(&failure) => run.restart(failure).await?,
-        Err(failure) => return Err(failure),
+        // starts is a failure like any other: restarted after if its kind and the budget
+        // allow; bad data or configuration fails at once.
+        Err(failure) => run.restart(failure).await?,
     };
     let metrics = run
         .metrics
@@ -202,6 +220,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
             failures,
             queries,
             restore,
+            status: status_rx,
         },
     })
 }

@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`job`]: starting a job, and steering it from outside ([`job::JobControl`]).
 //! - [`supervisor`]: attempts one after another, restarts after failures, how a run ends.
+//! - [`restart`]: the restart strategies: whether a failed job restarts, and when.
 //! - [`attempt`]: one attempt's tasks, coordinator and lease, from launch to its end.
 //! - [`checkpointing`]: each attempt's coordinator and trigger lease, the hooks through which
 //!   the coordinator reaches the runtime, and the sinks' last transactions.
@@ -28,6 +29,7 @@ pub mod exchange;
 pub mod gate;
 pub mod instantiate;
 pub mod job;
+pub mod restart;
 pub mod restore;
 pub mod source_task;
 pub mod state;

@@ -9,7 +9,7 @@ use super::supervisor::RestoreReport;
 use crate::api::{JobMetrics, NodeRole};
 
 /// Counts of one node at the end of a run.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NodeSummary {
     pub name: String,
     pub kind: String,
@@ -24,7 +24,7 @@ pub struct NodeSummary {
 }
 
 /// What a finished run did.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct JobSummary {
     pub job: String,
     pub elapsed: Duration,

@@ -2,13 +2,15 @@
 //! restart strategy's budget, and settles how the run ends.
 //!
 //! The first task to fail ends an attempt (the others are aborted and awaited) and its error is
-//! the attempt's: errors that only say "another part stopped" never hide the cause. Within the
-//! budget the supervisor then waits (exponential backoff) and starts a new attempt from the
-//! latest completed checkpoint.
+//! the attempt's: errors that only say "another part stopped" never hide the cause. The
+//! failure's kind decides first ([`RunError::retry`]: bad data is not retried), then the
+//! restart strategy ([`super::restart`]); the supervisor waits and starts a new attempt from
+//! the latest completed checkpoint, the job showing as restarting meanwhile.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -16,16 +18,18 @@ use weir_checkpoint::coordinator::Record;
 use weir_checkpoint::{CoordinatorHandle, JobCheckpoints, RestoreStats};
 
 use super::attempt::Attempt;
-use super::error::{JobError, RunError};
+use super::error::RunError;
 use super::job::JobOptions;
+use super::restart::{Decision, RestartPolicy};
 use super::restore::{Prepared, RestoreFrom};
 use super::state::StateSettings;
 use super::summary::JobSummary;
-use crate::api::{JobMetrics, OperatorError};
+use crate::api::JobMetrics;
+use crate::api::error::Retry;
 use crate::plan::Plan;
 
 /// The latest restore of a job: which snapshot, and how its operator state was read.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RestoreReport {
     pub location: String,
     /// The attempt it started (0 for the first).
@@ -37,7 +41,7 @@ pub struct RestoreReport {
 /// Failures remembered per run (the oldest are dropped beyond it).
 pub const FAILURES: usize = 32;
 
-/// A task failure the job restarted after.
+/// A failure the job restarted after.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Failure {
     /// Epoch ms.
@@ -45,6 +49,31 @@ pub struct Failure {
     /// Which restart it caused (1 for the first).
     pub restart: u32,
     pub message: String,
+    /// `data`, `external`, `internal` or `cancelled` ([`RunError::category`]).
+    pub category: &'static str,
+}
+
+/// Whether a run is running or waiting to restart.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "status")]
+pub enum RunStatus {
+    Running,
+    /// Failed, and waiting to restart.
+    Restarting {
+        /// Which restart this will be (1 for the first).
+        restart: u32,
+        /// When it starts (epoch ms).
+        at: i64,
+        /// The failure restarted after.
+        failure: String,
+    },
+}
+
+/// Now, in epoch milliseconds.
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// What the supervisor needs across attempts.
@@ -67,27 +96,21 @@ pub(super) struct Run {
     /// The snapshots of every attempt so far (the last [`HISTORY`](weir_checkpoint::coordinator::HISTORY) of each).
     pub(super) history: Vec<Record>,
     pub(super) restored_from: Option<String>,
-    /// Restarts so far, against the budget of `restart.max-attempts`.
+    /// Restarts so far, in all.
     pub(super) restarts: u32,
+    /// The restart strategy and what the job's failures have used of it.
+    pub(super) policy: RestartPolicy,
+    /// When the current attempt launched: a long healthy attempt resets an
+    /// `exponential-delay` budget.
+    pub(super) attempt_started: Instant,
+    /// Running, or waiting to restart; shared with [`JobControl::status`](super::job::JobControl::status).
+    pub(super) status: Arc<watch::Sender<RunStatus>>,
     /// Failures restarted after, shared with [`JobControl::failures`].
     pub(super) failures: Arc<Mutex<Vec<Failure>>>,
     /// Queryable state, shared with [`JobControl::queries`]; each attempt registers with it.
     pub(super) queries: Arc<crate::query::Queries>,
     /// The latest restore, shared with [`JobControl::restore_stats`].
     pub(super) restore: Arc<Mutex<Option<RestoreReport>>>,
-}
-
-/// Whether an attempt that failed to launch may be retried: an operator's external system
-/// (a broker, a database) failed while it was being set up. A data or configuration error,
-/// an unusable snapshot or a failing checkpoint store would fail again the same way.
-pub(super) fn retriable_launch(failure: &RunError) -> bool {
-    matches!(
-        failure,
-        RunError::Task(JobError {
-            error: OperatorError::External { .. },
-            ..
-        })
-    )
 }
 
 impl Run {
@@ -121,39 +144,82 @@ impl Run {
         Ok(prepared)
     }
 
-    /// Restarts after `failure` within the restart budget: records it, waits the backoff,
-    /// restores and launches the next attempt. A launch that fails for an external cause (a
-    /// broker still restarting) is the next failure, not the end of the job; any other launch
-    /// failure, an exhausted budget or a stop ends the job with the failure.
+    /// Restarts after `failure` if its kind allows and the restart strategy's budget does:
+    /// records it, shows the job as restarting, waits, restores and launches the next attempt.
+    /// A failure that retrying cannot help (bad data, a refused credential, an unusable
+    /// snapshot) ends the job at once, as does a spent budget or a stop. A launch or restore
+    /// that fails is the next failure, decided the same way.
     pub(super) async fn restart(&mut self, mut failure: RunError) -> Result<Attempt, RunError> {
         loop {
-            let allowed = self.plan.spec.restart.attempts(self.checkpointing());
-            if self.stop.is_cancelled() || self.restarts >= allowed {
+            if self.stop.is_cancelled() {
                 return Err(failure);
             }
-            let wait = self.plan.spec.restart.backoff(self.restarts);
+            let category = failure.category();
+            if failure.retry() == Retry::Never {
+                tracing::error!(
+                    job = %self.plan.spec.name,
+                    error = %failure,
+                    category,
+                    "the job failed and retrying cannot help: not restarted"
+                );
+                return Err(failure);
+            }
+            if category == "internal" {
+                tracing::error!(
+                    job = %self.plan.spec.name,
+                    error = %failure,
+                    "a bug in weir failed the job: restarting it (please report this)"
+                );
+            }
+            let wait = match self.policy.next(Instant::now(), self.attempt_started) {
+                Decision::GiveUp => {
+                    tracing::error!(
+                        job = %self.plan.spec.name,
+                        error = %failure,
+                        restarts = self.restarts,
+                        "the job failed and its restart strategy allows no more restarts"
+                    );
+                    return Err(failure);
+                }
+                Decision::Restart { wait, reset } => {
+                    if reset {
+                        tracing::info!(
+                            job = %self.plan.spec.name,
+                            "the job was healthy for `reset-after`: its restart budget starts over"
+                        );
+                    }
+                    wait
+                }
+            };
             self.restarts += 1;
             let restarts = self.restarts;
             if let Some(m) = &self.metrics {
                 m.restarts.fetch_add(1, Ordering::Relaxed);
             }
+            let now = now_ms();
             if let Ok(mut failures) = self.failures.lock() {
                 if failures.len() == FAILURES {
                     failures.remove(0);
                 }
                 failures.push(Failure {
-                    at: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                    at: now,
                     restart: restarts,
                     message: failure.to_string(),
+                    category,
                 });
             }
+            self.status.send_replace(RunStatus::Restarting {
+                restart: restarts,
+                at: now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+                failure: failure.to_string(),
+            });
             tracing::warn!(
                 job = %self.plan.spec.name,
                 error = %failure,
+                category,
                 restart = restarts,
-                of = allowed,
+                used = self.policy.used(),
+                of = self.policy.allowed(),
                 wait = %humantime::format_duration(wait),
                 "restarting after a failure"
             );
@@ -161,14 +227,23 @@ impl Run {
                 () = tokio::time::sleep(wait) => {}
                 () = self.stop.cancelled() => return Err(failure),
             }
-            let prepared = self.prepare_restore(restarts).await?;
+            let prepared = match self.prepare_restore(restarts).await {
+                Ok(prepared) => prepared,
+                Err(e) => {
+                    failure = e;
+                    continue;
+                }
+            };
             if let Some(p) = &prepared {
                 self.restored_from = Some(p.location.clone());
             }
+            self.attempt_started = Instant::now();
             match self.launch(restarts, prepared).await {
-                Ok(attempt) => return Ok(attempt),
-                Err(e) if retriable_launch(&e) => failure = e,
-                Err(e) => return Err(e),
+                Ok(attempt) => {
+                    self.status.send_replace(RunStatus::Running);
+                    return Ok(attempt);
+                }
+                Err(e) => failure = e,
             }
         }
     }

@@ -6,7 +6,7 @@
 //! anything that would make a run spin or exhaust memory, is refused here instead.
 
 use super::problems::{Problem, SpecSource, pointer};
-use super::{HumanDuration, JobSpec, SourceSpec};
+use super::{HumanDuration, JobSpec, RestartStrategy, SourceSpec};
 
 /// The shortest checkpoint interval and timeout (Flink's minimum, too): below it a job does
 /// nothing but checkpoint, and a zero interval or timeout cannot be scheduled at all.
@@ -51,6 +51,7 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
             "a checkpoint timeout",
         );
     }
+    check_restart(spec, src, problems);
     let one_ms = HumanDuration::from_millis(1);
     if let Some(ttl) = spec.state.ttl {
         at_least(problems, "/state/ttl", ttl, one_ms, "a state TTL");
@@ -84,6 +85,64 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
                 ));
             }
         }
+    }
+}
+
+/// The restart strategy's keys: each applies to some strategies only, and a key written for
+/// another strategy would silently do nothing.
+fn check_restart(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Problem>) {
+    let r = &spec.restart;
+    let only = |key: &str, strategies: &[RestartStrategy], names: &str| {
+        let at = pointer(&["restart", key]);
+        (src.written(&at) && !strategies.contains(&r.strategy)).then(|| {
+            src.at_key(
+                &at,
+                format!(
+                    "`{key}` applies to `strategy: {names}` only; this job's strategy is `{}`",
+                    strategy_name(r.strategy)
+                ),
+            )
+        })
+    };
+    use RestartStrategy::{ExponentialDelay, FailureRate, FixedDelay};
+    let exponential = [ExponentialDelay];
+    problems.extend(
+        [
+            only(
+                "max-attempts",
+                &[FixedDelay, ExponentialDelay],
+                "fixed-delay or exponential-delay",
+            ),
+            only("max-delay", &exponential, "exponential-delay"),
+            only("multiplier", &exponential, "exponential-delay"),
+            only("jitter", &exponential, "exponential-delay"),
+            only("reset-after", &exponential, "exponential-delay"),
+            only("max-failures", &[FailureRate], "failure-rate"),
+            only("interval", &[FailureRate], "failure-rate"),
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    let least = HumanDuration::from_millis(10);
+    if let Some(reset) = r.reset_after.filter(|d| *d < least) {
+        problems.push(src.at_value(
+            "/restart/reset-after",
+            format!("`reset-after` must be at least {least}, not {reset}"),
+        ));
+    }
+    if r.interval < least {
+        problems.push(src.at_value(
+            "/restart/interval",
+            format!("`interval` must be at least {least}, not {}", r.interval),
+        ));
+    }
+}
+
+fn strategy_name(s: RestartStrategy) -> &'static str {
+    match s {
+        RestartStrategy::FixedDelay => "fixed-delay",
+        RestartStrategy::ExponentialDelay => "exponential-delay",
+        RestartStrategy::FailureRate => "failure-rate",
     }
 }
 
@@ -144,6 +203,42 @@ sinks:
         let p = problems_with(&["transforms.agg.state-ttl=500us"]);
         assert_eq!(p.len(), 1, "{p:#?}");
         assert_eq!(p[0].path, "transforms.agg.state-ttl");
+    }
+
+    #[test]
+    fn restart_keys_of_another_strategy_are_refused_at_their_keys() {
+        assert!(problems_with(&["restart.reset-after=2s", "restart.jitter=0.2"]).is_empty());
+        let p = problems_with(&["restart.strategy=fixed-delay", "restart.max-delay=1m"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "restart.max-delay");
+        assert!(
+            p[0].message.contains("exponential-delay") && p[0].message.contains("fixed-delay"),
+            "{}",
+            p[0].message
+        );
+        let p = problems_with(&["restart.strategy=failure-rate", "restart.max-attempts=5"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "restart.max-attempts");
+        let p = problems_with(&["restart.max-failures=5", "restart.interval=1m"]);
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert!(
+            problems_with(&[
+                "restart.strategy=failure-rate",
+                "restart.max-failures=5",
+                "restart.interval=1m"
+            ])
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn restart_periods_too_short_to_mean_anything_are_refused() {
+        let p = problems_with(&["restart.reset-after=0"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "restart.reset-after");
+        let p = problems_with(&["restart.strategy=failure-rate", "restart.interval=1ms"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "restart.interval");
     }
 
     #[test]

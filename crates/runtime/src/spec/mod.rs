@@ -1217,30 +1217,78 @@ pub enum CheckpointMode {
     AtLeastOnce,
 }
 
-/// What happens when a task fails: the job restarts from its latest completed checkpoint (from
-/// the start, without checkpoints), waiting `delay` before the first restart and twice as long
-/// before each next one, up to `max-delay`.
+/// What happens when a job fails: unless retrying cannot help (bad data, a refused credential:
+/// the job fails at once), it restarts from its latest completed checkpoint (from the start,
+/// without checkpoints) as its restart strategy allows, as Flink's restart strategies do.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct RestartSpec {
-    /// Restarts before the job fails for good (default: 3 with checkpoints, 0 without).
+    /// How restarts are budgeted and spaced.
+    #[serde(default)]
+    pub strategy: RestartStrategy,
+    /// `fixed-delay`, `exponential-delay`: restarts before the job fails for good (default: 3
+    /// with checkpoints, 0 without); with `reset-after`, counted since the last healthy period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 1000))]
     pub max_attempts: Option<u32>,
-    /// Wait before the first restart.
+    /// Wait before a restart (`exponential-delay`: before the first, growing by `multiplier`
+    /// per restart up to `max-delay`).
     #[serde(default = "default_restart_delay")]
     pub delay: HumanDuration,
-    /// Longest wait between restarts.
+    /// `exponential-delay`: the longest wait between restarts.
     #[serde(default = "default_restart_max_delay")]
     pub max_delay: HumanDuration,
+    /// `exponential-delay`: how much longer each wait is than the one before.
+    #[serde(default = "default_restart_multiplier")]
+    #[schemars(range(min = 1.0, max = 100.0))]
+    pub multiplier: f64,
+    /// `exponential-delay`: each wait varies by up to this fraction either way, so that jobs
+    /// failing together do not all come back at the same moment.
+    #[serde(default = "default_restart_jitter")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub jitter: f64,
+    /// `exponential-delay`: a job that ran this long since its last restart without failing is
+    /// healthy again: its attempts and its delay start over (`null`: never).
+    #[serde(default = "default_restart_reset_after")]
+    pub reset_after: Option<HumanDuration>,
+    /// `failure-rate`: the job fails once it has failed more than this often within
+    /// `interval`.
+    #[serde(default = "default_restart_max_failures")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_failures: u32,
+    /// `failure-rate`: the window over which failures are counted.
+    #[serde(default = "default_restart_interval")]
+    pub interval: HumanDuration,
+}
+
+/// How a job's restarts are budgeted and spaced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartStrategy {
+    /// At most `max-attempts` restarts, `delay` apart.
+    FixedDelay,
+    /// At most `max-attempts` restarts, waiting `delay`, then `multiplier` times longer each
+    /// time up to `max-delay`, with `jitter`; a run of `reset-after` without failure starts
+    /// the count and the delay over.
+    #[default]
+    ExponentialDelay,
+    /// Restarts `delay` apart while the job has failed at most `max-failures` times within
+    /// `interval`.
+    FailureRate,
 }
 
 impl Default for RestartSpec {
     fn default() -> Self {
         Self {
+            strategy: RestartStrategy::default(),
             max_attempts: None,
             delay: default_restart_delay(),
             max_delay: default_restart_max_delay(),
+            multiplier: default_restart_multiplier(),
+            jitter: default_restart_jitter(),
+            reset_after: default_restart_reset_after(),
+            max_failures: default_restart_max_failures(),
+            interval: default_restart_interval(),
         }
     }
 }
@@ -1251,18 +1299,29 @@ fn default_restart_delay() -> HumanDuration {
 fn default_restart_max_delay() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(30))
 }
+fn default_restart_multiplier() -> f64 {
+    2.0
+}
+fn default_restart_jitter() -> f64 {
+    0.1
+}
+fn default_restart_reset_after() -> Option<HumanDuration> {
+    Some(HumanDuration(std::time::Duration::from_secs(3600)))
+}
+fn default_restart_max_failures() -> u32 {
+    3
+}
+fn default_restart_interval() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(60))
+}
 
 impl RestartSpec {
-    /// Restarts allowed: the configured number, else 3 when the job checkpoints (a restart
-    /// then resumes) and 0 when it does not (a restart would start over).
+    /// Restarts allowed (`fixed-delay`, `exponential-delay`): the configured number, else 3
+    /// when the job checkpoints (a restart then resumes) and 0 when it does not (a restart
+    /// would start over).
     pub fn attempts(&self, checkpointing: bool) -> u32 {
         self.max_attempts
             .unwrap_or(if checkpointing { 3 } else { 0 })
-    }
-
-    /// The wait before restart number `n` (0-based).
-    pub fn backoff(&self, n: u32) -> std::time::Duration {
-        units::doubling_backoff(self.delay.0, self.max_delay.0, n)
     }
 }
 

@@ -83,6 +83,11 @@ impl PositionIndex {
         }
     }
 
+    /// Whether the text has an entry at `pointer` itself (not only an ancestor of it).
+    pub fn contains(&self, pointer: &str) -> bool {
+        self.keys.contains_key(pointer) || self.values.contains_key(pointer)
+    }
+
     /// The position of the key of the entry at `pointer`, falling back to its value.
     pub fn key(&self, pointer: &str) -> Option<Position> {
         self.keys

@@ -79,6 +79,12 @@ impl SpecSource {
         }
     }
 
+    /// Whether the job file (or a `--set` override) writes the key at `pointer`, rather than
+    /// leaving it to its default.
+    pub fn written(&self, pointer: &str) -> bool {
+        self.index.contains(pointer) || self.overridden.iter().any(|o| o == pointer)
+    }
+
     /// A problem located at the value of `pointer`.
     pub fn at_value(&self, pointer: &str, message: impl Into<String>) -> Problem {
         self.locate(pointer, message.into(), false)
