@@ -13,9 +13,10 @@ JOB        ?= jobs/nexmark/q1.yaml
 # `make run` serves the default job unbounded at a steady rate, checkpointing, so that the
 # dashboard has something live to show (`make run JOB=... SERVE_SET=` for another job).
 SERVE_SET  ?= --set sources.nexmark.events=null --set sources.nexmark.rate=200000 --set checkpoint.interval=2s
-# System packages the build needs: a C/C++ toolchain (Rust links with it; RocksDB is C++) and
-# libclang (bindgen generates RocksDB's bindings with it).
-BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev
+# System packages the build needs: a C/C++ toolchain (Rust links with it; RocksDB is C++),
+# libclang (bindgen generates RocksDB's bindings with it), and SQLite's library with
+# pkg-config (the job catalog of `weir serve` links the system's libsqlite3).
+BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # What the tests need besides: PostgreSQL's server binaries and psql (the PostgreSQL sink's
 # tests start throwaway clusters of their own with scripts/pg-cluster.sh), Chromium with
 # its WebDriver (the dashboard's end-to-end test drives a headless browser), and Python with

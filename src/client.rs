@@ -106,13 +106,43 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-/// `weir submit JOB.yaml`: prints the new job's id; problems of the file as `weir validate`
-/// prints them.
-pub fn submit(server: &ServerArgs, job: &Path) -> ExitCode {
+/// What `weir submit` passes besides the file.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitArgs {
+    pub overrides: Vec<String>,
+    pub parallelism: Option<u32>,
+    pub from: Option<String>,
+}
+
+impl SubmitArgs {
+    /// The submit route with these options as its query.
+    fn path(&self) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for o in &self.overrides {
+            query.append_pair("set", o);
+        }
+        if let Some(p) = self.parallelism {
+            query.append_pair("parallelism", &p.to_string());
+        }
+        if let Some(f) = &self.from {
+            query.append_pair("from", f);
+        }
+        let query = query.finish();
+        if query.is_empty() {
+            "/api/v1/jobs".to_owned()
+        } else {
+            format!("/api/v1/jobs?{query}")
+        }
+    }
+}
+
+/// `weir submit JOB.yaml [--set K=V]... [--parallelism N] [--from SNAPSHOT]`: prints the new
+/// job's id; problems of the file as `weir validate` prints them.
+pub fn submit(server: &ServerArgs, job: &Path, args: &SubmitArgs) -> ExitCode {
     report((|| {
         let text = std::fs::read(job).with_context(|| format!("reading {}", job.display()))?;
         let client = Client::new(&server.server);
-        let (status, v) = client.call("POST", "/api/v1/jobs", Some(("application/yaml", text)))?;
+        let (status, v) = client.call("POST", &args.path(), Some(("application/yaml", text)))?;
         if status == 400 {
             if let Some(problems) = v.get("problems").and_then(Value::as_array) {
                 let n = problems.len();
@@ -171,6 +201,37 @@ pub fn jobs(server: &ServerArgs) -> ExitCode {
                 j["duration-ms"].as_f64().unwrap_or(0.0) / 1000.0,
             );
         }
+        Ok(())
+    })())
+}
+
+/// `weir restart ID [--from SNAPSHOT]`: a new run of an ended job.
+pub fn restart(server: &ServerArgs, id: &str, from: Option<&str>) -> ExitCode {
+    report((|| {
+        let path = format!("/api/v1/jobs/{}/restart", segment(id)?);
+        let body = serde_json::to_vec(&serde_json::json!({ "from": from }))?;
+        let v = Client::new(&server.server).ok("POST", &path, Some(("application/json", body)))?;
+        eprintln!(
+            "job {id} (`{}`) is {} (run {})",
+            v["name"].as_str().unwrap_or_default(),
+            v["state"].as_str().unwrap_or_default(),
+            v["run"].as_u64().unwrap_or_default()
+        );
+        Ok(())
+    })())
+}
+
+/// `weir rescale ID N`: savepoint, stop, and a new run at parallelism `N` from the savepoint.
+pub fn rescale(server: &ServerArgs, id: &str, parallelism: u32) -> ExitCode {
+    report((|| {
+        let path = format!("/api/v1/jobs/{}/rescale", segment(id)?);
+        let body = serde_json::to_vec(&serde_json::json!({ "parallelism": parallelism }))?;
+        let v = Client::new(&server.server).ok("POST", &path, Some(("application/json", body)))?;
+        eprintln!(
+            "job {id} (`{}`) runs at parallelism {parallelism} from its savepoint (run {})",
+            v["name"].as_str().unwrap_or_default(),
+            v["run"].as_u64().unwrap_or_default()
+        );
         Ok(())
     })())
 }

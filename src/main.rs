@@ -82,11 +82,17 @@ enum Command {
     },
     /// Host jobs behind an HTTP API and a live dashboard (http://127.0.0.1:8080 by default).
     Serve {
-        /// Jobs to start with the server.
+        /// Jobs to start with the server (a job the catalog already runs is resumed, not
+        /// started twice).
         jobs: Vec<PathBuf>,
         /// Override a field of every job given here (as for `weir run`).
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        overrides: Vec<Override>,
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override_text)]
+        overrides: Vec<String>,
+        /// Where the server keeps its jobs, so that a restarted server lists them and resumes
+        /// those that were running: an SQLite file (default: `catalog.sqlite` under the data
+        /// directory), `postgres://...`, or `none` to keep them in memory only.
+        #[arg(long, value_name = "PATH|URL|none")]
+        catalog: Option<String>,
         /// Address to listen on. Anything but loopback requires a token.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
@@ -105,6 +111,33 @@ enum Command {
     /// Submit a job file to a `weir serve` and print its id.
     Submit {
         job: PathBuf,
+        /// Override a field of the job (as for `weir run`); kept with the job.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override_text)]
+        overrides: Vec<String>,
+        /// The parallelism of every node that does not set its own.
+        #[arg(long)]
+        parallelism: Option<u32>,
+        /// Start from a snapshot of the job's checkpoint storage: `latest`, `sp-<id>`,
+        /// `chk-<id>` or `final-<id>`.
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: Option<String>,
+        #[command(flatten)]
+        server: client::ServerArgs,
+    },
+    /// Start a new run of an ended job on a `weir serve`, from a snapshot or from scratch.
+    Restart {
+        id: String,
+        /// `latest`, `sp-<id>`, `chk-<id>`, `final-<id>`, or `none` (from scratch, the default).
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: Option<String>,
+        #[command(flatten)]
+        server: client::ServerArgs,
+    },
+    /// Run a checkpointing job of a `weir serve` at another parallelism: a savepoint that
+    /// stops it, then a new run from it at `parallelism`.
+    Rescale {
+        id: String,
+        parallelism: u32,
         #[command(flatten)]
         server: client::ServerArgs,
     },
@@ -208,6 +241,7 @@ fn main() -> ExitCode {
             token,
             allow_endpoints,
             limits,
+            catalog,
         } => serve::serve(serve::ServeArgs {
             listen,
             token,
@@ -215,8 +249,33 @@ fn main() -> ExitCode {
             jobs,
             overrides,
             allow_endpoints,
+            catalog: match catalog.as_deref() {
+                Some("none") => None,
+                Some(text) => Some(weir_http_ui::catalog::CatalogConfig::parse(text)),
+                None => Some(weir_http_ui::catalog::CatalogConfig::default_sqlite()),
+            },
         }),
-        Command::Submit { job, server } => client::submit(&server, &job),
+        Command::Submit {
+            job,
+            overrides,
+            parallelism,
+            from,
+            server,
+        } => client::submit(
+            &server,
+            &job,
+            &client::SubmitArgs {
+                overrides,
+                parallelism,
+                from,
+            },
+        ),
+        Command::Restart { id, from, server } => client::restart(&server, &id, from.as_deref()),
+        Command::Rescale {
+            id,
+            parallelism,
+            server,
+        } => client::rescale(&server, &id, parallelism),
         Command::Jobs { server } => client::jobs(&server),
         Command::Cancel { id, server } => client::cancel(&server, &id),
         Command::State(args) => client::state(&args),
@@ -296,4 +355,10 @@ fn generate(events: u64, out: &std::path::Path, seed: u64, delay: std::time::Dur
             ExitCode::FAILURE
         }
     }
+}
+
+/// A `--set` given as text, checked as `weir run` checks it.
+fn parse_override_text(text: &str) -> Result<String, String> {
+    text.parse::<Override>()?;
+    Ok(text.to_owned())
 }

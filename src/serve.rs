@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use weir_http_ui::catalog::CatalogConfig;
 use weir_http_ui::{JobLimits, ServeConfig, Server};
-use weir_runtime::spec::load::Override;
 
 /// What one hosted job may ask of the server (see `weir_http_ui::limits`).
 #[derive(clap::Args, Debug, Clone)]
@@ -52,9 +52,11 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     pub token: Option<String>,
     pub limits: JobLimits,
-    /// Jobs to start with the server, and the overrides applied to each.
+    /// Jobs to start with the server, and the overrides applied to each (`key.path=value`).
     pub jobs: Vec<PathBuf>,
-    pub overrides: Vec<Override>,
+    pub overrides: Vec<String>,
+    /// Where the server keeps its jobs across restarts (`None`: in memory only).
+    pub catalog: Option<CatalogConfig>,
     /// `--allow-endpoint`: S3 endpoints, Kafka brokers and PostgreSQL hosts submitted jobs may reach.
     pub allow_endpoints: Vec<String>,
 }
@@ -66,6 +68,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     let mut config = ServeConfig {
         listen: args.listen,
         token: args.token,
+        catalog: args.catalog.clone(),
         ..ServeConfig::default()
     };
     config.host.limits = args.limits;
@@ -86,6 +89,15 @@ pub fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if let Some(catalog) = server.host.catalog() {
+            let jobs = server.host.jobs();
+            let live = jobs.iter().filter(|j| j.state().is_live()).count();
+            eprintln!(
+                "weir serve: job catalog at {} ({} jobs, {live} resuming)",
+                catalog.location(),
+                jobs.len()
+            );
+        }
         for path in &args.jobs {
             let text = match std::fs::read_to_string(path) {
                 Ok(t) => t,
@@ -95,6 +107,15 @@ pub fn serve(args: ServeArgs) -> ExitCode {
                 }
             };
             let name = path.display().to_string();
+            // A job the catalog already runs (the same file, the same overrides) is resumed,
+            // not started a second time.
+            let resumed = server.host.jobs().into_iter().find(|j| {
+                j.state().is_live() && j.text == text && j.definition().overrides == args.overrides
+            });
+            if let Some(job) = resumed {
+                eprintln!("{name} is job {}, resumed from the catalog", job.id);
+                continue;
+            }
             match server.host.submit(&name, &text, &args.overrides).await {
                 Ok(job) => eprintln!("started {name} as job {}", job.id),
                 Err(e) => {

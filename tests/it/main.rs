@@ -11,6 +11,9 @@
 //! - `hostile`: job files built to crash or exhaust a server (deep nesting, alias bombs, long
 //!   expression chains, settings a run would choke on) against a running one: each refused
 //!   with its problem and position, and the running job goes on.
+//! - `hosting`: `weir serve` keeps its jobs: a SIGKILLed server comes back with them (SQLite
+//!   and PostgreSQL catalogs) and resumes the running one; rescale 1 → 2 → 1 through the API;
+//!   `reset-after` restores the restart budget.
 //! - `jsonl`: JSON-lines sources on over-long, invalid and deeply nested lines (skip and fail).
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
 //! - `recovery`: SIGKILL at random points, restart from the latest checkpoint, output equal
@@ -36,6 +39,7 @@ mod checkpoints;
 mod cli;
 mod dashboard;
 mod hostile;
+mod hosting;
 mod jsonl;
 mod kafka;
 mod nexmark_reference;

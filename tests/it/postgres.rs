@@ -22,14 +22,14 @@ use crate::support::{job_file, plan, read_parts, run_job, script, script_quietly
 const PG_CLUSTER: &str = "scripts/pg-cluster.sh";
 
 /// A PostgreSQL cluster of the test's own.
-struct Cluster {
+pub(crate) struct Cluster {
     dir: tempfile::TempDir,
     port: u16,
     running: bool,
 }
 
 impl Cluster {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = crate::support::free_port();
         let mut c = Self {
@@ -57,6 +57,10 @@ impl Cluster {
         self.running = false;
     }
 
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     fn connection(&self) -> String {
         format!(
             "host=127.0.0.1 port={} user=postgres dbname=postgres",
@@ -65,7 +69,7 @@ impl Cluster {
     }
 
     /// Runs `sql`; its rows, fields separated by `|`.
-    fn psql(&self, sql: &str) -> Vec<String> {
+    pub(crate) fn psql(&self, sql: &str) -> Vec<String> {
         let out = Command::new("psql")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args([

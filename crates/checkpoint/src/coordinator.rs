@@ -250,7 +250,7 @@ impl CoordinatorHandle {
 }
 
 /// How a snapshot ended, for metrics and the dashboard.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "status")]
 pub enum Outcome {
     Completed { location: String, bytes: u64 },
@@ -258,7 +258,7 @@ pub enum Outcome {
 }
 
 /// One snapshot in the history.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     pub id: u64,
     pub kind: SnapshotKind,

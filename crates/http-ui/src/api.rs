@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, FromRequest, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, FromRequest, Path, Query, RawQuery, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -20,7 +20,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Access};
-use crate::host::Host;
+use crate::host::{Host, SubmitOptions};
 use crate::job::HostedJob;
 use crate::redact::Secrets;
 use crate::{ApiError, assets, prometheus};
@@ -53,6 +53,7 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
         .route("/api/v1/jobs/{id}/stop", post(stop))
         .route("/api/v1/jobs/{id}/restart", post(restart))
+        .route("/api/v1/jobs/{id}/rescale", post(rescale))
         .route(
             "/api/v1/jobs/{id}/savepoints",
             get(list_savepoints).post(trigger_savepoint),
@@ -151,10 +152,43 @@ fn text(body: &Bytes) -> Result<&str, ApiError> {
         .map_err(|e| ApiError::BadRequest(format!("the job file is not UTF-8: {e}")))
 }
 
-async fn submit(State(host): State<Arc<Host>>, body: Bytes) -> Result<Response, ApiError> {
+/// The query of a submit: `set=key.path=value` (repeatable), `parallelism=N`, `from=SNAPSHOT`.
+fn submit_options(query: Option<&str>) -> Result<SubmitOptions, ApiError> {
+    let mut options = SubmitOptions::default();
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match key.as_ref() {
+            "set" => options.overrides.push(value.into_owned()),
+            "parallelism" => {
+                let p = crate::host::parse_id(&value)
+                    .and_then(|p| u32::try_from(p).ok())
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "`parallelism={value}`: a parallelism is a whole number of at least 1"
+                        ))
+                    })?;
+                options.parallelism = Some(p);
+            }
+            "from" => options.from = Some(value.into_owned()),
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown submit option `{other}`: use `set`, `parallelism` or `from`"
+                )));
+            }
+        }
+    }
+    Ok(options)
+}
+
+async fn submit(
+    State(host): State<Arc<Host>>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let text = text(&body)?;
+    let options = submit_options(query.as_deref())?;
     let job = host
-        .submit(SUBMITTED, text, &[])
+        .submit_with(SUBMITTED, text, options)
         .await
         .map_err(|e| Secrets::of(text).mask_error(e))?;
     let location = format!("/api/v1/jobs/{}", job.id);
@@ -168,10 +202,17 @@ async fn submit(State(host): State<Arc<Host>>, body: Bytes) -> Result<Response, 
 
 async fn validate(
     State(host): State<Arc<Host>>,
+    RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let text = text(&body)?;
-    let plan = Host::check_isolated(SUBMITTED, text, &[], host.config())
+    let options = submit_options(query.as_deref())?;
+    let mut overrides = options.overrides;
+    if let Some(p) = options.parallelism {
+        overrides.push(format!("parallelism={p}"));
+    }
+    let overrides = crate::host::parse_overrides(&overrides)?;
+    let plan = Host::check_isolated(SUBMITTED, text, &overrides, host.config())
         .await
         .map_err(|e| Secrets::of(text).mask_error(e))?;
     Ok(Json(serde_json::json!({
@@ -208,7 +249,7 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    job.cancel().map_err(|e| job.secrets.mask_error(e))?;
+    host.cancel(&job).map_err(|e| job.secrets.mask_error(e))?;
     Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
 }
 
@@ -301,6 +342,29 @@ async fn restart(
         .await
         .map_err(|e| job.secrets.mask_error(e))?;
     Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RescaleRequest {
+    parallelism: u32,
+}
+
+async fn rescale(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: RescaleRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "bad JSON body: {e} (expected {{\"parallelism\": N}})"
+        ))
+    })?;
+    let job = host.job(&id)?;
+    host.rescale(&job, request.parallelism)
+        .await
+        .map_err(|e| job.secrets.mask_error(e))?;
+    Ok((StatusCode::OK, masked(&job, job.overview())?).into_response())
 }
 
 async fn checkpoints(

@@ -134,4 +134,7 @@ pub enum ServeError {
     Scheduler(String),
     #[error("serving: {0}")]
     Io(#[from] std::io::Error),
+    /// The job catalog cannot be opened or read.
+    #[error(transparent)]
+    Catalog(#[from] crate::catalog::CatalogError),
 }

@@ -18,18 +18,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use weir_checkpoint::JobCheckpoints;
 use weir_checkpoint::metadata::SnapshotKind;
-use weir_runtime::exec::job::{self, JobOptions};
+use weir_runtime::exec::job::{self, JobOptions, RunningJob};
 use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::plan::Plan;
 use weir_runtime::spec::load::Override;
 use weir_scheduler::Scheduler;
 
 use crate::ApiError;
-use crate::job::HostedJob;
+use crate::catalog::persist::Persister;
+use crate::catalog::{Catalog, StoredJob};
+use crate::job::{Definition, HostedJob, JobState};
 use crate::limits::JobLimits;
 
 /// Limits of a host.
@@ -89,12 +91,55 @@ pub struct Host {
     shutdown: CancellationToken,
     /// Per-client budget of state lookups.
     lookups: crate::ratelimit::RateLimiter,
+    /// Where the jobs are kept across restarts of the server, if anywhere.
+    persister: Option<Arc<Persister>>,
+    /// The persister's background writer, stopped (after a last flush) at shutdown.
+    writer: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
+    /// Set at shutdown once the catalog has the jobs' last states: the cancellations that
+    /// stop every job then are not written (a restarted server resumes the jobs instead).
+    closing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How to submit a job besides its file.
+#[derive(Clone, Debug, Default)]
+pub struct SubmitOptions {
+    /// `--set` overrides, `key.path=value` each.
+    pub overrides: Vec<String>,
+    /// The parallelism of every node that does not set its own (an override of
+    /// `parallelism`).
+    pub parallelism: Option<u32>,
+    /// A snapshot of the job's own checkpoint storage to start from: `latest`, `sp-<id>`,
+    /// `chk-<id>` or `final-<id>`.
+    pub from: Option<String>,
 }
 
 impl Host {
-    /// A host on the current tokio runtime, triggering checkpoints with `scheduler`.
+    /// A host on the current tokio runtime, triggering checkpoints with `scheduler`, that
+    /// keeps its jobs in memory only.
     pub fn new(scheduler: Arc<Scheduler>, config: HostConfig) -> Arc<Self> {
+        Self::build(scheduler, config, None)
+    }
+
+    /// A host that keeps its jobs in `catalog`: every change is written there, and
+    /// [`Self::recover`] brings back what an earlier server left.
+    pub fn with_catalog(
+        scheduler: Arc<Scheduler>,
+        config: HostConfig,
+        catalog: Catalog,
+    ) -> Arc<Self> {
+        Self::build(scheduler, config, Some(Persister::new(Arc::new(catalog))))
+    }
+
+    fn build(
+        scheduler: Arc<Scheduler>,
+        config: HostConfig,
+        persister: Option<Arc<Persister>>,
+    ) -> Arc<Self> {
         let lookups = crate::ratelimit::RateLimiter::new(config.lookup_rate, config.lookup_burst);
+        let writer = persister.as_ref().map(|p| {
+            let stop = CancellationToken::new();
+            (stop.clone(), tokio::spawn(p.clone().run(stop)))
+        });
         let host = Arc::new(Host {
             lookups,
             config,
@@ -104,6 +149,9 @@ impl Host {
             starting: tokio::sync::Mutex::new(()),
             tasks: Mutex::new(JoinSet::new()),
             shutdown: CancellationToken::new(),
+            persister,
+            writer: Mutex::new(writer),
+            closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         });
         host.spawn(sampler(
             Arc::downgrade(&host),
@@ -111,6 +159,24 @@ impl Host {
             host.shutdown.clone(),
         ));
         host
+    }
+
+    /// The catalog the host keeps its jobs in, if any.
+    pub fn catalog(&self) -> Option<&Arc<Catalog>> {
+        self.persister.as_ref().map(|p| p.catalog())
+    }
+
+    /// Hands the job's current state to the catalog (written in the background).
+    pub fn persist(&self, job: &HostedJob) {
+        persist(self.persister.as_ref(), &self.closing, job);
+    }
+
+    /// Writes every change still pending to the catalog (tests; shutdown does it itself).
+    pub async fn flush_catalog(&self) -> Result<(), crate::catalog::CatalogError> {
+        match &self.persister {
+            Some(p) => p.flush().await,
+            None => Ok(()),
+        }
     }
 
     pub fn config(&self) -> &HostConfig {
@@ -217,21 +283,73 @@ impl Host {
         self: &Arc<Self>,
         file: &str,
         text: &str,
-        overrides: &[Override],
+        overrides: &[String],
     ) -> Result<Arc<HostedJob>, ApiError> {
-        let plan = Self::check_isolated(file, text, overrides, &self.config).await?;
+        let options = SubmitOptions {
+            overrides: overrides.to_vec(),
+            ..SubmitOptions::default()
+        };
+        self.submit_with(file, text, options).await
+    }
+
+    /// Checks and starts a job with overrides, a parallelism or a snapshot to start from.
+    pub async fn submit_with(
+        self: &Arc<Self>,
+        file: &str,
+        text: &str,
+        options: SubmitOptions,
+    ) -> Result<Arc<HostedJob>, ApiError> {
+        let mut overrides = options.overrides;
+        if let Some(p) = options.parallelism {
+            overrides.push(format!("parallelism={p}"));
+        }
+        let parsed = parse_overrides(&overrides)?;
+        let plan = Self::check_isolated(file, text, &parsed, &self.config).await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
-        let running = job::start(&plan, self.options(None))
+        let restore = resolve_snapshot(&plan, options.from.as_deref()).await?;
+        let id = self.allocate_id().await?;
+        let running = job::start(&plan, self.options(restore))
             .await
             .map_err(|e| ApiError::Start(e.to_string()))?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let job = Arc::new(HostedJob::new(id, text.to_owned(), plan, &running));
+        let definition = Definition {
+            plan: Arc::new(plan),
+            overrides,
+        };
+        let job = Arc::new(HostedJob::new(
+            id,
+            text.to_owned(),
+            definition,
+            &running,
+            options.from,
+        ));
         self.insert(job.clone());
-        let waiter = job.clone();
-        self.spawn(async move { waiter.ended(running.wait().await) });
+        self.persist(&job);
+        self.wait_for(job.clone(), running);
         tracing::info!(job = %job.name, id, "job submitted");
         Ok(job)
+    }
+
+    /// A new job id: from the catalog (never given twice, across restarts), else counted.
+    async fn allocate_id(&self) -> Result<u64, ApiError> {
+        match self.catalog() {
+            Some(catalog) => catalog.allocate_id().await.map_err(|e| {
+                tracing::error!(error = %e, "cannot allocate a job id");
+                ApiError::Unavailable(format!("the job catalog cannot be written: {e}"))
+            }),
+            None => Ok(self.next_id.fetch_add(1, Ordering::Relaxed) + 1),
+        }
+    }
+
+    /// Owns `running` until it ends, then records how (and writes it to the catalog).
+    fn wait_for(&self, job: Arc<HostedJob>, running: RunningJob) {
+        let persister = self.persister.clone();
+        let closing = self.closing.clone();
+        self.spawn(async move {
+            job.ended(running.wait().await);
+            persist(persister.as_ref(), &closing, &job);
+            job.run_ended.notify_waiters();
+        });
     }
 
     /// Starts a new run of an ended job, from `from`: `latest` (its newest usable snapshot),
@@ -250,15 +368,36 @@ impl Host {
                 state.name()
             )));
         }
-        self.admit(&job.plan, Some(job.id))?;
-        let restore = resolve_snapshot(&job.plan, from).await?;
-        let running = job::start(&job.plan, self.options(restore))
+        let plan = job.plan();
+        let restore = resolve_snapshot(&plan, from).await?;
+        self.launch(job, restore, from.map(str::to_owned)).await?;
+        tracing::info!(job = %job.name, id = job.id, ?from, "job restarted");
+        Ok(())
+    }
+
+    /// Starts a new run of `job` (whose previous run ended) from `restore`; the caller holds
+    /// `starting`.
+    async fn launch(
+        &self,
+        job: &Arc<HostedJob>,
+        restore: Option<RestoreFrom>,
+        from: Option<String>,
+    ) -> Result<(), ApiError> {
+        let plan = job.plan();
+        self.admit(&plan, Some(job.id))?;
+        let running = job::start(&plan, self.options(restore))
             .await
             .map_err(|e| ApiError::Start(e.to_string()))?;
-        job.restarted(&running, from.map(str::to_owned));
-        let waiter = job.clone();
-        self.spawn(async move { waiter.ended(running.wait().await) });
-        tracing::info!(job = %job.name, id = job.id, ?from, "job restarted");
+        job.restarted(&running, from);
+        self.persist(job);
+        self.wait_for(job.clone(), running);
+        Ok(())
+    }
+
+    /// Cancels a running job: its sources end and what is in flight drains.
+    pub fn cancel(&self, job: &Arc<HostedJob>) -> Result<(), ApiError> {
+        job.cancel()?;
+        self.persist(job);
         Ok(())
     }
 
@@ -266,18 +405,212 @@ impl Host {
     /// returns the request's id, to poll.
     pub fn savepoint(&self, job: &Arc<HostedJob>, stop: bool) -> Result<u64, ApiError> {
         let (id, control) = job.savepoint_requested(stop)?;
+        self.persist(job);
         let job = job.clone();
+        let persister = self.persister.clone();
+        let closing = self.closing.clone();
         self.spawn(async move {
             let result = control.savepoint(stop).await;
             job.savepoint_done(id, result);
+            persist(persister.as_ref(), &closing, &job);
         });
         Ok(id)
+    }
+
+    /// Runs a checkpointing job at another parallelism, in one call: a savepoint that stops
+    /// it, then a new run from that savepoint with `parallelism` (its keyed state
+    /// redistributed by key group). Nodes that set their own parallelism keep it. Returns
+    /// once the new run started; if the savepoint fails, the job goes on as it was.
+    pub async fn rescale(
+        self: &Arc<Self>,
+        job: &Arc<HostedJob>,
+        parallelism: u32,
+    ) -> Result<(), ApiError> {
+        if parallelism == 0 {
+            return Err(ApiError::BadRequest("a parallelism is at least 1".into()));
+        }
+        let before = job.definition();
+        if !before.plan.spec.checkpoint.enabled() {
+            return Err(ApiError::Conflict(format!(
+                "job {} does not checkpoint (no `checkpoint.interval`), so it cannot keep its                  state across a rescale: cancel it and submit it again with parallelism={parallelism}",
+                job.id
+            )));
+        }
+        let mut overrides: Vec<String> = before
+            .overrides
+            .iter()
+            .filter(|o| !o.trim_start().starts_with("parallelism="))
+            .cloned()
+            .collect();
+        overrides.push(format!("parallelism={parallelism}"));
+        let parsed = parse_overrides(&overrides)?;
+        let plan = Self::check_isolated(&job.name, &job.text, &parsed, &self.config).await?;
+        {
+            let _starting = self.starting.lock().await;
+            self.admit(&plan, Some(job.id))?;
+        }
+        // Stop with a savepoint, and wait for the run to end.
+        let ended = job.run_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let (request, control) = job.savepoint_requested(true)?;
+        self.persist(job);
+        let result = control.savepoint(true).await;
+        let location = result
+            .as_ref()
+            .ok()
+            .map(|done| (done.location.clone(), format!("sp-{}", done.metadata.id)));
+        let failure = result.as_ref().err().map(ToString::to_string);
+        job.savepoint_done(request, result);
+        self.persist(job);
+        let Some((location, name)) = location else {
+            return Err(ApiError::Unavailable(format!(
+                "job {} was not rescaled: its savepoint failed ({}); it goes on at its parallelism",
+                job.id,
+                failure.unwrap_or_default()
+            )));
+        };
+        if job.state().is_live() {
+            ended.await;
+        }
+        let _starting = self.starting.lock().await;
+        job.redefine(Definition {
+            plan: Arc::new(plan),
+            overrides,
+        });
+        if let Err(e) = self
+            .launch(
+                job,
+                Some(RestoreFrom::Path(PathBuf::from(location))),
+                Some(name),
+            )
+            .await
+        {
+            // The new definition could not start: the job stays stopped at its savepoint,
+            // and a restart (at the old or new parallelism) can take it from there.
+            job.start_failed(&e.to_string());
+            self.persist(job);
+            return Err(e);
+        }
+        tracing::info!(job = %job.name, id = job.id, parallelism, "job rescaled");
+        Ok(())
+    }
+
+    /// Brings back the jobs the catalog holds: ended ones as they ended, and those that were
+    /// running (or restarting) when the server stopped resumed, each from its latest usable
+    /// checkpoint (from scratch if it has none, as a fresh submit would). Returns how many
+    /// jobs were read; rows that cannot be read are logged and left in the catalog.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize, crate::catalog::CatalogError> {
+        let Some(catalog) = self.catalog().cloned() else {
+            return Ok(0);
+        };
+        let loaded = catalog.load().await?;
+        for e in &loaded.unreadable {
+            tracing::error!(error = %e, "a job of the catalog cannot be read; it is left as it is");
+        }
+        let count = loaded.jobs.len();
+        for stored in loaded.jobs {
+            self.recover_one(stored).await;
+        }
+        Ok(count)
+    }
+
+    async fn recover_one(self: &Arc<Self>, stored: StoredJob) {
+        let resume = JobState::from_name(&stored.state).is_some_and(|s| {
+            matches!(
+                s,
+                JobState::Running | JobState::Restarting | JobState::Stopping
+            )
+        });
+        let overrides = match parse_overrides(&stored.overrides) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(id = stored.id, error = %e, "a job of the catalog has overrides that no longer parse; it is left in the catalog");
+                return;
+            }
+        };
+        // What the job runs; a job to resume must also still pass this server's checks.
+        let checked = if resume {
+            Self::check_isolated(&stored.name, &stored.text, &overrides, &self.config)
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            Err(String::new())
+        };
+        let (plan, refusal) = match checked {
+            Ok(plan) => (plan, None),
+            Err(refusal) => {
+                match weir_runtime::plan::check_str(&stored.name, &stored.text, &overrides) {
+                    Ok(plan) => (plan, (!refusal.is_empty()).then_some(refusal)),
+                    Err(e) => {
+                        tracing::error!(id = stored.id, job = %stored.name, error = %e, "a job of the catalog no longer plans; it is left in the catalog");
+                        return;
+                    }
+                }
+            }
+        };
+        let job = Arc::new(HostedJob::recovered(&stored, plan));
+        self.insert(job.clone());
+        if !resume {
+            return;
+        }
+        if let Some(refusal) = refusal {
+            job.start_failed(&format!(
+                "the server restarted and the job cannot resume: {refusal}"
+            ));
+            self.persist(&job);
+            return;
+        }
+        job.lock().exception(
+            "resume",
+            "the server restarted: resuming the job from its latest checkpoint".into(),
+            None,
+        );
+        let host = self.clone();
+        self.spawn(async move {
+            let _starting = host.starting.lock().await;
+            let plan = job.plan();
+            let from = plan
+                .spec
+                .checkpoint
+                .enabled()
+                .then_some(RestoreFrom::Latest);
+            let name = from.as_ref().map(|_| "latest".to_owned());
+            match host.launch(&job, from, name).await {
+                Ok(()) => tracing::info!(job = %job.name, id = job.id, "job resumed"),
+                Err(e) => {
+                    tracing::error!(job = %job.name, id = job.id, error = %e, "a job could not resume");
+                    job.start_failed(&format!("the server restarted and the job could not resume: {e}"));
+                    host.persist(&job);
+                }
+            }
+        });
     }
 
     /// Stops every job (cancelling them) and every task of the host, waiting up to `grace`
     /// for the jobs to drain before aborting them.
     pub async fn shutdown(&self, grace: Duration) {
         self.shutdown.cancel();
+        // The catalog keeps every job as it is now (running ones as running): the next server
+        // resumes them. The cancellations below are this server's, not the jobs' ends.
+        if let Some(persister) = &self.persister {
+            for job in self.jobs() {
+                persister.save(job.stored());
+            }
+            let writer = self
+                .writer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some((stop, task)) = writer {
+                stop.cancel();
+                let _ = task.await;
+            }
+            if let Err(e) = persister.flush().await {
+                tracing::error!(error = %e, "the job catalog could not be written at shutdown");
+            }
+            self.closing.store(true, Ordering::Release);
+        }
         for job in self.jobs() {
             let _ = job.cancel();
         }
@@ -314,7 +647,7 @@ impl Host {
         let running: usize = live
             .iter()
             .filter(|j| Some(j.id) != restarting)
-            .map(|j| crate::limits::subtasks(&j.plan.spec))
+            .map(|j| crate::limits::subtasks(&j.plan().spec))
             .sum();
         self.config
             .limits
@@ -344,6 +677,9 @@ impl Host {
                 break;
             };
             jobs.remove(&oldest);
+            if let Some(p) = &self.persister {
+                p.delete(oldest);
+            }
         }
     }
 
@@ -370,6 +706,9 @@ async fn sampler(host: Weak<Host>, every: Duration, shutdown: CancellationToken)
         let Some(live) = host.upgrade() else { return };
         for job in live.jobs() {
             job.sample();
+            if job.progress_changed() {
+                live.persist(&job);
+            }
         }
     }
 }
@@ -442,4 +781,30 @@ pub fn catalog(plan: &Plan) -> Result<JobCheckpoints, ApiError> {
         .open_storage()
         .map_err(ApiError::BadRequest)?;
     Ok(JobCheckpoints::new(storage, plan.name()))
+}
+
+/// `key.path=value` overrides, parsed; a bad one is the client's mistake.
+pub fn parse_overrides(overrides: &[String]) -> Result<Vec<Override>, ApiError> {
+    overrides
+        .iter()
+        .map(|o| {
+            o.parse::<Override>()
+                .map_err(|e| ApiError::BadRequest(format!("override `{o}`: {e}")))
+        })
+        .collect()
+}
+
+/// Hands `job`'s state to the catalog, unless the host is closing (see [`Host::shutdown`]).
+fn persist(
+    persister: Option<&Arc<Persister>>,
+    closing: &std::sync::atomic::AtomicBool,
+    job: &HostedJob,
+) {
+    let Some(persister) = persister else { return };
+    if closing.load(Ordering::Acquire) {
+        return;
+    }
+    let stored = job.stored();
+    job.mark_persisted();
+    persister.save(stored);
 }

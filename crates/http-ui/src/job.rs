@@ -13,8 +13,10 @@ use tokio_util::sync::CancellationToken;
 use weir_checkpoint::coordinator::Record;
 use weir_runtime::api::JobMetrics;
 use weir_runtime::exec::error::RunError;
-use weir_runtime::exec::job::{JobControl, JobSummary, RunningJob};
+use weir_runtime::exec::job::{JobControl, JobSummary, RunStatus, RunningJob};
 use weir_runtime::plan::Plan;
+
+use crate::catalog::{StoredJob, StoredRun};
 
 /// Samples kept per job: two minutes at the default sampling interval of one second.
 pub const SAMPLES: usize = 120;
@@ -30,6 +32,9 @@ pub const SAVEPOINTS_IN_FLIGHT: usize = 4;
 #[serde(rename_all = "kebab-case")]
 pub enum JobState {
     Running,
+    /// Failed (or the server restarted), and waiting to run again as its restart strategy
+    /// allows.
+    Restarting,
     /// Cancel requested: sources end, what is in flight drains.
     Cancelling,
     /// Stop with a savepoint requested: the job stops once the savepoint is complete.
@@ -45,8 +50,9 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in the order of a job's life.
-    pub const ALL: [JobState; 7] = [
+    pub const ALL: [JobState; 8] = [
         JobState::Running,
+        JobState::Restarting,
         JobState::Cancelling,
         JobState::Stopping,
         JobState::Finished,
@@ -59,6 +65,7 @@ impl JobState {
     pub fn name(self) -> &'static str {
         match self {
             JobState::Running => "running",
+            JobState::Restarting => "restarting",
             JobState::Cancelling => "cancelling",
             JobState::Stopping => "stopping",
             JobState::Finished => "finished",
@@ -72,8 +79,13 @@ impl JobState {
     pub fn is_live(self) -> bool {
         matches!(
             self,
-            JobState::Running | JobState::Cancelling | JobState::Stopping
+            JobState::Running | JobState::Restarting | JobState::Cancelling | JobState::Stopping
         )
+    }
+
+    /// The state a name written by [`Self::name`] stands for.
+    pub fn from_name(name: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|s| s.name() == name)
     }
 }
 
@@ -118,23 +130,27 @@ impl Sample {
 }
 
 /// Something that went wrong in a job, for the exceptions list.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Exception {
     /// Epoch ms.
     pub at: i64,
-    /// `failure`, `restart` or `savepoint`.
-    pub kind: &'static str,
+    /// `failure` (the job failed), `restart` (it failed and restarted), `savepoint` or
+    /// `resume` (the server restarted under it).
+    pub kind: String,
     pub message: String,
+    /// What kind of failure (`data`, `external`, `internal`): whether retrying could help.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
 }
 
 /// A savepoint request and how it ended.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct SavepointStatus {
     pub id: u64,
     /// `in-progress`, `completed` or `failed`.
-    pub status: &'static str,
+    pub status: String,
     /// Whether the job stops once the savepoint is complete.
     pub stop: bool,
     pub requested_at: i64,
@@ -175,18 +191,68 @@ pub struct JobInner {
     /// The snapshot the current run was asked to start from.
     pub restored_from: Option<String>,
     pub error: Option<String>,
+    /// Every run of the job, oldest first (at most [`crate::catalog::RUNS`]).
+    pub runs: VecDeque<StoredRun>,
+    /// What the catalog last got of the run's progress (status, checkpoints), so that the
+    /// sampler writes again only when it changed.
+    pub persisted: Option<(JobState, u64)>,
 }
 
 impl JobInner {
-    pub fn exception(&mut self, kind: &'static str, message: String) {
-        self.exception_at(now_ms(), kind, message);
+    /// The job's state as shown: a running job whose supervisor waits to restart it after a
+    /// failure is `restarting`.
+    pub fn current(&self) -> JobState {
+        match (&self.state, &self.live) {
+            (JobState::Running, Some(live))
+                if matches!(live.control.status(), RunStatus::Restarting { .. }) =>
+            {
+                JobState::Restarting
+            }
+            (state, _) => *state,
+        }
     }
 
-    fn exception_at(&mut self, at: i64, kind: &'static str, message: String) {
+    /// Opens the record of run `run` (closing one left open by a server that stopped).
+    fn run_started(&mut self, run: u32, started_at: i64, restored_from: Option<String>) {
+        if let Some(last) = self.runs.back_mut().filter(|r| r.ended_at.is_none()) {
+            last.state = "interrupted".into();
+        }
+        if self.runs.len() == crate::catalog::RUNS {
+            self.runs.pop_front();
+        }
+        self.runs.push_back(StoredRun {
+            run,
+            started_at,
+            ended_at: None,
+            state: JobState::Running.name().into(),
+            restored_from,
+            error: None,
+        });
+    }
+
+    /// Closes the record of the current run.
+    fn run_ended(&mut self, at: i64, state: JobState, error: Option<String>) {
+        if let Some(last) = self.runs.back_mut().filter(|r| r.ended_at.is_none()) {
+            last.ended_at = Some(at);
+            last.state = state.name().into();
+            last.error = error;
+        }
+    }
+
+    pub fn exception(&mut self, kind: &str, message: String, category: Option<&str>) {
+        self.exception_at(now_ms(), kind, message, category);
+    }
+
+    fn exception_at(&mut self, at: i64, kind: &str, message: String, category: Option<&str>) {
         if self.exceptions.len() == EXCEPTIONS {
             self.exceptions.pop_front();
         }
-        self.exceptions.push_back(Exception { at, kind, message });
+        self.exceptions.push_back(Exception {
+            at,
+            kind: kind.to_owned(),
+            message,
+            category: category.map(str::to_owned),
+        });
     }
 
     /// Copies the run's new task failures (each followed by a restart) into the exceptions.
@@ -197,7 +263,7 @@ impl JobInner {
         self.failures_seen += new.len();
         for f in new {
             let message = format!("{} (restart {})", f.message, f.restart);
-            self.exception_at(f.at, "restart", message);
+            self.exception_at(f.at, "restart", message, Some(f.category));
         }
     }
 
@@ -227,52 +293,225 @@ impl JobInner {
     }
 }
 
+/// What a job runs: its plan, and the overrides it was planned with (a rescale changes both).
+#[derive(Clone)]
+pub struct Definition {
+    pub plan: Arc<Plan>,
+    /// `--set` overrides as given, `key.path=value` each.
+    pub overrides: Vec<String>,
+}
+
 /// A job in the host.
 pub struct HostedJob {
     pub id: u64,
     pub name: String,
     /// The job file as submitted.
     pub text: String,
-    pub plan: Plan,
+    definition: std::sync::RwLock<Definition>,
     pub submitted_at: i64,
     /// The secret values of the job file, masked in everything the API and the log say about
     /// the job; registered with [`crate::redact::registry`] while the job is kept.
     pub secrets: Arc<crate::redact::Secrets>,
+    /// Woken whenever a run of the job ends (a rescale waits for its stop on it).
+    pub run_ended: tokio::sync::Notify,
     inner: Mutex<JobInner>,
 }
 
 impl HostedJob {
-    pub fn new(id: u64, text: String, plan: Plan, running: &RunningJob) -> Self {
+    /// A job just submitted, its first run started as `running`.
+    pub fn new(
+        id: u64,
+        text: String,
+        definition: Definition,
+        running: &RunningJob,
+        restored_from: Option<String>,
+    ) -> Self {
         let now = now_ms();
         let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&text));
+        let mut inner = JobInner {
+            state: JobState::Running,
+            run: 1,
+            started_at: now,
+            ended_at: None,
+            live: Some(Live {
+                stopper: running.stopper(),
+                control: running.control(),
+            }),
+            metrics: running.metrics(),
+            ending: None,
+            summary: None,
+            past_checkpoints: Vec::new(),
+            samples: VecDeque::new(),
+            exceptions: VecDeque::new(),
+            savepoints: BTreeMap::new(),
+            next_savepoint: 0,
+            failures_seen: 0,
+            restored_from: restored_from.clone(),
+            error: None,
+            runs: VecDeque::new(),
+            persisted: None,
+        };
+        inner.run_started(1, now, restored_from);
         HostedJob {
             id,
-            name: plan.name().to_owned(),
+            name: definition.plan.name().to_owned(),
             text,
-            plan,
+            definition: std::sync::RwLock::new(definition),
             submitted_at: now,
             secrets,
-            inner: Mutex::new(JobInner {
-                state: JobState::Running,
-                run: 1,
-                started_at: now,
-                ended_at: None,
-                live: Some(Live {
-                    stopper: running.stopper(),
-                    control: running.control(),
-                }),
-                metrics: running.metrics(),
-                ending: None,
-                summary: None,
-                past_checkpoints: Vec::new(),
-                samples: VecDeque::new(),
-                exceptions: VecDeque::new(),
-                savepoints: BTreeMap::new(),
-                next_savepoint: 0,
-                failures_seen: 0,
-                restored_from: None,
-                error: None,
+            run_ended: tokio::sync::Notify::new(),
+            inner: Mutex::new(inner),
+        }
+    }
+
+    /// A job read back from the catalog, with no run in this server (yet): an ended job as it
+    /// ended, a job that was running as `restarting` until the host resumes it.
+    pub fn recovered(stored: &StoredJob, plan: Plan) -> Self {
+        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&stored.text));
+        let stored_state = JobState::from_name(&stored.state).unwrap_or(JobState::Failed);
+        let state = if stored_state.is_live() {
+            JobState::Restarting
+        } else {
+            stored_state
+        };
+        let summary: Option<JobSummary> = stored
+            .summary
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        let metrics = recovered_metrics(&plan, summary.as_ref());
+        let savepoints: Vec<SavepointStatus> = decode(&stored.savepoints);
+        let inner = JobInner {
+            state,
+            run: stored.run,
+            started_at: stored.started_at,
+            ended_at: stored.ended_at,
+            live: None,
+            metrics,
+            ending: None,
+            summary,
+            past_checkpoints: decode(&stored.checkpoints),
+            samples: VecDeque::new(),
+            exceptions: decode(&stored.exceptions).into(),
+            next_savepoint: savepoints.iter().map(|s| s.id).max().unwrap_or(0),
+            savepoints: savepoints.into_iter().map(|s| (s.id, s)).collect(),
+            failures_seen: 0,
+            restored_from: stored.restored_from.clone(),
+            error: stored.error.clone(),
+            runs: stored.runs.iter().cloned().collect(),
+            persisted: None,
+        };
+        HostedJob {
+            id: stored.id,
+            name: plan.name().to_owned(),
+            text: stored.text.clone(),
+            definition: std::sync::RwLock::new(Definition {
+                plan: Arc::new(plan),
+                overrides: stored.overrides.clone(),
             }),
+            submitted_at: stored.submitted_at,
+            secrets,
+            run_ended: tokio::sync::Notify::new(),
+            inner: Mutex::new(inner),
+        }
+    }
+
+    /// A run could not start (resuming after a restart of the server, or a rescale's new
+    /// run): the job has failed, with `message`.
+    pub fn start_failed(&self, message: &str) {
+        let mut s = self.lock();
+        let now = now_ms();
+        s.state = JobState::Failed;
+        s.live = None;
+        s.ended_at = Some(now);
+        s.error = Some(message.to_owned());
+        s.exception("failure", message.to_owned(), None);
+        s.run_ended(now, JobState::Failed, Some(message.to_owned()));
+    }
+
+    /// Whether the job's state or its count of checkpoints changed since the catalog last got
+    /// it (the sampler then writes it again).
+    pub fn progress_changed(&self) -> bool {
+        let s = self.lock();
+        s.persisted != Some(progress(&s))
+    }
+
+    /// Records what the catalog was just given.
+    pub fn mark_persisted(&self) {
+        let mut s = self.lock();
+        s.persisted = Some(progress(&s));
+    }
+
+    /// What the job runs: its plan and overrides.
+    pub fn definition(&self) -> Definition {
+        self.definition
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The job's plan.
+    pub fn plan(&self) -> Arc<Plan> {
+        self.definition().plan
+    }
+
+    /// Runs the job with another plan from its next run on (a rescale).
+    pub fn redefine(&self, definition: Definition) {
+        *self
+            .definition
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = definition;
+    }
+
+    /// The job as the catalog keeps it.
+    pub fn stored(&self) -> StoredJob {
+        let definition = self.definition();
+        let s = self.lock();
+        let state = match s.current() {
+            // A job the user asked to stop with a savepoint is resumed like a running one if
+            // the server stops first: the savepoint never completed.
+            JobState::Stopping => JobState::Running,
+            other => other,
+        };
+        let values = |items: Vec<serde_json::Value>| items;
+        StoredJob {
+            version: crate::catalog::SCHEMA_VERSION,
+            id: self.id,
+            name: self.name.clone(),
+            submitted_at: self.submitted_at,
+            text: self.text.clone(),
+            overrides: definition.overrides,
+            state: state.name().into(),
+            run: s.run,
+            started_at: s.started_at,
+            ended_at: s.ended_at,
+            restored_from: s.restored_from.clone(),
+            error: s.error.clone(),
+            runs: s.runs.iter().cloned().collect(),
+            exceptions: values(
+                s.exceptions
+                    .iter()
+                    .filter_map(|e| serde_json::to_value(e).ok())
+                    .collect(),
+            ),
+            checkpoints: values(
+                s.checkpoint_history()
+                    .iter()
+                    .rev()
+                    .take(crate::catalog::CHECKPOINTS)
+                    .rev()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect(),
+            ),
+            savepoints: values(
+                s.savepoints
+                    .values()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect(),
+            ),
+            summary: s
+                .summary
+                .as_ref()
+                .and_then(|summary| serde_json::to_value(summary).ok()),
         }
     }
 
@@ -285,7 +524,7 @@ impl HostedJob {
     }
 
     pub fn state(&self) -> JobState {
-        self.lock().state
+        self.lock().current()
     }
 
     /// The running job's queryable state (`None` once the run ended).
@@ -297,12 +536,14 @@ impl HostedJob {
         s.live.as_ref().map(|l| l.control.queries())
     }
 
-    /// A new run of the job started (a restart request).
+    /// A new run of the job started (a restart request, a rescale, or the server resuming it).
     pub fn restarted(&self, running: &RunningJob, from: Option<String>) {
         let mut s = self.lock();
         s.state = JobState::Running;
         s.run += 1;
         s.started_at = now_ms();
+        let (run, started_at) = (s.run, s.started_at);
+        s.run_started(run, started_at, from.clone());
         s.ended_at = None;
         s.live = Some(Live {
             stopper: running.stopper(),
@@ -335,12 +576,16 @@ impl HostedJob {
                 s.past_checkpoints
                     .extend(summary.checkpoint_history.iter().cloned());
                 s.summary = Some(summary);
+                let (at, state) = (s.ended_at.unwrap_or_else(now_ms), s.state);
+                s.run_ended(at, state, None);
             }
             Err(e) => {
                 s.state = JobState::Failed;
                 let message = e.to_string();
                 s.error = Some(message.clone());
-                s.exception("failure", message);
+                s.exception("failure", message.clone(), Some(e.category()));
+                let at = s.ended_at.unwrap_or_else(now_ms);
+                s.run_ended(at, JobState::Failed, Some(message));
             }
         }
         tracing::info!(job = %self.name, id = self.id, state = ?s.state, "hosted job ended");
@@ -406,7 +651,7 @@ impl HostedJob {
             id,
             SavepointStatus {
                 id,
-                status: "in-progress",
+                status: "in-progress".into(),
                 stop,
                 requested_at: now_ms(),
                 completed_at: None,
@@ -433,19 +678,23 @@ impl HostedJob {
             r.completed_at = Some(now_ms());
             match result {
                 Ok(done) => {
-                    r.status = "completed";
+                    r.status = "completed".into();
                     r.snapshot_id = Some(done.metadata.id);
                     r.location = Some(done.location.clone());
                 }
                 Err(e) => {
-                    r.status = "failed";
+                    r.status = "failed".into();
                     r.error = Some(e.to_string());
                     failed = Some((r.stop, e.to_string()));
                 }
             }
         }
         if let Some((stop, message)) = failed {
-            s.exception("savepoint", format!("savepoint {id} failed: {message}"));
+            s.exception(
+                "savepoint",
+                format!("savepoint {id} failed: {message}"),
+                None,
+            );
             if stop && s.state == JobState::Stopping {
                 // The job goes on; the user may cancel it or try again.
                 s.state = JobState::Running;
@@ -487,4 +736,76 @@ pub fn rate(before: u64, after: u64, elapsed: Duration) -> f64 {
         return 0.0;
     }
     after.saturating_sub(before) as f64 / secs
+}
+
+/// The entries of `values` that read as `T` (the catalog's lists of exceptions, checkpoints
+/// and savepoints; an entry a later weir wrote differently is skipped).
+fn decode<T: serde::de::DeserializeOwned>(values: &[serde_json::Value]) -> Vec<T> {
+    values
+        .iter()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .collect()
+}
+
+/// What the sampler compares to decide whether the catalog needs the job again.
+fn progress(s: &JobInner) -> (JobState, u64) {
+    let checkpoints = s.checkpoint_stats().map_or(0, |c| c.completed + c.failed);
+    (s.current(), checkpoints)
+}
+
+/// The counters of a job read back from the catalog: zero for every subtask of its plan, but
+/// for the totals its last run's summary recorded (on subtask 0 of each node), so that an
+/// ended job shows what it did.
+fn recovered_metrics(plan: &Plan, summary: Option<&JobSummary>) -> Arc<JobMetrics> {
+    use std::sync::atomic::Ordering::Relaxed;
+    use weir_runtime::api::{NodeMetrics, NodeRole, SubtaskMetrics};
+    let nodes = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let subtasks: Vec<Arc<SubtaskMetrics>> = (0..n.parallelism)
+                .map(|_| {
+                    let m = SubtaskMetrics::default();
+                    m.finished.store(true, Relaxed);
+                    Arc::new(m)
+                })
+                .collect();
+            if let (Some(first), Some(done)) = (
+                subtasks.first(),
+                summary.and_then(|s| s.nodes.iter().find(|d| d.name == n.name)),
+            ) {
+                first.records_in.store(done.records_in, Relaxed);
+                first.records_out.store(done.records_out, Relaxed);
+                first.skipped.store(done.skipped, Relaxed);
+                first.late_dropped.store(done.late_dropped, Relaxed);
+                first.backpressure_ns.store(
+                    u64::try_from(done.backpressure.as_nanos()).unwrap_or(u64::MAX),
+                    Relaxed,
+                );
+            }
+            Arc::new(NodeMetrics {
+                name: n.name.clone(),
+                kind: n.kind.to_string(),
+                role: n.role,
+                chain: plan.chains.chain_of.get(i).copied().unwrap_or(i),
+                subtasks,
+                progress_total: None,
+            })
+        })
+        .collect::<Vec<Arc<NodeMetrics>>>();
+    // The run's input units, all on the first source (per-source figures are not kept).
+    if let (Some(summary), Some(source)) =
+        (summary, nodes.iter().find(|n| n.role == NodeRole::Source))
+    {
+        if let Some(first) = source.subtasks.first() {
+            first.events.store(summary.events, Relaxed);
+        }
+    }
+    Arc::new(JobMetrics {
+        job: plan.name().to_owned(),
+        started: std::time::Instant::now(),
+        nodes,
+        restarts: std::sync::atomic::AtomicU64::new(summary.map_or(0, |s| u64::from(s.restarts))),
+    })
 }

@@ -25,6 +25,8 @@
 //! - [`view`]: the JSON views of jobs, operators, edges and checkpoints.
 //! - [`api`]: [`router`]: the routes and their handlers.
 //! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
+//! - [`catalog`]: [`catalog::Catalog`]: the jobs kept across restarts of the server (SQLite
+//!   or PostgreSQL).
 //! - [`paths`]: what a submitted job may name on the filesystem.
 //! - [`endpoints`]: what a submitted job may reach over the network.
 //! - [`limits`]: [`JobLimits`]: what one hosted job may ask of the server.
@@ -51,6 +53,7 @@
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod catalog;
 pub mod endpoints;
 pub mod error;
 pub mod host;
@@ -85,6 +88,9 @@ pub struct ServeConfig {
     pub grace: Duration,
     /// How long a client may take to send a request.
     pub timeouts: Timeouts,
+    /// Where the server keeps its jobs across restarts; `None` keeps them in memory only
+    /// (`weir serve` uses `catalog.sqlite` under the data directory unless told otherwise).
+    pub catalog: Option<catalog::CatalogConfig>,
 }
 
 impl Default for ServeConfig {
@@ -95,6 +101,7 @@ impl Default for ServeConfig {
             host: HostConfig::default(),
             grace: Duration::from_secs(10),
             timeouts: Timeouts::default(),
+            catalog: None,
         }
     }
 }
@@ -137,12 +144,15 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks the access rule, starts the scheduler and the host, and binds the listener.
+    /// Checks the access rule, starts the scheduler and the host (opening its catalog and
+    /// resuming what it holds), and binds the listener.
     pub async fn bind(config: ServeConfig) -> Result<Self, ServeError> {
         let access = Access::for_bind(config.listen, config.token.as_deref())?;
-        let scheduler = weir_scheduler::Scheduler::new(tokio::runtime::Handle::current())
-            .map_err(|e| ServeError::Scheduler(e.to_string()))?;
-        let host = Host::new(Arc::new(scheduler), config.host);
+        let scheduler = Arc::new(
+            weir_scheduler::Scheduler::new(tokio::runtime::Handle::current())
+                .map_err(|e| ServeError::Scheduler(e.to_string()))?,
+        );
+        // The listener first: a server that cannot bind resumes nobody's jobs.
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServeError::Bind {
@@ -150,6 +160,15 @@ impl Server {
                 source,
             })?;
         let addr = listener.local_addr()?;
+        let host = match &config.catalog {
+            None => Host::new(scheduler, config.host),
+            Some(catalog) => {
+                let catalog = catalog::Catalog::open(catalog).await?;
+                let host = Host::with_catalog(scheduler, config.host, catalog);
+                host.recover().await?;
+                host
+            }
+        };
         Ok(Server {
             host,
             addr,

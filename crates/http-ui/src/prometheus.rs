@@ -27,6 +27,32 @@ struct NodeCounts {
     control_messages: u64,
 }
 
+/// One job's own figures.
+struct JobFigures {
+    id: String,
+    name: String,
+    state: JobState,
+    uptime_seconds: f64,
+    late_dropped: u64,
+    skipped: u64,
+    last_checkpoint: Option<LastCheckpoint>,
+}
+
+/// The job's latest completed checkpoint.
+struct LastCheckpoint {
+    duration_seconds: f64,
+    alignment_seconds: f64,
+    bytes: f64,
+}
+
+/// The bytes a completed snapshot stored (`None` for a failed one).
+fn completed_bytes(r: &weir_checkpoint::coordinator::Record) -> Option<u64> {
+    match &r.outcome {
+        weir_checkpoint::coordinator::Outcome::Completed { bytes, .. } => Some(*bytes),
+        weir_checkpoint::coordinator::Outcome::Failed { .. } => None,
+    }
+}
+
 /// The content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -43,6 +69,7 @@ pub fn render(host: &Host) -> String {
 
     let mut job_events = Vec::new();
     let mut job_restarts = Vec::new();
+    let mut figures: Vec<JobFigures> = Vec::new();
     let mut checkpoints = Vec::new();
     let mut nodes = Vec::new();
     let mut pools = Vec::new();
@@ -52,7 +79,7 @@ pub fn render(host: &Host) -> String {
     for job in &jobs {
         // A label may quote a secret of the job file (an alias can make one a name).
         let name = job.secrets.mask(&job.name).into_owned();
-        for pool in crate::view::PoolView::of(&job.plan) {
+        for pool in crate::view::PoolView::of(&job.plan()) {
             pools.push((job.id.to_string(), name.clone(), pool));
         }
         let s = job.lock();
@@ -63,7 +90,41 @@ pub fn render(host: &Host) -> String {
             name.clone(),
             s.metrics.restarts.load(Ordering::Relaxed),
         ));
-        if let Some(stats) = s.checkpoint_stats() {
+        let stats = s.checkpoint_stats();
+        let latest = stats
+            .as_ref()
+            .and_then(|st| st.latest_completed.clone())
+            .or_else(|| {
+                s.past_checkpoints
+                    .iter()
+                    .rev()
+                    .find(|r| completed_bytes(r).is_some())
+                    .cloned()
+            });
+        let state = s.current();
+        figures.push(JobFigures {
+            id: id.clone(),
+            name: name.clone(),
+            state,
+            uptime_seconds: if state.is_live() {
+                (crate::job::now_ms() - s.started_at).max(0) as f64 / 1e3
+            } else {
+                0.0
+            },
+            late_dropped: s
+                .metrics
+                .nodes
+                .iter()
+                .map(|n| n.sum(|t| &t.late_dropped))
+                .sum(),
+            skipped: s.metrics.nodes.iter().map(|n| n.sum(|t| &t.skipped)).sum(),
+            last_checkpoint: latest.map(|r| LastCheckpoint {
+                duration_seconds: r.duration_ms as f64 / 1e3,
+                alignment_seconds: r.alignment_ms as f64 / 1e3,
+                bytes: completed_bytes(&r).unwrap_or(0) as f64,
+            }),
+        });
+        if let Some(stats) = stats {
             checkpoints.push((id.clone(), name.clone(), stats));
         }
         if let Some(restore) = s.restore_stats() {
@@ -114,6 +175,67 @@ pub fn render(host: &Host) -> String {
             ],
             *lag as f64,
         );
+    }
+    out.family(
+        "weir_job_state",
+        "gauge",
+        "1 for the state a job is in, 0 for the others (alert on running == 0).",
+    );
+    for f in &figures {
+        for state in JobState::ALL {
+            out.sample(
+                "weir_job_state",
+                &[("id", &f.id), ("job", &f.name), ("state", state.name())],
+                if f.state == state { 1.0 } else { 0.0 },
+            );
+        }
+    }
+    type FigurePick = fn(&JobFigures) -> Option<f64>;
+    let figure_families: [(&str, &str, &str, FigurePick); 6] = [
+        (
+            "weir_job_uptime_seconds",
+            "gauge",
+            "How long the job's current run has been running (0 once it ended).",
+            |f| Some(f.uptime_seconds),
+        ),
+        (
+            "weir_job_late_records_dropped_total",
+            "counter",
+            "Records the job's event-time operators dropped for arriving after their window closed.",
+            |f| Some(f.late_dropped as f64),
+        ),
+        (
+            "weir_job_skipped_records_total",
+            "counter",
+            "Input records (lines) the job's sources skipped under `on-error: skip`.",
+            |f| Some(f.skipped as f64),
+        ),
+        (
+            "weir_job_last_checkpoint_duration_seconds",
+            "gauge",
+            "How long the job's latest completed checkpoint took, trigger to publication.",
+            |f| f.last_checkpoint.as_ref().map(|c| c.duration_seconds),
+        ),
+        (
+            "weir_job_last_checkpoint_size_bytes",
+            "gauge",
+            "Bytes the job's latest completed checkpoint stored.",
+            |f| f.last_checkpoint.as_ref().map(|c| c.bytes),
+        ),
+        (
+            "weir_job_last_checkpoint_alignment_seconds",
+            "gauge",
+            "The longest barrier alignment of any task in the job's latest completed checkpoint.",
+            |f| f.last_checkpoint.as_ref().map(|c| c.alignment_seconds),
+        ),
+    ];
+    for (family, kind, help, pick) in figure_families {
+        out.family(family, kind, help);
+        for f in &figures {
+            if let Some(v) = pick(f) {
+                out.sample(family, &[("id", &f.id), ("job", &f.name)], v);
+            }
+        }
     }
     out.family(
         "weir_job_events_total",

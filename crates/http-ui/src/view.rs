@@ -288,16 +288,17 @@ impl HostedJob {
     }
 
     fn overview_of(&self, s: &JobInner) -> JobOverview {
+        let plan = self.plan();
         let now = now_ms();
         let (done, total) = s.metrics.progress();
         let watermark = known(s.metrics.watermark());
         JobOverview {
             id: self.id.to_string(),
             name: self.name.clone(),
-            description: self.plan.spec.description.clone(),
-            state: s.state,
+            description: plan.spec.description.clone(),
+            state: s.current(),
             run: s.run,
-            checkpointing: self.plan.spec.checkpoint.enabled(),
+            checkpointing: plan.spec.checkpoint.enabled(),
             submitted_at: self.submitted_at,
             started_at: s.started_at,
             ended_at: s.ended_at,
@@ -326,6 +327,7 @@ impl HostedJob {
     }
 
     pub fn detail(&self, sample_interval_ms: u64) -> JobDetail {
+        let plan = self.plan();
         let s = self.lock();
         let overview = self.overview_of(&s);
         let now = now_ms();
@@ -372,7 +374,7 @@ impl HostedJob {
                 }
                 let last = |v: &[f64]| if live { v.last().copied() } else { None };
                 let watermark = known(n.watermark());
-                let queryable = self.plan.nodes.get(i).and_then(|p| p.queryable.as_ref());
+                let queryable = plan.nodes.get(i).and_then(|p| p.queryable.as_ref());
                 NodeView {
                     id: i,
                     name: n.name.clone(),
@@ -426,14 +428,13 @@ impl HostedJob {
                 }
             })
             .collect();
-        let edges = self
-            .plan
-            .nodes
+        let nodes_of_plan = &plan.nodes;
+        let edges = nodes_of_plan
             .iter()
             .enumerate()
             .flat_map(|(to, n)| {
                 n.inputs.iter().map(move |e| {
-                    let from = &self.plan.nodes[e.from];
+                    let from = &nodes_of_plan[e.from];
                     EdgeView {
                         from: e.from,
                         to,
@@ -464,14 +465,15 @@ impl HostedJob {
             restored_from: s.restored_from.clone(),
             snapshot: s.summary.as_ref().and_then(|x| x.snapshot.clone()),
             error: s.error.clone(),
-            pools: PoolView::of(&self.plan),
+            pools: PoolView::of(&plan),
             restore: s.restore_stats(),
         }
     }
 
     pub fn checkpoints(&self, scheduler: &weir_scheduler::SchedulerMetrics) -> CheckpointsView {
         let s = self.lock();
-        let spec = &self.plan.spec.checkpoint;
+        let plan = self.plan();
+        let spec = &plan.spec.checkpoint;
         let stats = s.checkpoint_stats().unwrap_or_default();
         let prefix = format!("{} (attempt ", self.name);
         let mine: Vec<&PipelineMetrics> = scheduler
