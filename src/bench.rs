@@ -1253,7 +1253,7 @@ async fn write_operator_snapshot(
     offsets: usize,
     state_bytes: usize,
 ) -> anyhow::Result<usize> {
-    use weir_checkpoint::coordinator::{MERGED_FILE_TARGET, merge_operator_states};
+    use weir_checkpoint::publish::{MERGED_FILE_TARGET, merge_operator_states};
     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ offsets as u64;
     let mut next = move || {
         seed ^= seed << 13;

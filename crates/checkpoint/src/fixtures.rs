@@ -258,7 +258,7 @@ pub async fn publish_operator_state(
     let dir = catalog.dir_key(SnapshotKind::Checkpoint, id);
     let mut m = metadata(catalog.job_dir(), id, SnapshotKind::Checkpoint);
     for (i, bytes) in files.into_iter().enumerate() {
-        let name = format!("{}-{i}", crate::coordinator::OPERATOR_STATE);
+        let name = format!("{}-{i}", crate::publish::OPERATOR_STATE);
         let placed = catalog
             .storage()
             .put(&format!("{dir}/{name}"), bytes)
