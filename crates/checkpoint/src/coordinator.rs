@@ -45,7 +45,7 @@ use crate::protocol::{
 use crate::publish::{Publish, Upload};
 
 /// The coordinator's statistics, re-exported where its callers have always found them.
-pub use crate::stats::{CheckpointStats, HISTORY, Outcome, Record, StatsInner};
+pub use crate::stats::{CheckpointStats, HISTORY, Outcome, Record, StatsSnapshot};
 
 /// Settings of the coordinator (the job's `checkpoint` section).
 #[derive(Clone, Debug)]

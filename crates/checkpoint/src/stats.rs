@@ -3,7 +3,7 @@
 //! summary.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::metadata::SnapshotKind;
 
@@ -32,12 +32,12 @@ pub struct Record {
 /// Counters and recent history of a job's checkpoints.
 #[derive(Debug, Default)]
 pub struct CheckpointStats {
-    inner: Mutex<StatsInner>,
+    inner: Mutex<StatsSnapshot>,
 }
 
 /// A snapshot of [`CheckpointStats`].
 #[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct StatsInner {
+pub struct StatsSnapshot {
     pub completed: u64,
     pub failed: u64,
     /// Triggers refused before starting (min pause, too many in flight, job finishing).
@@ -52,14 +52,19 @@ pub struct StatsInner {
 pub const HISTORY: usize = 32;
 
 impl CheckpointStats {
-    pub fn snapshot(&self) -> StatsInner {
-        self.inner.lock().map(|s| s.clone()).unwrap_or_default()
+    pub fn snapshot(&self) -> StatsSnapshot {
+        self.lock().clone()
     }
 
-    pub(crate) fn update(&self, f: impl FnOnce(&mut StatsInner)) {
-        if let Ok(mut s) = self.inner.lock() {
-            f(&mut s);
-        }
+    pub(crate) fn update(&self, f: impl FnOnce(&mut StatsSnapshot)) {
+        f(&mut self.lock());
+    }
+
+    /// The counters, also after a panic while they were held: every update leaves them
+    /// consistent (a count bumped, a record pushed), so a poisoned lock holds good figures,
+    /// and dropping updates from then on would make the dashboard stop counting silently.
+    fn lock(&self) -> MutexGuard<'_, StatsSnapshot> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn record(&self, record: Record) {

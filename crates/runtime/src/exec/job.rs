@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use weir_checkpoint::coordinator::{Record, StatsInner, coordinator};
+use weir_checkpoint::coordinator::{Record, StatsSnapshot, coordinator};
 use weir_checkpoint::metadata::SnapshotKind;
 use weir_checkpoint::{
     CheckpointError, Completed, CoordinatorConfig, CoordinatorHandle, JobCheckpoints, JobHooks,
@@ -106,7 +106,7 @@ impl JobControl {
     }
 
     /// Checkpoint counters and history of the current attempt.
-    pub fn checkpoint_stats(&self) -> Option<StatsInner> {
+    pub fn checkpoint_stats(&self) -> Option<StatsSnapshot> {
         self.coordinator
             .borrow()
             .as_ref()
