@@ -302,13 +302,13 @@ fn dashboard_cost(agent: &ureq::Agent, base: &str, args: &BenchServeArgs) -> any
     println!(
         "  {:32}  {:>14}  {}",
         "no dashboard",
-        crate::run::group(a as u64),
+        crate::group(a as u64),
         list(&alone)
     );
     println!(
         "  {:32}  {:>14}  {}",
         "10 dashboards polling every 1 s",
-        crate::run::group(w as u64),
+        crate::group(w as u64),
         list(&watched)
     );
     println!(
@@ -321,7 +321,7 @@ fn dashboard_cost(agent: &ureq::Agent, base: &str, args: &BenchServeArgs) -> any
 
 fn list(v: &[f64]) -> String {
     v.iter()
-        .map(|x| crate::run::group(*x as u64))
+        .map(|x| crate::group(*x as u64))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -19,8 +19,8 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use weir_runtime::spec::load::Override;
 
-use crate::bench::{Sample, ensure_jsonl, median, run_with};
-use crate::run::group;
+use crate::group;
+use crate::{Sample, ensure_jsonl, median, run_with};
 
 #[derive(Args)]
 pub struct BenchKafkaArgs {

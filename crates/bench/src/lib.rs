@@ -1,9 +1,22 @@
-//! `weir bench`: benchmarks that run their baseline arm in the same process and print ratios.
+//! weir's benchmarks: the arms `weir bench` runs and the tables it prints (`make bench` runs
+//! them all; `BENCHMARKS.md` records their figures). `weir bench` is a thin layer over this
+//! crate: the binary parses [`BenchArgs`] as one of its subcommands and hands them to [`run`].
 //!
-//! The machine is shared and noisy, so every figure is a median over several runs, arms are
-//! interleaved run by run, and each table reports the ratio between arms next to the absolute
-//! numbers. CPU time is the process's user + system time over the run (getrusage), so
-//! "events/s per core" is events divided by CPU seconds actually used.
+//! Every benchmark runs its baseline arm in the same process and prints ratios. The machine is
+//! shared and noisy, so every figure is a median over several runs, arms are interleaved run by
+//! run, and each table reports the ratio between arms next to the absolute numbers. CPU time is
+//! the process's user + system time over the run (getrusage), so "events/s per core" is events
+//! divided by CPU seconds actually used.
+//!
+//! # Layout
+//! - `lib.rs`: the `weir bench` subcommands and their flags ([`BenchArgs`]), and every
+//!   benchmark of a job run through the runtime.
+//! - `serve`: `weir bench serve`: API latency with many jobs, the cost of live dashboards.
+//! - `kafka`: `weir bench kafka`: the Kafka source beside the file source, and end-to-end
+//!   latency through Kafka.
+
+mod kafka;
+mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,8 +25,6 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use nix::sys::resource::{UsageWho, getrusage};
 use weir_runtime::spec::load::Override;
-
-use crate::run::group;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -99,10 +110,10 @@ enum Bench {
     },
     /// `weir serve`: API latency with many jobs hosted, and the throughput cost of ten live
     /// dashboards.
-    Serve(crate::serve_bench::BenchServeArgs),
+    Serve(crate::serve::BenchServeArgs),
     /// The Kafka source beside the file source on the same events (q1), and end-to-end
     /// latency through Kafka, at least once and exactly once.
-    Kafka(crate::kafka_bench::BenchKafkaArgs),
+    Kafka(crate::kafka::BenchKafkaArgs),
     /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
     Checkpoint {
         #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
@@ -209,7 +220,9 @@ enum Bench {
     },
 }
 
-pub fn main(args: BenchArgs) -> ExitCode {
+/// Runs the benchmark `args` names and prints its tables; failures are reported on standard
+/// error and in the exit code.
+pub fn run(args: BenchArgs) -> ExitCode {
     let result = match args.which {
         Bench::Timers {
             pending,
@@ -224,8 +237,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
             max_spin,
             prewake,
         } => scheduler(measure, runs.max(1), &pipelines, max_spin, prewake),
-        Bench::Serve(args) => return crate::serve_bench::main(args),
-        Bench::Kafka(args) => crate::kafka_bench::main(args),
+        Bench::Serve(args) => return crate::serve::main(args),
+        Bench::Kafka(args) => crate::kafka::main(args),
         Bench::Pool {
             measure,
             runs,
@@ -1405,4 +1418,17 @@ fn bytes(n: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[unit])
     }
+}
+
+/// 1234567 → "1,234,567": the tables' number format (as `weir run`'s summary prints counts).
+pub(crate) fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
