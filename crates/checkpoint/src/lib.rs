@@ -20,8 +20,8 @@
 //! - [`reader`]: seek-free reads of many ranges of merged files, and their counters.
 //! - [`object`]: storage on S3-compatible object stores through `object_store`.
 //! - [`error`]: what can go wrong, grouped by what to do about it.
-//! - `fixtures`: the behaviour every storage must show, as checks its tests run, and
-//!   hand-made snapshots for tests and benchmarks.
+//! - `fixtures` (with the `testing` feature): the behaviour every storage must show, as checks
+//!   its tests run, and hand-made snapshots for tests and benchmarks.
 //!
 //! # Example
 //! ```
@@ -43,7 +43,7 @@ pub mod coordinator;
 #[cfg(test)]
 mod coordinator_tests;
 pub mod error;
-#[doc(hidden)]
+#[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod metadata;
 pub mod object;
