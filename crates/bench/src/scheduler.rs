@@ -1,8 +1,42 @@
-//! `weir bench scheduler`: the shared checkpoint-trigger scheduler beside per-pipeline thread
-//! pools.
+//! `weir bench scheduler`: one scheduled thread pool per pipeline beside the shared scheduler
+//! (`weir-scheduler`), in one process.
+//!
+//! - **per-pipeline** (the baseline, as Apache SeaTunnel's dev branch): each pipeline has its
+//!   own pool of two threads over a delay queue, like Java's `ScheduledThreadPoolExecutor` with
+//!   `scheduleAtFixedRate` (leader/follower waiting, the next run due one period after the
+//!   previous *due* time, so a late pool catches up instead of skipping). The trigger body runs
+//!   on the pool thread; its waiting part is a blocking sleep, as in Java.
+//! - **shared**: one [`Scheduler`]; the trigger's bookkeeping runs inline on the timer thread
+//!   and its waiting part is a tokio sleep that holds no thread.
+//!
+//! Pipelines' first due times are spread evenly over one interval (pipelines start at different
+//! times in a real process). Each arm runs alone; the process's threads, CPU time (getrusage)
+//! and the delays of ticks that started in the measurement window are reported. The machine
+//! may be shared, so each cell runs several times with the arms interleaved, and every figure
+//! is the median over runs.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
+use tokio::runtime::Handle;
+use weir_scheduler::histogram::Histogram;
+use weir_scheduler::{BoxFuture, Scheduler, SchedulerConfig, SchedulerError, Tick};
+
+/// Stack size of the per-pipeline arm's threads: 10,000 of them at 5,000 pipelines.
+const POOL_STACK: usize = 64 * 1024;
+/// Threads per pipeline in the per-pipeline arm (SeaTunnel's pool size).
+const POOL_THREADS: usize = 2;
+/// Time between setting an arm up and its first due time.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// Locks, ignoring poisoning: no code panics while holding these locks.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `weir bench scheduler`: the sweep of [`default_cells`] (or those of `pipelines`), printed.
 pub(crate) fn run(
     measure: Duration,
     runs: usize,
@@ -10,15 +44,14 @@ pub(crate) fn run(
     max_spin: Option<Duration>,
     prewake: Option<Duration>,
 ) -> anyhow::Result<()> {
-    use weir_scheduler::bench;
-    let mut config = weir_scheduler::SchedulerConfig::default();
+    let mut config = SchedulerConfig::default();
     if let Some(max_spin) = max_spin {
         config.max_spin = max_spin;
     }
     if let Some(prewake) = prewake {
         config.prewake = prewake;
     }
-    let mut cells = bench::default_cells(measure);
+    let mut cells = default_cells(measure);
     if !pipelines.is_empty() {
         cells.retain(|c| pipelines.contains(&c.pipelines));
     }
@@ -30,16 +63,626 @@ pub(crate) fn run(
         humantime::format_duration(measure)
     );
     println!();
-    let results = bench::sweep(&config, &cells, runs, |done| {
+    let results = sweep(&config, &cells, runs, |done| {
         eprintln!(
             "{}",
-            bench::table(std::slice::from_ref(done))
+            table(std::slice::from_ref(done))
                 .lines()
                 .last()
                 .unwrap_or("")
         );
     })?;
-    println!("{}", bench::table(&results));
-    println!("{}", bench::flatness(&results));
+    println!("{}", table(&results));
+    println!("{}", flatness(&results));
     Ok(())
+}
+
+/// One measurement: both arms with the same pipelines and body.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell {
+    pub pipelines: usize,
+    /// Checkpoint interval of every pipeline.
+    pub interval: Duration,
+    /// The trigger's waiting part: a blocking sleep (per-pipeline) or a tokio sleep (shared).
+    /// Zero: bookkeeping only.
+    pub body: Duration,
+    /// Measurement window, after the first due time.
+    pub measure: Duration,
+}
+
+impl Cell {
+    /// Whether the body outlasts the interval.
+    pub fn is_overload(&self) -> bool {
+        self.body > self.interval
+    }
+}
+
+/// The sweep `weir bench scheduler` runs: P = 1 to 5,000 with bodies of 0, 500 µs and 5 ms,
+/// then overload (a body of 1.5 intervals) at P = 100 and 1,000.
+///
+/// The interval is 100 ms up to P = 10 (so that those cells still have 30–300 ticks to take
+/// quantiles of) and 1 s from P = 100 on (at most 5,000 ticks per second at P = 5,000, a dense
+/// schedule already). Both arms of a cell always share its interval.
+pub fn default_cells(measure: Duration) -> Vec<Cell> {
+    let interval = |pipelines: usize| {
+        if pipelines <= 10 {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(1)
+        }
+    };
+    let mut cells = Vec::new();
+    for pipelines in [1, 10, 100, 1_000, 5_000] {
+        for body_us in [0, 500, 5_000] {
+            cells.push(Cell {
+                pipelines,
+                interval: interval(pipelines),
+                body: Duration::from_micros(body_us),
+                measure,
+            });
+        }
+    }
+    for pipelines in [100, 1_000] {
+        cells.push(Cell {
+            pipelines,
+            interval: interval(pipelines),
+            body: interval(pipelines).mul_f64(1.5),
+            measure,
+        });
+    }
+    cells
+}
+
+/// Which arm a result is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arm {
+    PerPipeline,
+    Shared,
+}
+
+/// What one arm measured.
+#[derive(Debug, Clone)]
+pub struct ArmResult {
+    pub arm: Arm,
+    pub cell: Cell,
+    /// Ticks whose trigger started in the window.
+    pub fired: u64,
+    /// Ticks coalesced from setup to the end of the window (the per-pipeline arm never
+    /// coalesces: it runs late).
+    pub coalesced: u64,
+    /// Triggers that panicked in the window, summed over runs (a broken arm if not 0).
+    pub panicked: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Threads of the whole process in the middle of the window.
+    pub threads: usize,
+    /// Threads the arm added to the process (its pools, or the scheduler's own).
+    pub arm_threads: usize,
+    /// CPU time (user + system) of the process in the window, as a share of one core.
+    pub cpu_share: f64,
+    /// Share of one core the shared scheduler spent busy-waiting for precision.
+    pub spin_share: f64,
+}
+
+/// Runs both arms of one cell `runs` times, interleaved (the arm that goes first alternates),
+/// and reports for each arm the median over its runs of every figure. `runtime` must not be
+/// driving the calling thread: this blocks.
+pub fn run_cell(
+    runtime: &Handle,
+    config: &SchedulerConfig,
+    cell: &Cell,
+    runs: usize,
+) -> Result<[ArmResult; 2], SchedulerError> {
+    let mut per_pipeline = Vec::with_capacity(runs);
+    let mut shared = Vec::with_capacity(runs);
+    for run in 0..runs.max(1) {
+        if run % 2 == 0 {
+            per_pipeline.push(per_pipeline_arm(cell)?);
+            shared.push(shared_arm(runtime, config, cell)?);
+        } else {
+            shared.push(shared_arm(runtime, config, cell)?);
+            per_pipeline.push(per_pipeline_arm(cell)?);
+        }
+    }
+    Ok([median(per_pipeline), median(shared)])
+}
+
+/// Runs `cells` (each `runs` times, see [`run_cell`]) on a tokio runtime of its own with one worker
+/// per core, calling `each` after each cell.
+pub fn sweep(
+    config: &SchedulerConfig,
+    cells: &[Cell],
+    runs: usize,
+    mut each: impl FnMut(&[ArmResult; 2]),
+) -> Result<Vec<[ArmResult; 2]>, SchedulerError> {
+    let workers = thread::available_parallelism().map_or(2, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("weir-bench-rt")
+        .enable_time()
+        .build()
+        .map_err(SchedulerError::Spawn)?;
+    let mut results = Vec::with_capacity(cells.len());
+    for cell in cells {
+        let result = run_cell(runtime.handle(), config, cell, runs)?;
+        each(&result);
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// The median of each figure over runs of one arm (upper median for an even count).
+fn median(runs: Vec<ArmResult>) -> ArmResult {
+    fn mid<T: Copy + PartialOrd>(runs: &[ArmResult], f: impl Fn(&ArmResult) -> T) -> T {
+        let mut v: Vec<T> = runs.iter().map(f).collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        v[v.len() / 2]
+    }
+    ArmResult {
+        arm: runs[0].arm,
+        cell: runs[0].cell,
+        fired: mid(&runs, |r| r.fired),
+        coalesced: mid(&runs, |r| r.coalesced),
+        panicked: runs.iter().map(|r| r.panicked).sum(),
+        p50_us: mid(&runs, |r| r.p50_us),
+        p99_us: mid(&runs, |r| r.p99_us),
+        max_us: mid(&runs, |r| r.max_us),
+        threads: mid(&runs, |r| r.threads),
+        arm_threads: mid(&runs, |r| r.arm_threads),
+        cpu_share: mid(&runs, |r| r.cpu_share),
+        spin_share: mid(&runs, |r| r.spin_share),
+    }
+}
+
+/// A Markdown table of results, one row per arm, with the shared/per-pipeline p50 and p99
+/// ratios on the shared rows.
+pub fn table(results: &[[ArmResult; 2]]) -> String {
+    let mut out = String::from(
+        "| P | interval | body | arm | p50 µs | p99 µs | max µs | threads | CPU (% of a core) | spin % | fired | coalesced | p50 shared/per | p99 shared/per |\n\
+         |---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for [base, shared] in results {
+        for r in [base, shared] {
+            let body = if r.cell.is_overload() {
+                format!("{:?} (overload)", r.cell.body)
+            } else {
+                format!("{:?}", r.cell.body)
+            };
+            let ratios = if r.arm == Arm::Shared {
+                format!(
+                    "{:.2}× | {:.2}×",
+                    r.p50_us / base.p50_us.max(1e-3),
+                    r.p99_us / base.p99_us.max(1e-3)
+                )
+            } else {
+                " | ".to_owned()
+            };
+            out.push_str(&format!(
+                "| {} | {:?} | {} | {} | {:.2} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {} | {} | {} |\n",
+                r.cell.pipelines,
+                r.cell.interval,
+                body,
+                match r.arm {
+                    Arm::PerPipeline => "per-pipeline",
+                    Arm::Shared => "shared",
+                },
+                r.p50_us,
+                r.p99_us,
+                r.max_us,
+                r.threads,
+                r.cpu_share * 100.0,
+                r.spin_share * 100.0,
+                r.fired,
+                r.coalesced,
+                ratios,
+            ));
+        }
+    }
+    out
+}
+
+/// How flat the shared arm's median delay is across pipeline counts: for each trigger body (the
+/// overload cells aside), the lowest and highest p50 over P and their ratio. The target is a
+/// ratio within 2×.
+pub fn flatness(results: &[[ArmResult; 2]]) -> String {
+    let shared: Vec<&ArmResult> = results
+        .iter()
+        .map(|[_, shared]| shared)
+        .filter(|r| !r.cell.is_overload())
+        .collect();
+    let mut bodies: Vec<Duration> = shared.iter().map(|r| r.cell.body).collect();
+    bodies.sort();
+    bodies.dedup();
+    let spans = bodies.into_iter().filter_map(|body| {
+        let cells = || shared.iter().filter(move |r| r.cell.body == body);
+        let lo = cells().min_by(|a, b| a.p50_us.total_cmp(&b.p50_us))?;
+        let hi = cells().max_by(|a, b| a.p50_us.total_cmp(&b.p50_us))?;
+        Some(format!(
+            " body {body:?}: {:.2} µs (P = {}) – {:.2} µs (P = {}), {:.2}×",
+            lo.p50_us,
+            lo.cell.pipelines,
+            hi.p50_us,
+            hi.cell.pipelines,
+            hi.p50_us / lo.p50_us.max(1e-3)
+        ))
+    });
+    format!(
+        "shared p50 across P (lowest–highest, ratio):{}",
+        spans.collect::<Vec<_>>().join(";")
+    )
+}
+
+/// The process's threads, from `/proc/self/status` (0 where there is none).
+pub fn process_threads() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) of the process so far.
+pub fn process_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let tv = |t: nix::sys::time::TimeVal| {
+                Duration::from_secs(t.tv_sec().max(0) as u64)
+                    + Duration::from_micros(t.tv_usec().max(0) as u64)
+            };
+            tv(u.user_time()) + tv(u.system_time())
+        }
+        Err(_) => Duration::ZERO,
+    }
+}
+
+/// The measurement window of a cell set up now: first due times spread from its start.
+#[derive(Clone, Copy)]
+struct Window {
+    start: Instant,
+    end: Instant,
+}
+
+impl Window {
+    fn new(cell: &Cell) -> Self {
+        let start = Instant::now() + SETTLE;
+        Window {
+            start,
+            end: start + cell.measure,
+        }
+    }
+
+    /// First due time of pipeline `i` of `n`: spread evenly over one interval.
+    fn first_due(&self, cell: &Cell, i: usize) -> Instant {
+        self.start
+            + cell
+                .interval
+                .mul_f64(i as f64 / cell.pipelines.max(1) as f64)
+    }
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        thread::sleep(t - now);
+    }
+}
+
+/// Waits out a window, sampling threads in its middle and CPU time at its ends.
+fn measure_window(window: &Window) -> (usize, Duration) {
+    sleep_until(window.start);
+    let cpu0 = process_cpu();
+    sleep_until(window.start + (window.end - window.start) / 2);
+    let threads = process_threads();
+    sleep_until(window.end);
+    (threads, process_cpu().saturating_sub(cpu0))
+}
+
+fn result(
+    arm: Arm,
+    cell: &Cell,
+    delay: &Histogram,
+    (coalesced, panicked): (u64, u64),
+    threads: (usize, usize),
+    cpu: Duration,
+    spin: Duration,
+) -> ArmResult {
+    let secs = cell.measure.as_secs_f64().max(1e-9);
+    ArmResult {
+        arm,
+        cell: *cell,
+        fired: delay.count(),
+        coalesced,
+        panicked,
+        p50_us: delay.quantile(0.5) as f64 / 1_000.0,
+        p99_us: delay.quantile(0.99) as f64 / 1_000.0,
+        max_us: delay.max() as f64 / 1_000.0,
+        threads: threads.0,
+        arm_threads: threads.1,
+        cpu_share: cpu.as_secs_f64() / secs,
+        spin_share: spin.as_secs_f64() / secs,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shared arm.
+
+fn shared_arm(
+    runtime: &Handle,
+    config: &SchedulerConfig,
+    cell: &Cell,
+) -> Result<ArmResult, SchedulerError> {
+    let threads_before = process_threads();
+    let scheduler = Scheduler::with_config(
+        runtime.clone(),
+        SchedulerConfig {
+            thread_name: "weir-bench-sched".to_owned(),
+            ..config.clone()
+        },
+    )?;
+    let window = Window::new(cell);
+    let checkpoints = Arc::new(AtomicU64::new(0));
+    // Delays of ticks that started in the window, recorded by the triggers themselves, as the
+    // per-pipeline arm does: the scheduler's own histograms would also count ticks after the
+    // window, and reading them during the run would take the leases' locks. Only the timer
+    // thread takes this lock until the arm is torn down.
+    let delay = Arc::new(Mutex::new(Histogram::new()));
+    let mut leases = Vec::with_capacity(cell.pipelines);
+    for i in 0..cell.pipelines {
+        let (checkpoints, delay) = (Arc::clone(&checkpoints), Arc::clone(&delay));
+        let body = cell.body;
+        let trigger = move |tick: Tick| -> Option<BoxFuture> {
+            // The bookkeeping: bump a checkpoint id.
+            checkpoints.fetch_add(1, Ordering::Relaxed);
+            if tick.started >= window.start && tick.started < window.end {
+                lock(&delay).record_duration(tick.delay());
+            }
+            if body.is_zero() {
+                None
+            } else {
+                Some(Box::pin(tokio::time::sleep(body)))
+            }
+        };
+        leases.push(scheduler.register_at(
+            format!("pipeline-{i}"),
+            window.first_due(cell, i),
+            cell.interval,
+            trigger,
+        )?);
+    }
+    let before = scheduler.metrics();
+    let (threads, cpu) = measure_window(&window);
+    let after = scheduler.metrics();
+    let spin = Duration::from_micros(
+        after
+            .precision
+            .spin_us
+            .saturating_sub(before.precision.spin_us),
+    );
+    drop(leases);
+    scheduler.shutdown();
+    let delay = lock(&delay).clone();
+    Ok(result(
+        Arm::Shared,
+        cell,
+        &delay,
+        (
+            after.coalesced.saturating_sub(before.coalesced),
+            after.panicked.saturating_sub(before.panicked),
+        ),
+        (threads, threads.saturating_sub(threads_before)),
+        cpu,
+        spin,
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The per-pipeline arm: a miniature ScheduledThreadPoolExecutor per pipeline.
+
+/// One pipeline's pool: two threads over a one-task delay queue.
+struct Pool {
+    shared: Arc<PoolShared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct PoolShared {
+    state: Mutex<PoolState>,
+    /// Java's `available` condition of `DelayedWorkQueue`.
+    available: Condvar,
+}
+
+struct PoolState {
+    /// When the periodic task is next due; `None` while a thread runs it (it is then out of
+    /// the queue, as in Java), and until every pool of the arm has started.
+    next: Option<Instant>,
+    /// Ticks that start in it are measured; set with the first due time.
+    window: Option<Window>,
+    /// A thread is in a timed wait for the head (Java's `leader`); the others wait untimed.
+    leader: bool,
+    shutdown: bool,
+    /// Delays of runs that started in the window.
+    delay: Histogram,
+}
+
+fn per_pipeline_arm(cell: &Cell) -> Result<ArmResult, SchedulerError> {
+    let threads_before = process_threads();
+    let checkpoints = Arc::new(AtomicU64::new(0));
+    let mut pools: Vec<Pool> = Vec::with_capacity(cell.pipelines);
+    let mut failed = None;
+    // The pools start idle: starting thousands of threads takes longer than `SETTLE` on a busy
+    // machine, and the window (hence every first due time) must not begin before they are all
+    // up, or the baseline would be measured late through no fault of its own.
+    'spawn: for i in 0..cell.pipelines {
+        let shared = Arc::new(PoolShared {
+            state: Mutex::new(PoolState {
+                next: None,
+                window: None,
+                leader: false,
+                shutdown: false,
+                delay: Histogram::new(),
+            }),
+            available: Condvar::new(),
+        });
+        let mut pool = Pool {
+            shared: Arc::clone(&shared),
+            threads: Vec::with_capacity(POOL_THREADS),
+        };
+        for t in 0..POOL_THREADS {
+            let shared = Arc::clone(&shared);
+            let checkpoints = Arc::clone(&checkpoints);
+            let (interval, body) = (cell.interval, cell.body);
+            let spawned = thread::Builder::new()
+                .name(format!("pool-{i}-{t}"))
+                .stack_size(POOL_STACK)
+                .spawn(move || pool_worker(&shared, interval, body, &checkpoints));
+            match spawned {
+                Ok(handle) => pool.threads.push(handle),
+                Err(e) => {
+                    failed = Some(e);
+                    pools.push(pool);
+                    break 'spawn;
+                }
+            }
+        }
+        pools.push(pool);
+    }
+    let measured = match failed {
+        None => {
+            let window = Window::new(cell);
+            for (i, pool) in pools.iter().enumerate() {
+                let mut state = lock(&pool.shared.state);
+                state.next = Some(window.first_due(cell, i));
+                state.window = Some(window);
+                drop(state);
+                pool.shared.available.notify_all();
+            }
+            Some(measure_window(&window))
+        }
+        Some(_) => None,
+    };
+    for pool in &pools {
+        lock(&pool.shared.state).shutdown = true;
+        pool.shared.available.notify_all();
+    }
+    let mut delay = Histogram::new();
+    for pool in pools {
+        for t in pool.threads {
+            let _ = t.join();
+        }
+        delay.merge(&lock(&pool.shared.state).delay);
+    }
+    let (threads, cpu) = match (measured, failed) {
+        (Some(m), _) => m,
+        (None, Some(e)) => return Err(SchedulerError::Spawn(e)),
+        (None, None) => (0, Duration::ZERO),
+    };
+    Ok(result(
+        Arm::PerPipeline,
+        cell,
+        &delay,
+        (0, 0),
+        (threads, threads.saturating_sub(threads_before)),
+        cpu,
+        Duration::ZERO,
+    ))
+}
+
+/// A pool thread: Java's `ThreadPoolExecutor` worker looping on `DelayedWorkQueue::take`, then
+/// running the task and re-queueing it one period after its previous due time.
+fn pool_worker(pool: &PoolShared, interval: Duration, body: Duration, checkpoints: &AtomicU64) {
+    let mut state = lock(&pool.state);
+    loop {
+        if state.shutdown {
+            return;
+        }
+        let Some(due) = state.next else {
+            state = pool
+                .available
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            continue;
+        };
+        let now = Instant::now();
+        if due <= now {
+            state.next = None;
+            drop(state);
+            let started = Instant::now();
+            checkpoints.fetch_add(1, Ordering::Relaxed);
+            if !body.is_zero() {
+                thread::sleep(body);
+            }
+            state = lock(&pool.state);
+            let in_window = state
+                .window
+                .is_some_and(|w| started >= w.start && started < w.end);
+            if in_window {
+                state.delay.record_duration(started - due);
+            }
+            state.next = Some(due + interval);
+            pool.available.notify_one();
+        } else if state.leader {
+            state = pool
+                .available
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        } else {
+            state.leader = true;
+            let (guard, _) = pool
+                .available
+                .wait_timeout(state, due - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state = guard;
+            state.leader = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(pipelines: usize, body_ms: u64, interval_ms: u64, p50_us: f64) -> [ArmResult; 2] {
+        let cell = Cell {
+            pipelines,
+            interval: Duration::from_millis(interval_ms),
+            body: Duration::from_millis(body_ms),
+            measure: Duration::from_secs(1),
+        };
+        let arm = |arm| ArmResult {
+            arm,
+            cell,
+            fired: 0,
+            coalesced: 0,
+            panicked: 0,
+            p50_us,
+            p99_us: 0.0,
+            max_us: 0.0,
+            threads: 0,
+            arm_threads: 0,
+            cpu_share: 0.0,
+            spin_share: 0.0,
+        };
+        [arm(Arm::PerPipeline), arm(Arm::Shared)]
+    }
+
+    #[test]
+    fn flatness_spans_each_bodys_lowest_and_highest_p50_and_skips_overload() {
+        let results = [
+            shared(1, 0, 100, 0.40),
+            shared(1000, 0, 1000, 0.10),
+            shared(10, 0, 100, 0.20),
+            shared(1, 5, 100, 0.30),
+            shared(100, 1500, 1000, 9.0), // overload: not part of the sweep
+        ];
+        assert_eq!(
+            flatness(&results),
+            "shared p50 across P (lowest–highest, ratio): \
+             body 0ns: 0.10 µs (P = 1000) – 0.40 µs (P = 1), 4.00×; \
+             body 5ms: 0.30 µs (P = 1) – 0.30 µs (P = 1), 1.00×"
+        );
+    }
 }
