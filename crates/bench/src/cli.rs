@@ -230,7 +230,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             threads,
             work,
             tasks_per_thread,
-        } => crate::pool::run(weir_connection_pool::bench::BenchConfig {
+        } => crate::pool::run(crate::pool::BenchConfig {
             threads,
             work,
             tasks_per_thread,
