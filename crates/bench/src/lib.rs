@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //! - `cli`: the `weir bench` subcommands and their flags ([`BenchArgs`]), and [`run`].
-//! - `measure`: what every benchmark of a job shares: a measured run ([`measure::Sample`]:
+//! - `measure`: what every benchmark of a job shares: a measured run (`Sample`:
 //!   events, wall and CPU time), medians, the generated JSON-lines input, number formatting.
 //! - One module per subcommand, each with its arms side by side:
 //!   - `nexmark`: Nexmark queries, chained beside unchained, generator and JSON lines;
@@ -24,10 +24,13 @@
 //!   - `postgres`: the PostgreSQL sink, at least once and exactly once, beside a blackhole;
 //!   - `serve`: `weir serve`'s API latency with many jobs, and the cost of live dashboards;
 //!   - `kafka`: the Kafka source beside the file source, and latency through Kafka.
+//! - [`generator`]: a micro benchmark of the Nexmark generator's Arrow path, which no
+//!   subcommand runs yet.
 
 mod backends;
 mod checkpoint;
 mod cli;
+pub mod generator;
 mod kafka;
 mod measure;
 mod nexmark;
