@@ -7,16 +7,14 @@
 //! - `serve.rs`: `weir serve`: host jobs behind the HTTP API and the dashboard.
 //! - `client.rs`: `weir submit`, `weir jobs`, `weir cancel`, `weir savepoint ID`: a client of
 //!   `weir serve`.
-//! - `bench.rs`: `weir bench`: the benchmarks `make bench` prints.
-//! - `serve_bench.rs`: `weir bench serve`: API latency with many jobs, cost of live dashboards.
+//!
+//! `weir bench`, the benchmarks `make bench` prints, is the `weir-bench` crate
+//! (`crates/bench`): this binary only parses its arguments and calls [`weir_bench::run`].
 
-mod bench;
 mod client;
-mod kafka_bench;
 mod run;
 mod savepoint;
 mod serve;
-mod serve_bench;
 
 /// mimalloc instead of the system allocator: profiles of the stateful Nexmark queries showed
 /// glibc's malloc and free (with its consolidation passes) at 15–20% of samples; operators
@@ -169,7 +167,7 @@ enum Command {
         command: NexmarkCommand,
     },
     /// Run benchmarks and print tables (see BENCHMARKS.md).
-    Bench(bench::BenchArgs),
+    Bench(weir_bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -299,7 +297,7 @@ fn main() -> ExitCode {
                     inter_event_delay,
                 },
         } => generate(events, &out, seed, inter_event_delay),
-        Command::Bench(args) => bench::main(args),
+        Command::Bench(args) => weir_bench::run(args),
     }
 }
 

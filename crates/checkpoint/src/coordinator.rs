@@ -21,125 +21,31 @@
 //! under a lock. At most `max-concurrent` checkpoints are in flight; one not complete by its
 //! deadline is abandoned. A savepoint requested while a checkpoint is in flight waits for it
 //! as a queued request that the checkpoint's completion starts: no thread sleeps or polls.
+//!
+//! The vocabulary it shares with the runtime is in [`crate::protocol`], its counters and
+//! history in [`crate::stats`], and storing and publishing a snapshot's files in
+//! [`crate::publish`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
-use weir_state::snapshot::{KeyedSnapshot, SnapshotFormat};
+use weir_state::snapshot::KeyedSnapshot;
 
-use crate::catalog::{JobCheckpoints, join};
+use crate::catalog::JobCheckpoints;
 use crate::error::{CheckpointError, StorageError};
-use crate::metadata::{
-    CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateInfo,
-    StateRange, SubtaskState, VERSION, checksum,
+use crate::metadata::{FileRef, KeyedHandle, SnapshotKind, SubtaskState, now_ms};
+use crate::protocol::{
+    Barrier, BarrierKind, Completed, JobHooks, NodeInfo, SubtaskSnapshot, TaskReport,
 };
+use crate::publish::{Publish, Upload};
 
-/// What a barrier asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BarrierKind {
-    Checkpoint,
-    /// A savepoint; with `stop`, the sources end once it completes.
-    Savepoint {
-        stop: bool,
-    },
-}
-
-/// The in-band checkpoint marker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Barrier {
-    pub id: u64,
-    pub kind: BarrierKind,
-}
-
-impl Barrier {
-    /// How keyed state is snapshotted for this barrier: natively (incremental RocksDB files)
-    /// for checkpoints, in weir's logical format (portable across backends) for savepoints.
-    pub fn keyed_format(&self, rocksdb: bool) -> SnapshotFormat {
-        match self.kind {
-            BarrierKind::Checkpoint if rocksdb => SnapshotFormat::RocksNative,
-            _ => SnapshotFormat::Logical,
-        }
-    }
-
-    pub fn snapshot_kind(&self) -> SnapshotKind {
-        match self.kind {
-            BarrierKind::Checkpoint => SnapshotKind::Checkpoint,
-            BarrierKind::Savepoint { .. } => SnapshotKind::Savepoint,
-        }
-    }
-}
-
-/// One operator subtask's part of a task's snapshot.
-#[derive(Debug)]
-pub struct SubtaskSnapshot {
-    /// Index of the node in the coordinator's node list.
-    pub node: usize,
-    pub subtask: u32,
-    /// Non-keyed state, encoded by the runtime.
-    pub operator: Option<Vec<u8>>,
-    /// The keyed backend's snapshot, in a local scratch directory the coordinator removes.
-    pub keyed: Option<KeyedSnapshot>,
-}
-
-/// What tasks tell the coordinator.
-#[derive(Debug)]
-pub enum TaskReport {
-    /// The task processed barrier `checkpoint` and snapshotted its operators.
-    Ack {
-        checkpoint: u64,
-        task: usize,
-        subtasks: Vec<SubtaskSnapshot>,
-        /// How long the task held back inputs whose barrier had arrived, waiting for the
-        /// barrier on its other inputs (zero for sources and single-input tasks).
-        alignment: Duration,
-    },
-    /// The task could not snapshot: the checkpoint fails (the job goes on).
-    Declined {
-        checkpoint: u64,
-        task: usize,
-        reason: String,
-    },
-    /// The task ended: checkpoints that still need it cannot complete, and no more can start.
-    Finished { task: usize },
-}
-
-/// A node of the job, as checkpoints record it.
-#[derive(Clone, Debug)]
-pub struct NodeInfo {
-    pub name: String,
-    pub kind: String,
-    pub parallelism: u32,
-}
-
-/// A completed snapshot, as the runtime sees it.
-#[derive(Debug)]
-pub struct Completed {
-    pub metadata: CheckpointMetadata,
-    /// Where it is, for messages and `--from`.
-    pub location: String,
-    /// Each subtask's operator state: (node index, subtask) → bytes.
-    pub operator_states: HashMap<(usize, u32), Vec<u8>>,
-}
-
-/// What the coordinator needs from the runtime.
-pub trait JobHooks: Send + Sync + 'static {
-    /// Sends `barrier` to every source subtask. An error means the job can no longer take
-    /// checkpoints (a source has finished, the job is stopping).
-    fn inject(&self, barrier: Barrier) -> Result<(), String>;
-
-    /// `completed` is durable: commit what the sinks prepared for it. An error fails the job
-    /// (the transactions stay pending and are committed again on restore).
-    fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>>;
-
-    /// A stop-with-savepoint completed: end the sources.
-    fn stop_sources(&self);
-}
+/// The coordinator's statistics, re-exported where its callers have always found them.
+pub use crate::stats::{CheckpointStats, HISTORY, Outcome, Record, StatsSnapshot};
 
 /// Settings of the coordinator (the job's `checkpoint` section).
 #[derive(Clone, Debug)]
@@ -247,86 +153,6 @@ impl CoordinatorHandle {
     pub fn stats(&self) -> Arc<CheckpointStats> {
         self.stats.clone()
     }
-}
-
-/// How a snapshot ended, for metrics and the dashboard.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "status")]
-pub enum Outcome {
-    Completed { location: String, bytes: u64 },
-    Failed { reason: String },
-}
-
-/// One snapshot in the history.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Record {
-    pub id: u64,
-    pub kind: SnapshotKind,
-    /// Epoch ms.
-    pub triggered_at: i64,
-    pub duration_ms: u64,
-    /// The longest barrier alignment of any task for this snapshot, in milliseconds.
-    pub alignment_ms: u64,
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// Counters and recent history of a job's checkpoints.
-#[derive(Debug, Default)]
-pub struct CheckpointStats {
-    inner: Mutex<StatsInner>,
-}
-
-/// A snapshot of [`CheckpointStats`].
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct StatsInner {
-    pub completed: u64,
-    pub failed: u64,
-    /// Triggers refused before starting (min pause, too many in flight, job finishing).
-    pub skipped: u64,
-    pub in_flight: Vec<u64>,
-    pub latest_completed: Option<Record>,
-    /// The last [`HISTORY`] snapshots, oldest first.
-    pub history: VecDeque<Record>,
-}
-
-/// Snapshots kept in the history.
-pub const HISTORY: usize = 32;
-
-impl CheckpointStats {
-    pub fn snapshot(&self) -> StatsInner {
-        self.inner.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    fn update(&self, f: impl FnOnce(&mut StatsInner)) {
-        if let Ok(mut s) = self.inner.lock() {
-            f(&mut s);
-        }
-    }
-
-    fn record(&self, record: Record) {
-        self.update(|s| {
-            s.in_flight.retain(|id| *id != record.id);
-            match &record.outcome {
-                Outcome::Completed { .. } => {
-                    s.completed += 1;
-                    s.latest_completed = Some(record.clone());
-                }
-                Outcome::Failed { .. } => s.failed += 1,
-            }
-            if s.history.len() == HISTORY {
-                s.history.pop_front();
-            }
-            s.history.push_back(record);
-        });
-    }
-}
-
-/// Epoch milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A snapshot in flight.
@@ -895,208 +721,5 @@ fn discard_keyed(keyed: Option<KeyedSnapshot>) {
 fn discard(subtasks: Vec<SubtaskSnapshot>) {
     for s in subtasks {
         discard_keyed(s.keyed);
-    }
-}
-
-/// Stores one keyed snapshot's files.
-struct Upload {
-    storage: Arc<dyn crate::storage::CheckpointStorage>,
-    /// The snapshot's directory key.
-    dir: String,
-    /// The subtask's directory name in it (`<node>-<subtask>`).
-    own: String,
-    /// For checkpoints: where shared files go (relative to the job directory) and the shared
-    /// files already stored, by name.
-    shared: Option<(String, HashMap<String, FileRef>)>,
-}
-
-impl Upload {
-    async fn run(self, snapshot: KeyedSnapshot) -> Result<KeyedHandle, StorageError> {
-        let result = self.store(&snapshot).await;
-        let _ = tokio::fs::remove_dir_all(&snapshot.dir).await;
-        result
-    }
-
-    async fn store(&self, snapshot: &KeyedSnapshot) -> Result<KeyedHandle, StorageError> {
-        let mut files = Vec::with_capacity(snapshot.files.len());
-        for f in &snapshot.files {
-            let local: PathBuf = snapshot.dir.join(&f.name);
-            match (&self.shared, f.shared) {
-                (Some((shared_dir, stored)), true) => {
-                    if let Some(r) = stored.get(&f.name).filter(|r| r.size == f.size) {
-                        files.push(r.clone());
-                        continue;
-                    }
-                    // `dir` is `<job>/<kind>-<id>`: shared files sit beside it.
-                    let path = format!("../{shared_dir}/{}", f.name);
-                    let placed = self
-                        .storage
-                        .put_file(&join(&self.dir, &path), local)
-                        .await?;
-                    files.push(FileRef::new(path, placed));
-                }
-                _ => {
-                    let path = format!("{}/{}", self.own, f.name);
-                    let placed = self
-                        .storage
-                        .put_file(&join(&self.dir, &path), local)
-                        .await?;
-                    files.push(FileRef::new(path, placed));
-                }
-            }
-        }
-        Ok(KeyedHandle {
-            format: match snapshot.format {
-                SnapshotFormat::Logical => KeyedFormat::Logical,
-                SnapshotFormat::RocksNative => KeyedFormat::RocksNative,
-            },
-            key_groups: [snapshot.range.start, snapshot.range.end],
-            files,
-            states: snapshot
-                .states
-                .iter()
-                .map(|s| StateInfo {
-                    name: s.name.clone(),
-                    ttl_ms: s.ttl_ms,
-                })
-                .collect(),
-        })
-    }
-}
-
-/// Writes a snapshot's merged operator-state files and its metadata, then lets the runtime
-/// commit.
-struct Publish {
-    catalog: JobCheckpoints,
-    job: String,
-    key_groups: u32,
-    nodes: Vec<NodeInfo>,
-    id: u64,
-    kind: SnapshotKind,
-    triggered_at: i64,
-    subtasks: HashMap<(usize, u32), SubtaskState>,
-    operator_states: HashMap<(usize, u32), Vec<u8>>,
-    hooks: Arc<dyn JobHooks>,
-}
-
-/// The merged operator-state files' names: `operator-state-0`, `operator-state-1`, ...
-pub const OPERATOR_STATE: &str = "operator-state";
-
-/// Size at which a merged operator-state file is closed and the next one begun. Operator
-/// state is small (positions, assignments, pending transactions), so usually one file holds
-/// every subtask's; the cap only bounds how much one file (and one write) holds when it is not.
-pub const MERGED_FILE_TARGET: usize = 64 << 20;
-
-/// (node index, subtask): whose state.
-pub type SubtaskKey = (usize, u32);
-
-/// Lays `states` (in key order) out in merged files of about `target` bytes each: the files'
-/// contents and each state's range. A state larger than `target` gets a file of its own;
-/// one state is never split across files.
-pub fn merge_operator_states(
-    states: &[((usize, u32), &[u8])],
-    target: usize,
-) -> (Vec<Vec<u8>>, Vec<(SubtaskKey, StateRange)>) {
-    let mut files: Vec<Vec<u8>> = Vec::new();
-    let mut ranges = Vec::with_capacity(states.len());
-    for (key, bytes) in states {
-        let full = files
-            .last()
-            .is_none_or(|f| !f.is_empty() && f.len() + bytes.len() > target);
-        if full {
-            files.push(Vec::new());
-        }
-        let file = files.len() - 1;
-        let merged = &mut files[file];
-        ranges.push((
-            *key,
-            StateRange {
-                file: file as u32,
-                offset: merged.len() as u64,
-                length: bytes.len() as u64,
-                xxh3: checksum(bytes),
-            },
-        ));
-        merged.extend_from_slice(bytes);
-    }
-    (files, ranges)
-}
-
-impl Publish {
-    async fn run(mut self) -> Result<Arc<Completed>, String> {
-        let dir = self.catalog.dir_key(self.kind, self.id);
-        // Few files for every subtask's operator state, in (node, subtask) order, so a
-        // restore reads each front to back in one request.
-        let mut keys: Vec<(usize, u32)> = self.operator_states.keys().copied().collect();
-        keys.sort_unstable();
-        let states: Vec<((usize, u32), &[u8])> = keys
-            .iter()
-            .map(|k| (*k, self.operator_states[k].as_slice()))
-            .collect();
-        let (files, ranges) = merge_operator_states(&states, MERGED_FILE_TARGET);
-        for (key, range) in ranges {
-            self.subtasks
-                .entry(key)
-                .or_insert(SubtaskState {
-                    subtask: key.1,
-                    operator: None,
-                    keyed: None,
-                })
-                .operator = Some(range);
-        }
-        // Written one after the other: each is one request, and the metadata comes after all.
-        let mut operator_state = Vec::with_capacity(files.len());
-        for (i, merged) in files.into_iter().enumerate() {
-            let name = format!("{OPERATOR_STATE}-{i}");
-            let placed = self
-                .catalog
-                .storage()
-                .put(&join(&dir, &name), merged)
-                .await
-                .map_err(|e| e.to_string())?;
-            operator_state.push(FileRef::new(name, placed));
-        }
-        let mut nodes: Vec<NodeState> = self
-            .nodes
-            .iter()
-            .map(|n| NodeState {
-                name: n.name.clone(),
-                kind: n.kind.clone(),
-                parallelism: n.parallelism,
-                subtasks: Vec::new(),
-            })
-            .collect();
-        let mut states: Vec<((usize, u32), SubtaskState)> = self.subtasks.into_iter().collect();
-        states.sort_by_key(|(k, _)| *k);
-        for ((node, _), state) in states {
-            if let Some(n) = nodes.get_mut(node) {
-                n.subtasks.push(state);
-            }
-        }
-        let metadata = CheckpointMetadata {
-            version: VERSION,
-            job: self.job,
-            id: self.id,
-            kind: self.kind,
-            triggered_at: self.triggered_at,
-            completed_at: now_ms(),
-            key_groups: self.key_groups,
-            operator_state,
-            nodes,
-        };
-        self.catalog
-            .publish(&metadata)
-            .await
-            .map_err(|e| e.to_string())?;
-        let completed = Arc::new(Completed {
-            location: self.catalog.storage().location(&dir),
-            metadata,
-            operator_states: self.operator_states,
-        });
-        if let Err(e) = self.hooks.committed(completed.clone()).await {
-            // The snapshot stands; its transactions are committed again on restore.
-            tracing::error!(checkpoint = self.id, error = %e, "committing sink transactions failed");
-        }
-        Ok(completed)
     }
 }

@@ -14,6 +14,8 @@ use crate::catalog::JobCheckpoints;
 use crate::coordinator::*;
 use crate::error::CheckpointError;
 use crate::metadata::{METADATA, SnapshotKind};
+use crate::protocol::*;
+use crate::publish::merge_operator_states;
 use crate::storage::{CheckpointStorage, LocalStorage};
 
 /// Records what the coordinator asks of the runtime.

@@ -2,8 +2,8 @@
 //! files, an in-memory object store, a real S3-compatible server in the end-to-end tests), and
 //! hand-made snapshots for tests and `weir bench restore`.
 //!
-//! The checks return what differs instead of panicking, so they can live outside `cfg(test)`
-//! and be shared by the crate's tests and the end-to-end tests.
+//! The checks return what differs instead of panicking, so they can live outside `cfg(test)`,
+//! behind the `testing` feature, and be shared by the crate's tests and the end-to-end tests.
 
 use std::sync::Arc;
 
@@ -258,7 +258,7 @@ pub async fn publish_operator_state(
     let dir = catalog.dir_key(SnapshotKind::Checkpoint, id);
     let mut m = metadata(catalog.job_dir(), id, SnapshotKind::Checkpoint);
     for (i, bytes) in files.into_iter().enumerate() {
-        let name = format!("{}-{i}", crate::coordinator::OPERATOR_STATE);
+        let name = format!("{}-{i}", crate::publish::OPERATOR_STATE);
         let placed = catalog
             .storage()
             .put(&format!("{dir}/{name}"), bytes)

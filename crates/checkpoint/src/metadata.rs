@@ -200,6 +200,14 @@ pub struct CheckpointMetadata {
     pub nodes: Vec<NodeState>,
 }
 
+/// Epoch milliseconds now: the clock of [`CheckpointMetadata::triggered_at`] and
+/// [`CheckpointMetadata::completed_at`].
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 impl CheckpointMetadata {
     /// Every file the snapshot needs.
     pub fn files(&self) -> impl Iterator<Item = &FileRef> {

@@ -117,9 +117,11 @@ impl CombinerConfig {
         self
     }
 
-    /// Never yield: a run lasts as long as actions keep arriving. This is the behaviour lesson 4
-    /// warns about (one caller can be kept combining indefinitely); it exists as the benchmark's
-    /// naive arm.
+    /// Never yield: a run lasts as long as actions keep arriving, and nothing waits for a posted
+    /// resume (once every submitter has returned, every action has been applied; the resume hook
+    /// is never called). The price is the trap of lesson 4: one caller can be kept combining
+    /// indefinitely, so the pool does not use it. The tests use it to check that no action is
+    /// stranded without the resume path's help, and `weir bench pool` as its naive arm.
     pub fn without_yield(mut self) -> Self {
         self.max_actions_per_run = usize::MAX;
         self.time_budget = None;

@@ -21,10 +21,12 @@
 //! - [`manager`]: the [`Manager`] trait a kind of connection implements.
 //! - `state`: the pool's state machine (the actions and their follow-ups).
 //! - [`pool`]: [`Pool`], [`PoolBuilder`], [`PooledConnection`] and the pool's tasks.
+//! - `exec`: what runs the pool's state changes (the combiner).
 //! - [`metrics`] and `histogram`: [`PoolMetrics`] and the acquire-latency histogram.
 //! - [`error`]: [`PoolError`], what can go wrong.
-//! - [`bench`](mod@bench): the lesson-4 benchmark (mutex vs combiner vs combiner with yield), run by
-//!   `weir bench pool` (and, without building the rest of weir, by `examples/bench.rs`).
+//! - `bench_internals` (with the `bench-internals` feature): what `weir bench pool` (the lesson-4
+//!   benchmark in `crates/bench`: mutex vs combiner vs combiner with yield) needs beyond the
+//!   public API: a pool over a wrapped state, run through a mutex or a combiner of its choice.
 //!
 //! `queue` and `flag` are the crate's only modules with `unsafe` (a cell handed between threads
 //! by a sequence number, and one guarded by the flag; every block says why it is sound), and the
@@ -77,15 +79,13 @@
 //! model checking on the project's 2-core machine, plus the first build. Stress tests with real
 //! threads, the queue's unit tests (including its wraparound) and the pool's behaviour tests
 //! (mostly on paused time) run with the normal `cargo test --release -p weir-connection-pool`.
-//! The benchmark:
-//!
-//! ```text
-//! cargo run --release -p weir-connection-pool --example pool-bench -- [MEASURE_MS] [RUNS] [THREADS,..] [WORK,..]
-//! ```
+//! The benchmark is `weir bench pool`.
 
-pub mod bench;
+#[cfg(feature = "bench-internals")]
+pub mod bench_internals;
 pub mod combiner;
 pub mod error;
+mod exec;
 #[allow(unsafe_code)]
 mod flag;
 mod histogram;

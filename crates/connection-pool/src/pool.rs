@@ -15,7 +15,7 @@ use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
@@ -25,8 +25,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::combiner::{CombinedState, Combiner, CombinerConfig, CombinerStats};
+use crate::combiner::{Combiner, CombinerConfig};
 use crate::error::PoolError;
+use crate::exec::Exec;
 use crate::manager::Manager;
 use crate::metrics::{Metrics, PoolMetrics};
 use crate::state::{Action, ConnectOutcome, FollowUp, Limits, Live, PoolState};
@@ -54,14 +55,6 @@ impl<M: Manager> fmt::Debug for Pool<M> {
     }
 }
 
-/// How the pool's state is synchronised. Only the benchmark uses anything but the combiner.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Synchronization {
-    Combiner(CombinerConfig),
-    /// The baseline: a plain mutex around the state, taken by every caller for its own action.
-    Mutex,
-}
-
 /// Builds a [`Pool`]. Every setter checks its value and panics with a message on a bad one.
 #[derive(Debug)]
 pub struct PoolBuilder<M> {
@@ -74,8 +67,7 @@ pub struct PoolBuilder<M> {
     max_lifetime: Option<Duration>,
     idle_timeout: Option<Duration>,
     maintenance_interval: Duration,
-    sync: Synchronization,
-    work: u32,
+    combiner: CombinerConfig,
 }
 
 impl<M: Manager> PoolBuilder<M> {
@@ -90,8 +82,7 @@ impl<M: Manager> PoolBuilder<M> {
             max_lifetime: Some(Duration::from_secs(30 * 60)),
             idle_timeout: Some(Duration::from_secs(10 * 60)),
             maintenance_interval: Duration::from_secs(1),
-            sync: Synchronization::Combiner(CombinerConfig::default()),
-            work: 0,
+            combiner: CombinerConfig::default(),
         }
     }
 
@@ -193,14 +184,7 @@ impl<M: Manager> PoolBuilder<M> {
     /// How the combiner that runs the pool's state changes yields. Default
     /// [`CombinerConfig::default`].
     pub fn combiner(mut self, config: CombinerConfig) -> Self {
-        self.sync = Synchronization::Combiner(config);
-        self
-    }
-
-    /// The benchmark's knobs: the synchronisation arm, and busy work per action.
-    pub(crate) fn bench(mut self, sync: Synchronization, work: u32) -> Self {
-        self.sync = sync;
-        self.work = work;
+        self.combiner = config;
         self
     }
 
@@ -210,6 +194,20 @@ impl<M: Manager> PoolBuilder<M> {
     /// # Panics
     /// If `min_idle` exceeds `max_size`, or when called outside a tokio runtime.
     pub fn build(self) -> Pool<M> {
+        let config = self.combiner;
+        self.build_with(|state, resume| {
+            Exec::Combiner(Box::new(Combiner::new(state, config, move || {
+                resume.post()
+            })))
+        })
+    }
+
+    /// [`build`](Self::build), with the pool's state run by the executor `exec` makes of it and
+    /// of the hook a yielding combining run calls.
+    pub(crate) fn build_with(
+        self,
+        exec: impl FnOnce(PoolState<M>, ResumePoster) -> Exec<PoolState<M>>,
+    ) -> Pool<M> {
         assert!(
             self.min_idle <= self.max_size,
             "min_idle ({}) cannot exceed max_size ({})",
@@ -227,22 +225,14 @@ impl<M: Manager> PoolBuilder<M> {
             max_lifetime: self.max_lifetime,
             idle_timeout: self.idle_timeout,
         };
-        let state = PoolState::new(limits, Arc::clone(&metrics), self.work, Instant::now());
-        let exec = match self.sync {
-            Synchronization::Mutex => Exec::Mutex(std::sync::Mutex::new(state)),
-            Synchronization::Combiner(config) => {
-                let signal = Arc::clone(&resume_signal);
-                let token = shutdown.clone();
-                Exec::Combiner(Box::new(Combiner::new(state, config, move || {
-                    // Once shut down nobody would run a posted resume: the run carries on instead.
-                    if token.is_cancelled() {
-                        return false;
-                    }
-                    signal.notify_one();
-                    true
-                })))
-            }
-        };
+        let state = PoolState::new(limits, Arc::clone(&metrics), Instant::now());
+        let exec = exec(
+            state,
+            ResumePoster {
+                signal: Arc::clone(&resume_signal),
+                shutdown: shutdown.clone(),
+            },
+        );
         let shared = Arc::new(Shared {
             manager: self.manager,
             exec,
@@ -426,42 +416,6 @@ impl<M: Manager> Drop for PooledConnection<M> {
             });
         } else {
             Returning::start(&self.shared, live);
-        }
-    }
-}
-
-/// Runs the pool's state through the combiner, or (the benchmark's baseline) a plain mutex.
-enum Exec<S: CombinedState> {
-    Combiner(Box<Combiner<S>>),
-    Mutex(std::sync::Mutex<S>),
-}
-
-impl<S: CombinedState> Exec<S> {
-    fn submit(&self, action: S::Action) -> Vec<S::FollowUp> {
-        match self {
-            Self::Combiner(combiner) => combiner.submit(action),
-            Self::Mutex(state) => {
-                let mut follow_ups = Vec::new();
-                state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .apply(action, &mut follow_ups);
-                follow_ups
-            }
-        }
-    }
-
-    fn resume(&self) -> Vec<S::FollowUp> {
-        match self {
-            Self::Combiner(combiner) => combiner.resume(),
-            Self::Mutex(_) => Vec::new(),
-        }
-    }
-
-    fn stats(&self) -> CombinerStats {
-        match self {
-            Self::Combiner(combiner) => combiner.stats(),
-            Self::Mutex(_) => CombinerStats::default(),
         }
     }
 }
@@ -764,6 +718,25 @@ fn spin_for_answer<T>(answer: &mut oneshot::Receiver<T>) -> Option<T> {
         }
     }
     None
+}
+
+/// What a combining run that reaches its limit calls: wakes the pool's [`resumer`] task, which
+/// resumes the run as its own scheduled poll.
+pub(crate) struct ResumePoster {
+    signal: Arc<Notify>,
+    shutdown: CancellationToken,
+}
+
+impl ResumePoster {
+    /// Posts a resume; `false` once the pool is shut down, when nobody would run it (the run
+    /// then carries on instead).
+    pub(crate) fn post(&self) -> bool {
+        if self.shutdown.is_cancelled() {
+            return false;
+        }
+        self.signal.notify_one();
+        true
+    }
 }
 
 /// Runs yielded combining runs to completion: each `notify` from the resume hook is one more run,

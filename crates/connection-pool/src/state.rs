@@ -1,8 +1,8 @@
 //! The pool's state machine: what each action does to the idle list, the waiters and the counts.
 //!
-//! It runs inside the combiner (or, in the benchmark's baseline arm, under a mutex), so it does no
-//! I/O, takes no lock and wakes nobody: delivering a connection, failing a waiter, opening and
-//! closing connections are [`FollowUp`]s, run by the caller once the combining section is over.
+//! It runs inside the combiner, so it does no I/O, takes no lock and wakes nobody: delivering a
+//! connection, failing a waiter, opening and closing connections are [`FollowUp`]s, run by the
+//! caller once the combining section is over.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::bench::busy_work;
 use crate::combiner::CombinedState;
 use crate::error::PoolError;
 use crate::manager::Manager;
@@ -130,8 +129,6 @@ pub(crate) struct PoolState<M: Manager> {
     /// minutes.
     clock: Instant,
     metrics: Arc<Metrics>,
-    /// Units of busy work per action: the benchmark's stand-in for a heavier critical section.
-    work: u32,
 }
 
 impl<M: Manager> CombinedState for PoolState<M> {
@@ -139,9 +136,6 @@ impl<M: Manager> CombinedState for PoolState<M> {
     type FollowUp = FollowUp<M>;
 
     fn apply(&mut self, action: Action<M>, follow_ups: &mut Vec<FollowUp<M>>) {
-        if self.work != 0 {
-            busy_work(self.work);
-        }
         match action {
             Action::Acquire { reply, now } => {
                 self.tick(now);
@@ -175,7 +169,7 @@ impl<M: Manager> CombinedState for PoolState<M> {
 }
 
 impl<M: Manager> PoolState<M> {
-    pub(crate) fn new(limits: Limits, metrics: Arc<Metrics>, work: u32, now: Instant) -> Self {
+    pub(crate) fn new(limits: Limits, metrics: Arc<Metrics>, now: Instant) -> Self {
         Self {
             limits,
             idle: VecDeque::with_capacity(limits.max_size.min(1024)),
@@ -187,7 +181,6 @@ impl<M: Manager> PoolState<M> {
             cancelled: 0,
             clock: now,
             metrics,
-            work,
         }
     }
 

@@ -277,7 +277,7 @@ impl JobInner {
     }
 
     /// The current run's checkpoint counters and history, if it checkpoints.
-    pub fn checkpoint_stats(&self) -> Option<weir_checkpoint::coordinator::StatsInner> {
+    pub fn checkpoint_stats(&self) -> Option<weir_checkpoint::coordinator::StatsSnapshot> {
         self.live
             .as_ref()
             .and_then(|l| l.control.checkpoint_stats())

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use weir_checkpoint::coordinator::StatsInner;
+use weir_checkpoint::coordinator::StatsSnapshot;
 
 use crate::host::Host;
 use crate::job::JobState;
@@ -298,7 +298,7 @@ pub fn render(host: &Host) -> String {
         ),
     ];
     out.node_families(&node_families, &nodes);
-    let families: [JobFamily<'_, StatsInner>; 3] = [
+    let families: [JobFamily<'_, StatsSnapshot>; 3] = [
         (
             "weir_checkpoints_completed_total",
             "Checkpoints and savepoints completed by the job's current run.",

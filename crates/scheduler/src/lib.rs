@@ -27,7 +27,6 @@
 //! - `timer`: the timer thread's loop and its precision (margin and busy-wait budget).
 //! - [`histogram`]: the log-linear delay histogram.
 //! - [`metrics`]: plain-data snapshots for the HTTP API.
-//! - [`bench`]: `weir bench scheduler`: per-pipeline thread pools beside the shared scheduler.
 //! - [`error`]: what can go wrong ([`SchedulerError`]).
 //!
 //! # Example
@@ -64,7 +63,6 @@
 //! # }
 //! ```
 
-pub mod bench;
 pub mod error;
 pub mod histogram;
 pub mod lease;

@@ -709,28 +709,6 @@ impl Shared {
             pipelines,
         }
     }
-
-    /// The delay histogram of every fired tick so far (for the benchmark's windows).
-    pub(crate) fn total_delay(&self) -> Stats {
-        let entries: Vec<Arc<Entry>> = lock(&self.registry).values().cloned().collect();
-        let mut total = lock(&self.retired).clone();
-        for entry in &entries {
-            total.add(&lock(&entry.state).stats);
-        }
-        total
-    }
-}
-
-impl Scheduler {
-    /// Counters of every fired tick so far, for the benchmark.
-    pub(crate) fn totals(&self) -> Stats {
-        self.shared.total_delay()
-    }
-
-    /// Time the timer thread has spent busy-waiting so far, without taking any lock.
-    pub(crate) fn spin_time(&self) -> Duration {
-        Duration::from_nanos(self.shared.precision.spin_ns.load(Ordering::Relaxed))
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@
 //! - [`heap`]: the hash map under every table.
 //! - [`table`]: a state's table: all in memory (heap), or a write-back cache over RocksDB.
 //! - [`store`]: the RocksDB database of a subtask: column families, key layout, batches.
-//! - [`timers`]: the timer service and watermark holds, in memory or in RocksDB.
+//! - [`timers`]: the timer service and watermark holds: `timers/heap.rs` in memory,
+//!   `timers/rocks.rs` in RocksDB, `timers/service.rs` the [`TimerService`] operators use.
 //! - [`query`]: queryable state: direct RocksDB-snapshot reads and ordered reads.
 //! - [`snapshot`]: checkpoint snapshots (logical, or RocksDB-native and incremental) and
 //!   restore at any parallelism, by key group.

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use weir_checkpoint::coordinator::StatsInner;
+use weir_checkpoint::coordinator::StatsSnapshot;
 use weir_checkpoint::{CheckpointError, Completed, CoordinatorHandle, JobCheckpoints};
 
 use super::error::{JobError, RunError};
@@ -72,7 +72,7 @@ impl JobControl {
     }
 
     /// Checkpoint counters and history of the current attempt.
-    pub fn checkpoint_stats(&self) -> Option<StatsInner> {
+    pub fn checkpoint_stats(&self) -> Option<StatsSnapshot> {
         self.coordinator
             .borrow()
             .as_ref()

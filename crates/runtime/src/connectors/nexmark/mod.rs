@@ -19,7 +19,6 @@
 //! - `text`: the per-generator random text, channel table and hot URLs strings are cut from.
 //! - `batch`: the Arrow schemas and [`Split`], one parallel subtask's events as record batches.
 //! - `json`: [`write_json_line`] and [`write_file`], `SCHEMA.md`'s JSON lines.
-//! - `bench`: [`bench_generate`], a micro benchmark for `weir bench`.
 //!
 //! # Example
 //!
@@ -39,7 +38,6 @@
 //! ```
 
 mod batch;
-mod bench;
 mod config;
 mod generator;
 mod json;
@@ -51,7 +49,6 @@ mod text;
 mod tests;
 
 pub use batch::{GeneratedBatch, Kinds, Split, auction_schema, bid_schema, person_schema};
-pub use bench::{BENCH_BATCH_EVENTS, bench_generate};
 pub use config::{
     AUCTION_ID_LEAD, AUCTION_PROPORTION, BID_PROPORTION, ConfigError, FIRST_AUCTION_ID,
     FIRST_CATEGORY_ID, FIRST_PERSON_ID, GeneratorConfig, HOT_AUCTION_BATCH, HOT_BIDDER_BATCH,

@@ -9,7 +9,6 @@
 //!
 //! Everything stays on loopback and every loop is bounded in count.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -34,17 +33,7 @@ pub struct BenchServeArgs {
     rounds: usize,
 }
 
-pub fn main(args: BenchServeArgs) -> ExitCode {
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run(args: &BenchServeArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &BenchServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -302,13 +291,13 @@ fn dashboard_cost(agent: &ureq::Agent, base: &str, args: &BenchServeArgs) -> any
     println!(
         "  {:32}  {:>14}  {}",
         "no dashboard",
-        crate::run::group(a as u64),
+        crate::measure::group(a as u64),
         list(&alone)
     );
     println!(
         "  {:32}  {:>14}  {}",
         "10 dashboards polling every 1 s",
-        crate::run::group(w as u64),
+        crate::measure::group(w as u64),
         list(&watched)
     );
     println!(
@@ -321,7 +310,7 @@ fn dashboard_cost(agent: &ureq::Agent, base: &str, args: &BenchServeArgs) -> any
 
 fn list(v: &[f64]) -> String {
     v.iter()
-        .map(|x| crate::run::group(*x as u64))
+        .map(|x| crate::measure::group(*x as u64))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -19,8 +19,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use weir_runtime::spec::load::Override;
 
-use crate::bench::{Sample, ensure_jsonl, median, run_with};
-use crate::run::group;
+use crate::measure::{Sample, ensure_jsonl, group, median, run_with};
 
 #[derive(Args)]
 pub struct BenchKafkaArgs {
@@ -163,7 +162,7 @@ fn kafka_q1(jobs: &Path, servers: &str, topic: &str, dir: &Path) -> anyhow::Resu
     Ok(path)
 }
 
-pub fn main(b: BenchKafkaArgs) -> anyhow::Result<()> {
+pub(crate) fn run(b: BenchKafkaArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&b.data)?;
     let broker = |name: &str| -> anyhow::Result<(Option<OwnBroker>, String)> {
         Ok(match &b.bootstrap_servers {

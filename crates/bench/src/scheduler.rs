@@ -1,5 +1,5 @@
-//! `weir bench scheduler`: one scheduled thread pool per pipeline beside the shared scheduler,
-//! in one process.
+//! `weir bench scheduler`: one scheduled thread pool per pipeline beside the shared scheduler
+//! (`weir-scheduler`), in one process.
 //!
 //! - **per-pipeline** (the baseline, as Apache SeaTunnel's dev branch): each pipeline has its
 //!   own pool of two threads over a delay queue, like Java's `ScheduledThreadPoolExecutor` with
@@ -20,13 +20,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use tokio::runtime::Handle;
-
-use crate::error::SchedulerError;
-use crate::histogram::Histogram;
-use crate::scheduler::{Scheduler, SchedulerConfig, lock};
-use crate::trigger::{BoxFuture, Tick};
+use weir_scheduler::histogram::Histogram;
+use weir_scheduler::{BoxFuture, Scheduler, SchedulerConfig, SchedulerError, Tick};
 
 /// Stack size of the per-pipeline arm's threads: 10,000 of them at 5,000 pipelines.
 const POOL_STACK: usize = 64 * 1024;
@@ -35,9 +31,54 @@ const POOL_THREADS: usize = 2;
 /// Time between setting an arm up and its first due time.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// Locks, ignoring poisoning: no code panics while holding these locks.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `weir bench scheduler`: the sweep of [`default_cells`] (or those of `pipelines`), printed.
+pub(crate) fn run(
+    measure: Duration,
+    runs: usize,
+    pipelines: &[usize],
+    max_spin: Option<Duration>,
+    prewake: Option<Duration>,
+) -> anyhow::Result<()> {
+    let mut config = SchedulerConfig::default();
+    if let Some(max_spin) = max_spin {
+        config.max_spin = max_spin;
+    }
+    if let Some(prewake) = prewake {
+        config.prewake = prewake;
+    }
+    let mut cells = default_cells(measure);
+    if !pipelines.is_empty() {
+        cells.retain(|c| pipelines.contains(&c.pipelines));
+    }
+    println!(
+        "Checkpoint triggers: per-pipeline 2-thread pools (SeaTunnel's dev branch) beside weir's \
+         shared scheduler (busy-wait bound {}, prewake {}); {} per cell, median of {runs} runs.",
+        humantime::format_duration(config.max_spin),
+        humantime::format_duration(config.prewake),
+        humantime::format_duration(measure)
+    );
+    println!();
+    let results = sweep(&config, &cells, runs, |done| {
+        eprintln!(
+            "{}",
+            table(std::slice::from_ref(done))
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    })?;
+    println!("{}", table(&results));
+    println!("{}", flatness(&results));
+    Ok(())
+}
+
 /// One measurement: both arms with the same pipelines and body.
-#[derive(Debug, Clone, Copy, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy)]
 pub struct Cell {
     pub pipelines: usize,
     /// Checkpoint interval of every pipeline.
@@ -93,16 +134,14 @@ pub fn default_cells(measure: Duration) -> Vec<Cell> {
 }
 
 /// Which arm a result is from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arm {
     PerPipeline,
     Shared,
 }
 
 /// What one arm measured.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone)]
 pub struct ArmResult {
     pub arm: Arm,
     pub cell: Cell,
@@ -129,7 +168,7 @@ pub struct ArmResult {
 /// Runs both arms of one cell `runs` times, interleaved (the arm that goes first alternates),
 /// and reports for each arm the median over its runs of every figure. `runtime` must not be
 /// driving the calling thread: this blocks.
-pub fn run(
+pub fn run_cell(
     runtime: &Handle,
     config: &SchedulerConfig,
     cell: &Cell,
@@ -149,7 +188,7 @@ pub fn run(
     Ok([median(per_pipeline), median(shared)])
 }
 
-/// Runs `cells` (each `runs` times, see [`run`]) on a tokio runtime of its own with one worker
+/// Runs `cells` (each `runs` times, see [`run_cell`]) on a tokio runtime of its own with one worker
 /// per core, calling `each` after each cell.
 pub fn sweep(
     config: &SchedulerConfig,
@@ -166,7 +205,7 @@ pub fn sweep(
         .map_err(SchedulerError::Spawn)?;
     let mut results = Vec::with_capacity(cells.len());
     for cell in cells {
-        let result = run(runtime.handle(), config, cell, runs)?;
+        let result = run_cell(runtime.handle(), config, cell, runs)?;
         each(&result);
         results.push(result);
     }
@@ -415,11 +454,15 @@ fn shared_arm(
             trigger,
         )?);
     }
-    let before = scheduler.totals();
-    let spin_before = scheduler.spin_time();
+    let before = scheduler.metrics();
     let (threads, cpu) = measure_window(&window);
-    let spin = scheduler.spin_time().saturating_sub(spin_before);
-    let after = scheduler.totals();
+    let after = scheduler.metrics();
+    let spin = Duration::from_micros(
+        after
+            .precision
+            .spin_us
+            .saturating_sub(before.precision.spin_us),
+    );
     drop(leases);
     scheduler.shutdown();
     let delay = lock(&delay).clone();

@@ -1,8 +1,6 @@
-//! The lesson-4 benchmark: pool acquire/release throughput and p99 acquire latency through a plain
-//! mutex around the pool state, the combiner without yield, and the combiner with yield, in one
-//! process. `weir bench pool` prints it; so does the crate's example, which builds without the
-//! rest of weir (see `examples/bench.rs`):
-//! `cargo run --release -p weir-connection-pool --example pool-bench -- [MEASURE_MS] [RUNS] [THREADS,..] [WORK,..]`.
+//! `weir bench pool`: the lesson-4 benchmark of the connection pool (`weir-connection-pool`):
+//! pool acquire/release throughput and p99 acquire latency through a plain mutex around the
+//! pool state, the combiner without yield, and the combiner with yield, in one process.
 //!
 //! Each measurement builds a fresh multi-threaded tokio runtime with `threads` workers and a pool
 //! of `threads × tasks_per_thread` connections (a no-op manager, all opened up front), then runs
@@ -11,8 +9,10 @@
 //! of lesson 4's figures. Nobody waits
 //! for a connection: what is measured is the cost of the pool's state changes and of the
 //! synchronisation around them. Every action additionally does `work` units of [`busy_work`]
-//! inside the critical section, the stand-in for a heavier state change. Arms are interleaved run
-//! by run; throughput and p99 are medians over runs, the longest combining run is the worst seen.
+//! inside the critical section, the stand-in for a heavier state change: the pool's state is
+//! wrapped in [`Busy`], and the arms other than the production one are built through the pool's
+//! `bench-internals` feature. Arms are interleaved run by run; throughput and p99 are medians
+//! over runs, the longest combining run is the worst seen.
 //!
 //! A second table measures the executor alone, the way Vert.x measured its combiner (ops/ms):
 //! `threads` OS threads submit fire-and-forget actions of `work` units for `duration`, through a
@@ -20,7 +20,7 @@
 //! resumes). Without a pool around it, this shows the queue under contention and, in the longest
 //! run, the trap the yield avoids.
 //!
-//! Call [`run`] outside any tokio runtime (it builds its own).
+//! Call [`measure_all`] outside any tokio runtime (it builds its own).
 
 use std::fmt;
 use std::io;
@@ -29,9 +29,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::combiner::{CombinedState, Combiner, CombinerConfig, CombinerStats};
-use crate::manager::Manager;
-use crate::pool::{Pool, Synchronization};
+use weir_connection_pool::bench_internals::{Executor, WrapState, WrappedState};
+use weir_connection_pool::{
+    CombinedState, Combiner, CombinerConfig, CombinerStats, Manager, Pool, PoolError,
+};
 
 /// Spends `units` units of CPU time: four dependent xorshift steps each (about 10 ns on the
 /// project's machine; [`BenchReport::ns_per_unit`] has the measured figure). Xorshift rather than
@@ -44,6 +45,37 @@ pub fn busy_work(units: u32) {
         x ^= x << 17;
     }
     std::hint::black_box(x);
+}
+
+/// Wraps the pool's state in [`Busy`] with `work` units per action.
+struct BusyWork(u32);
+
+impl WrapState for BusyWork {
+    fn wrap<S: CombinedState + 'static>(&self, state: S) -> WrappedState<S::Action, S::FollowUp> {
+        Box::new(Busy {
+            state,
+            work: self.0,
+        })
+    }
+}
+
+/// A state whose every action first does `work` units of [`busy_work`], inside the critical
+/// section.
+struct Busy<S> {
+    state: S,
+    work: u32,
+}
+
+impl<S: CombinedState> CombinedState for Busy<S> {
+    type Action = S::Action;
+    type FollowUp = S::FollowUp;
+
+    fn apply(&mut self, action: S::Action, follow_ups: &mut Vec<S::FollowUp>) {
+        if self.work != 0 {
+            busy_work(self.work);
+        }
+        self.state.apply(action, follow_ups);
+    }
 }
 
 /// What to measure.
@@ -92,15 +124,6 @@ pub enum Arm {
 impl Arm {
     /// All arms, baseline first.
     pub const ALL: [Arm; 3] = [Arm::Mutex, Arm::Combiner, Arm::CombinerYield];
-
-    /// A short label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arm::Mutex => "mutex",
-            Arm::Combiner => "combiner",
-            Arm::CombinerYield => "combiner+yield",
-        }
-    }
 }
 
 /// One measurement: an arm at a thread count and a work amount.
@@ -119,8 +142,6 @@ pub struct BenchRow {
     pub longest_run: Duration,
     /// The 99th percentile combining run duration (worst over runs).
     pub run_p99: Duration,
-    /// Runs that yielded (summed over runs).
-    pub yields: u64,
 }
 
 /// Every measurement, printable as markdown tables.
@@ -265,6 +286,20 @@ impl fmt::Display for BenchReport {
     }
 }
 
+/// `weir bench pool`: every measurement of `config`, printed.
+pub(crate) fn run(config: BenchConfig) -> anyhow::Result<()> {
+    println!(
+        "Connection pool: acquire+release through a mutex around the pool state, the combiner \
+         without yield, and the combiner with yield ({:?}); {} per cell, median of {} runs.",
+        config.combiner,
+        humantime::format_duration(config.duration),
+        config.runs
+    );
+    println!();
+    println!("{}", measure_all(&config)?);
+    Ok(())
+}
+
 /// Runs every measurement of `config`.
 ///
 /// # Errors
@@ -272,7 +307,7 @@ impl fmt::Display for BenchReport {
 ///
 /// # Panics
 /// When called inside a tokio runtime.
-pub fn run(config: &BenchConfig) -> io::Result<BenchReport> {
+pub fn measure_all(config: &BenchConfig) -> io::Result<BenchReport> {
     let ns_per_unit = calibrate();
     let runs = config.runs.max(1);
     let cells = || {
@@ -337,7 +372,6 @@ fn summarise(cells: Vec<(Arm, usize, u32, Vec<Sample>)>) -> Vec<BenchRow> {
                     .max()
                     .unwrap_or_default(),
                 run_p99: taken.iter().map(|s| s.run_p99).max().unwrap_or_default(),
-                yields: taken.iter().map(|s| s.yields).sum(),
             }
         })
         .collect()
@@ -357,7 +391,6 @@ struct Sample {
     longest_run_actions: u64,
     longest_run: Duration,
     run_p99: Duration,
-    yields: u64,
 }
 
 /// Connections that are nothing: opening, checking and recycling complete at once.
@@ -378,10 +411,10 @@ fn measure(arm: Arm, threads: usize, work: u32, config: &BenchConfig) -> io::Res
         .enable_time()
         .build()?;
     let tasks = threads * config.tasks_per_thread.max(1);
-    let sync = match arm {
-        Arm::Mutex => Synchronization::Mutex,
-        Arm::Combiner => Synchronization::Combiner(config.combiner.without_yield()),
-        Arm::CombinerYield => Synchronization::Combiner(config.combiner),
+    let executor = match arm {
+        Arm::Mutex => Executor::Mutex,
+        Arm::Combiner => Executor::Combiner(config.combiner.without_yield()),
+        Arm::CombinerYield => Executor::Combiner(config.combiner),
     };
     let duration = config.duration;
     runtime.block_on(async move {
@@ -390,8 +423,7 @@ fn measure(arm: Arm, threads: usize, work: u32, config: &BenchConfig) -> io::Res
             .max_lifetime(None)
             .idle_timeout(None)
             .acquire_timeout(Duration::from_secs(10))
-            .bench(sync, work)
-            .build();
+            .build_bench(executor, &BusyWork(work));
         // Open every connection before measuring.
         let mut held = Vec::with_capacity(tasks);
         for _ in 0..tasks {
@@ -413,7 +445,7 @@ fn measure(arm: Arm, threads: usize, work: u32, config: &BenchConfig) -> io::Res
                         // Lets the worker's other tasks run now and then, as a real task would.
                         tokio::task::consume_budget().await;
                     }
-                    Ok::<u64, crate::PoolError<io::Error>>(acquired)
+                    Ok::<u64, PoolError<io::Error>>(acquired)
                 })
             })
             .collect();
@@ -435,7 +467,6 @@ fn measure(arm: Arm, threads: usize, work: u32, config: &BenchConfig) -> io::Res
             longest_run_actions: metrics.combiner.longest_run_actions,
             longest_run: metrics.combiner.longest_run,
             run_p99: metrics.combiner.run_p99,
-            yields: metrics.combiner.yields,
         })
     })
 }
@@ -557,17 +588,16 @@ fn measure_executor(arm: Arm, threads: usize, work: u32, config: &BenchConfig) -
         longest_run_actions: stats.longest_run_actions,
         longest_run: stats.longest_run,
         run_p99: stats.run_p99,
-        yields: stats.yields,
     }
 }
 
-#[cfg(all(test, not(weir_loom)))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
     /// A smoke test: every arm runs, nothing fails or hangs, and the yield arm keeps its runs
     /// within the action limit (an invariant, unlike any throughput figure, which a loaded
-    /// machine can miss; the speed comparison is the example's job).
+    /// machine can miss; the speed comparison is `weir bench pool`'s job).
     #[test]
     fn the_benchmark_measures_every_arm_and_prints_a_table() {
         let config = BenchConfig {
@@ -578,7 +608,7 @@ mod tests {
             runs: 1,
             combiner: CombinerConfig::default(),
         };
-        let report = run(&config).unwrap();
+        let report = measure_all(&config).unwrap();
         assert_eq!(report.rows.len(), 3);
         assert_eq!(report.executor_rows.len(), 3);
         for arm in Arm::ALL {

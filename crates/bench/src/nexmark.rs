@@ -1,0 +1,102 @@
+//! `weir bench nexmark`: Nexmark queries with a blackhole sink, chained beside unchained, from
+//! the generator and from a JSON-lines file.
+
+use std::path::PathBuf;
+
+use weir_runtime::spec::load::Override;
+
+use crate::measure::{Sample, ensure_jsonl, group, median, run_once};
+
+pub(crate) struct NexmarkBench {
+    pub(crate) queries: Vec<String>,
+    pub(crate) sources: Vec<String>,
+    pub(crate) events: u64,
+    pub(crate) jsonl_events: u64,
+    pub(crate) parallelism: Vec<u32>,
+    pub(crate) runs: usize,
+    pub(crate) jobs: PathBuf,
+    pub(crate) data: PathBuf,
+}
+
+pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let jsonl = if b.sources.iter().any(|s| s == "jsonl") {
+        Some(ensure_jsonl(&b.data, b.jsonl_events)?)
+    } else {
+        None
+    };
+    println!(
+        "Nexmark, blackhole sink; median of {} runs per arm; {} cores; events/s per core = events / CPU seconds used",
+        b.runs,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!();
+    println!(
+        "| query | source | p | chained events/s | unchained events/s | chained/unchained | chained events/s/core | unchained events/s/core |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|---:|");
+    for q in &b.queries {
+        for source in &b.sources {
+            let (job, mut base): (PathBuf, Vec<Override>) = match source.as_str() {
+                "generator" => (
+                    b.jobs.join(format!("{q}.yaml")),
+                    vec![
+                        format!("sources.nexmark.events={}", b.events)
+                            .parse()
+                            .map_err(anyhow::Error::msg)?,
+                    ],
+                ),
+                "jsonl" => {
+                    let Some(file) = &jsonl else { continue };
+                    (
+                        b.jobs.join(format!("{q}-jsonl.yaml")),
+                        vec![
+                            format!("sources.nexmark.path={}", file.display())
+                                .parse()
+                                .map_err(anyhow::Error::msg)?,
+                        ],
+                    )
+                }
+                other => anyhow::bail!("unknown source `{other}`: use generator or jsonl"),
+            };
+            base.push(
+                "sinks.out.kind=blackhole"
+                    .parse()
+                    .map_err(anyhow::Error::msg)?,
+            );
+            for &p in &b.parallelism {
+                let mut arms: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+                for _ in 0..b.runs {
+                    for (arm, chaining) in [(0, true), (1, false)] {
+                        let mut o = base.clone();
+                        o.push(
+                            format!("parallelism={p}")
+                                .parse()
+                                .map_err(anyhow::Error::msg)?,
+                        );
+                        o.push(
+                            format!("chaining={chaining}")
+                                .parse()
+                                .map_err(anyhow::Error::msg)?,
+                        );
+                        arms[arm].push(run_once(&runtime, &job, &o)?);
+                    }
+                }
+                let rate = |a: &Vec<Sample>| median(a.iter().map(Sample::rate).collect());
+                let core = |a: &Vec<Sample>| median(a.iter().map(Sample::per_core).collect());
+                let (c, u) = (rate(&arms[0]), rate(&arms[1]));
+                println!(
+                    "| {q} | {source} | {p} | {} | {} | {:.2}× | {} | {} |",
+                    group(c as u64),
+                    group(u as u64),
+                    c / u,
+                    group(core(&arms[0]) as u64),
+                    group(core(&arms[1]) as u64),
+                );
+            }
+        }
+    }
+    Ok(())
+}
