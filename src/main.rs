@@ -59,6 +59,13 @@ enum Command {
         /// usable snapshot; a fresh start if it has none).
         #[arg(long, value_name = "PATH|latest")]
         from: Option<String>,
+        /// Also serve this job's `/metrics`, read-only API and dashboard on this address while
+        /// it runs (anything but loopback needs `--token` or WEIR_TOKEN).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// Bearer token clients of `--listen` must send.
+        #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Take a savepoint of a running job and print where it was written: of a job on a
     /// `weir serve` (`weir savepoint ID`, or any argument with `--server`/WEIR_SERVER), or of
@@ -199,11 +206,15 @@ fn main() -> ExitCode {
             quiet,
             summary_json,
             from,
+            listen,
+            token,
         } => run::run(run::RunArgs {
             path: &job,
             overrides: &overrides,
             quiet,
             summary_json: summary_json.as_deref(),
+            listen,
+            token,
             from: from.map(|f| match f.as_str() {
                 "latest" => RestoreFrom::Latest,
                 path => RestoreFrom::Path(PathBuf::from(path)),

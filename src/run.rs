@@ -20,6 +20,9 @@ pub struct RunArgs<'a> {
     pub quiet: bool,
     pub summary_json: Option<&'a Path>,
     pub from: Option<RestoreFrom>,
+    /// Serve the job's `/metrics` and read-only dashboard here while it runs.
+    pub listen: Option<std::net::SocketAddr>,
+    pub token: Option<String>,
 }
 
 /// The multi-threaded runtime `weir run` and `weir serve` run on; `None` (reported) when the
@@ -85,6 +88,32 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let watcher = match args.listen {
+            None => None,
+            Some(listen) => {
+                let config = weir_http_ui::ServeConfig {
+                    listen,
+                    token: args.token.clone(),
+                    ..weir_http_ui::ServeConfig::default()
+                };
+                let text = std::fs::read_to_string(args.path).unwrap_or_default();
+                match weir_http_ui::Watcher::start(config, text, plan.clone(), &running).await {
+                    Ok(w) => {
+                        eprintln!(
+                            "serving the job's /metrics and dashboard at http://{}/ (read-only)",
+                            w.addr()
+                        );
+                        Some(w)
+                    }
+                    Err(e) => {
+                        eprintln!("error: --listen {listen}: {e}");
+                        running.stopper().cancel();
+                        let _ = running.wait().await;
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        };
         let metrics = running.metrics();
         let signals = tokio::spawn(handle_signals(running.stopper(), running.control()));
         let progress = (!args.quiet).then(|| Progress::start(metrics.clone()));
@@ -93,6 +122,15 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         let _ = signals.await;
         if let Some(p) = progress {
             p.finish().await;
+        }
+        if let Some(w) = watcher {
+            let outcome = match &result {
+                Ok(summary) => Ok(summary.clone()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = w.ended(outcome).await {
+                eprintln!("warning: stopping the dashboard: {e}");
+            }
         }
         match result {
             Ok(summary) => {

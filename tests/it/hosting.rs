@@ -157,6 +157,14 @@ impl ServeProcess {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
+
+    /// Ctrl-C: the server writes its catalog, stops its jobs and exits.
+    fn interrupt(mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "weir serve exited with {status}");
+    }
 }
 
 impl Drop for ServeProcess {
@@ -256,6 +264,7 @@ fn a_killed_server_comes_back_with_its_jobs(catalog: Option<&str>) {
         &[],
     );
     assert_eq!(next, "4");
+    second.interrupt();
 }
 
 #[test]
@@ -282,7 +291,11 @@ async fn a_job_rescaled_from_one_to_two_and_back_loses_and_repeats_nothing() {
     let out = format!("{}/out", dir.0);
     let overrides = q5_overrides(&out, 150_000, 25_000);
     let scratch = tempfile::tempdir().unwrap();
-    let expected = golden(&overrides, &scratch.path().join("golden"));
+    let golden_dir = scratch.path().join("golden");
+    let golden_overrides = overrides.clone();
+    let expected = tokio::task::spawn_blocking(move || golden(&golden_overrides, &golden_dir))
+        .await
+        .unwrap();
 
     let (host, app) = app(Access::open());
     let mut query = url::form_urlencoded::Serializer::new(String::new());

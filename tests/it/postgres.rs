@@ -152,13 +152,21 @@ fn golden(events: u64, dir: &Path) -> BTreeMap<[i64; 4], usize> {
 
 /// Runs q5-postgres in this process, its checkpoints and state under `dir`.
 fn run_q5(dir: &Path, overrides: &[String]) -> Result<(), String> {
+    run_q5_summary(dir, overrides).map(|_| ())
+}
+
+/// [`run_q5`], with the run's summary.
+fn run_q5_summary(
+    dir: &Path,
+    overrides: &[String],
+) -> Result<weir_runtime::exec::job::JobSummary, String> {
     let mut all = vec![
         format!("checkpoint.storage={}", dir.join("ck").display()),
         format!("state.path={}", dir.join("state").display()),
     ];
     all.extend_from_slice(overrides);
     let plan = plan(&q5_postgres(), &all)?;
-    try_run_plan(&plan, true).map(|_| ())
+    try_run_plan(&plan, true)
 }
 
 fn total(rows: &BTreeMap<[i64; 4], usize>) -> usize {
@@ -243,6 +251,48 @@ fn a_server_that_goes_away_and_comes_back_loses_nothing() {
     );
     cluster.resume();
     job.join().unwrap().unwrap();
+    assert_eq!(cluster.q5_rows("nexmark_q5"), expected);
+}
+
+#[test]
+fn a_database_that_goes_away_restarts_the_job_with_backoff_until_it_is_back() {
+    const EVENTS: u64 = 120_000;
+    let mut cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(EVENTS, dir.path());
+    // The sink gives up at its first failure: the job itself restarts, with backoff, from its
+    // latest checkpoint, as often as the database needs (an external failure).
+    let overrides = vec![
+        format!("sources.nexmark.events={EVENTS}"),
+        "sources.nexmark.rate=40000".into(),
+        "checkpoint.interval=200ms".into(),
+        format!("sinks.out.connection={}", cluster.connection()),
+        "sinks.out.batch-size=500".into(),
+        "sinks.out.retry.max-attempts=1".into(),
+        "restart={strategy: exponential-delay, delay: 100ms, max-delay: 800ms, \
+         max-attempts: 50}"
+            .into(),
+    ];
+    let path = dir.path().to_path_buf();
+    let job = std::thread::spawn(move || run_q5_summary(&path, &overrides));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        !job.is_finished(),
+        "the job outlives the server's first life"
+    );
+    cluster.stop();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(
+        !job.is_finished(),
+        "the job keeps restarting while the server is away"
+    );
+    cluster.resume();
+    let summary = job.join().unwrap().unwrap();
+    assert!(
+        summary.restarts >= 1,
+        "the job restarted: {}",
+        summary.restarts
+    );
     assert_eq!(cluster.q5_rows("nexmark_q5"), expected);
 }
 

@@ -90,6 +90,21 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
         .layer(TraceLayer::new_for_http())
 }
 
+/// Refuses every request that could change something (anything but `GET` and `HEAD`): the
+/// layer of a read-only server (`weir run --listen`).
+pub async fn refuse_changes(request: Request, next: Next) -> Response {
+    use axum::http::Method;
+    if request.method() == Method::GET || request.method() == Method::HEAD {
+        return next.run(request).await;
+    }
+    ApiError::ReadOnly(
+        "this server only shows the job of a `weir run`: host jobs with `weir serve` to submit, \
+         stop or restart them"
+            .into(),
+    )
+    .into_response()
+}
+
 /// Reads the request's whole body before any handler runs, within `deadline` from the end of
 /// its headers; a client that has not sent it by then gets 408 and the connection is closed.
 /// A deadline for the whole body, not for the gap between two of its pieces (tower-http's

@@ -46,6 +46,9 @@ pub enum ApiError {
     /// The job did not answer in time.
     #[error("{0}")]
     Timeout(String),
+    /// This server only shows a job (`weir run --listen`): it changes nothing.
+    #[error("{0}")]
+    ReadOnly(String),
     /// A bug or an unexpected failure of the host itself.
     #[error("internal error: {0}")]
     Internal(String),
@@ -62,6 +65,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::ReadOnly(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

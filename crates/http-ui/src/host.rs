@@ -330,6 +330,19 @@ impl Host {
         Ok(job)
     }
 
+    /// Shows a run that the caller started and owns (`weir run --listen`): the job is listed
+    /// and observed like any other, but the host holds no task of it.
+    pub fn adopt(&self, text: String, plan: Plan, running: &RunningJob) -> Arc<HostedJob> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let definition = Definition {
+            plan: Arc::new(plan),
+            overrides: Vec::new(),
+        };
+        let job = Arc::new(HostedJob::new(id, text, definition, running, None));
+        self.insert(job.clone());
+        job
+    }
+
     /// A new job id: from the catalog (never given twice, across restarts), else counted.
     async fn allocate_id(&self) -> Result<u64, ApiError> {
         match self.catalog() {

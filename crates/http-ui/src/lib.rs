@@ -91,6 +91,9 @@ pub struct ServeConfig {
     /// Where the server keeps its jobs across restarts; `None` keeps them in memory only
     /// (`weir serve` uses `catalog.sqlite` under the data directory unless told otherwise).
     pub catalog: Option<catalog::CatalogConfig>,
+    /// Answer reads only: every request that would change something is refused (`weir run
+    /// --listen`, which shows the one job it runs).
+    pub read_only: bool,
 }
 
 impl Default for ServeConfig {
@@ -102,6 +105,7 @@ impl Default for ServeConfig {
             grace: Duration::from_secs(10),
             timeouts: Timeouts::default(),
             catalog: None,
+            read_only: false,
         }
     }
 }
@@ -141,6 +145,7 @@ pub struct Server {
     access: Access,
     grace: Duration,
     timeouts: Timeouts,
+    read_only: bool,
 }
 
 impl Server {
@@ -176,6 +181,7 @@ impl Server {
             access,
             grace: config.grace,
             timeouts: config.timeouts,
+            read_only: config.read_only,
         })
     }
 
@@ -200,7 +206,10 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let app = api::router_with(self.host.clone(), self.access, self.timeouts.body_read);
+        let mut app = api::router_with(self.host.clone(), self.access, self.timeouts.body_read);
+        if self.read_only {
+            app = app.layer(axum::middleware::from_fn(api::refuse_changes));
+        }
         serve_connections(self.listener, app, self.timeouts.header_read, shutdown).await;
         self.host.shutdown(self.grace).await;
         Ok(())
@@ -293,5 +302,47 @@ impl Background {
             Ok(result) => result,
             Err(e) => Err(ServeError::Io(std::io::Error::other(e))),
         }
+    }
+}
+
+/// `weir run --listen`: the read-only API, `/metrics` and dashboard of the one job a `weir run`
+/// runs itself (the job's tasks stay the caller's; the server only observes them).
+pub struct Watcher {
+    background: Background,
+    job: Arc<HostedJob>,
+}
+
+impl Watcher {
+    /// Serves `config` (read-only) showing `running`, the run of `plan` from the file `text`.
+    pub async fn start(
+        mut config: ServeConfig,
+        text: String,
+        plan: weir_runtime::plan::Plan,
+        running: &weir_runtime::exec::job::RunningJob,
+    ) -> Result<Self, ServeError> {
+        config.read_only = true;
+        config.catalog = None;
+        let server = Server::bind(config).await?;
+        let job = server.host.adopt(text, plan, running);
+        Ok(Watcher {
+            background: server.spawn(),
+            job,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.background.addr
+    }
+
+    /// The run ended (the dashboard shows how), then the server stops.
+    pub async fn ended(
+        self,
+        result: Result<weir_runtime::exec::job::JobSummary, String>,
+    ) -> Result<(), ServeError> {
+        match result {
+            Ok(summary) => self.job.ended(Ok(summary)),
+            Err(message) => self.job.start_failed(&message),
+        }
+        self.background.stop().await
     }
 }

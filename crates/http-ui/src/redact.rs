@@ -157,6 +157,7 @@ impl Secrets {
             E::Conflict(s) => E::Conflict(m(s)),
             E::TooMany(s) => E::TooMany(m(s)),
             E::Start(s) => E::Start(m(s)),
+            E::ReadOnly(s) => E::ReadOnly(m(s)),
             E::RateLimited {
                 message,
                 retry_after,

@@ -283,11 +283,12 @@ impl Shared {
                     attempt += 1;
                 }
                 Err(f) if f.transient => {
-                    return Err(PgFailure::permanent(format!(
-                        "gave up after {} attempts: {}",
-                        attempt + 1,
-                        f.message
-                    )));
+                    // Still a failure that may pass: the job restarts (with its own backoff)
+                    // where the sink's retries end.
+                    return Err(PgFailure {
+                        message: format!("gave up after {} attempts: {}", attempt + 1, f.message),
+                        transient: true,
+                    });
                 }
                 Err(f) => return Err(f),
             }
