@@ -274,7 +274,7 @@ async function jobsPage() {
 }
 
 function jobHeader(job, tab) {
-  const live = ["running", "cancelling", "stopping"].includes(job.state);
+  const live = ["running", "restarting", "cancelling", "stopping"].includes(job.state);
   const id = esc(job.id);
   return `<h1>${esc(job.name)} ${badge(job.state)} <span class="muted" style="font-size:13px;font-weight:400">job ${id} · run ${job.run}</span></h1>
     <div class="actions">
@@ -284,6 +284,9 @@ function jobHeader(job, tab) {
       <span style="margin-left:12px"></span>
       <select id="restart-from" ${live ? "disabled" : ""}><option value="">from scratch</option><option value="latest">latest snapshot</option></select>
       <button id="act-restart" ${live ? "disabled" : ""}>Restart</button>
+      <span style="margin-left:12px"></span>
+      <input id="rescale-to" type="number" min="1" value="${job.parallelism || 1}" style="width:4em" ${live && job.checkpointing ? "" : "disabled"} title="new parallelism">
+      <button id="act-rescale" ${live && job.checkpointing ? "" : "disabled"} title="savepoint, stop, and run again from it at this parallelism">Rescale</button>
       <span id="act-result" class="muted"></span>
     </div>
     <div class="tabs">
@@ -321,6 +324,14 @@ function wireActions(id) {
   on("act-cancel", async () => {
     const r = await api("POST", `/jobs/${id}/cancel`);
     say(r.ok, r.ok ? "cancelling…" : r.data.error);
+    refresh();
+  });
+  on("act-rescale", async () => {
+    const parallelism = Number(document.getElementById("rescale-to").value);
+    if (!(parallelism >= 1)) return say(false, "a parallelism is at least 1");
+    say(true, `rescaling to ${parallelism}: savepoint, stop, restart…`);
+    const r = await api("POST", `/jobs/${id}/rescale`, JSON.stringify({ parallelism }));
+    say(r.ok, r.ok ? `running at parallelism ${parallelism}` : r.data.error);
     refresh();
   });
   on("act-restart", async () => {
@@ -553,8 +564,10 @@ async function exceptionsTab(id) {
   if (!r.ok) throw new Error(r.data.error || r.status);
   const list = r.data.exceptions;
   if (!list.length) return `<div class="panel empty">No exceptions.</div>`;
-  return `<div class="panel"><table><thead><tr><th>time</th><th>kind</th><th>message</th></tr></thead><tbody>
-    ${list.map(e => `<tr><td>${time(e.at)}</td><td>${badge(e.kind)}</td><td class="mono">${esc(e.message)}</td></tr>`).join("")}</tbody></table></div>`;
+  // What kind of failure: whether a restart could help.
+  const categories = { data: "bad data or job: not retried", external: "a system outside weir: retried with backoff", internal: "a bug in weir: restarted", cancelled: "stopped by another failure" };
+  return `<div class="panel"><table><thead><tr><th>time</th><th>kind</th><th>cause</th><th>message</th></tr></thead><tbody>
+    ${list.map(e => `<tr><td>${time(e.at)}</td><td>${badge(e.kind)}</td><td>${e.category ? `<span class="badge ${esc(e.category)}" title="${esc(categories[e.category] || "")}">${esc(e.category)}</span>` : ""}</td><td class="mono">${esc(e.message)}</td></tr>`).join("")}</tbody></table></div>`;
 }
 
 async function schedulerPage() {

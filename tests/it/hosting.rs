@@ -440,3 +440,63 @@ fn failures_spread_wider_than_reset_after_never_exhaust_the_restart_budget() {
     let e = q1_failing_every(Duration::from_millis(300)).unwrap_err();
     assert!(e.contains("injected"), "{e}");
 }
+
+#[test]
+fn weir_run_listen_serves_the_jobs_metrics_and_a_read_only_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = weir(&dir.path().join("data"))
+        .args(["run", "--quiet", "--listen", &format!("127.0.0.1:{port}")])
+        .arg(job_file("jobs/nexmark/q1.yaml"))
+        .args(["--set", "sources.nexmark.events=null"])
+        .args(["--set", "sources.nexmark.rate=20000"])
+        .env_remove("WEIR_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let agent = ServeProcess::agent();
+    let get = |path: &str| -> Option<(u16, String)> {
+        let mut r = agent.get(format!("{base}{path}")).call().ok()?;
+        Some((r.status().as_u16(), r.body_mut().read_to_string().ok()?))
+    };
+    let mut metrics = String::new();
+    for _ in 0..300 {
+        if let Some((200, text)) = get("/metrics") {
+            if text.contains("weir_job_uptime_seconds{") {
+                metrics = text;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        metrics.contains(r#"weir_job_state{id="1",job="nexmark-q1",state="running"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"weir_job_state{id="1",job="nexmark-q1",state="failed"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weir_job_late_records_dropped_total{"),
+        "{metrics}"
+    );
+    let (status, list) = get("/api/v1/jobs").unwrap();
+    assert_eq!(status, 200);
+    assert!(list.contains("\"nexmark-q1\""), "{list}");
+    // Nothing can be changed through it.
+    let mut refused = agent
+        .post(format!("{base}/api/v1/jobs/1/cancel"))
+        .send_empty()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 405);
+    let text = refused.body_mut().read_to_string().unwrap();
+    assert!(text.contains("weir serve"), "{text}");
+    assert!(child.try_wait().unwrap().is_none(), "the job still runs");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    assert!(child.wait().unwrap().success());
+}

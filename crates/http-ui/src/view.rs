@@ -21,8 +21,10 @@ pub struct JobOverview {
     pub name: String,
     pub description: Option<String>,
     pub state: JobState,
-    /// Runs of this job in this server (restarts add one).
+    /// Runs of this job (restarts, rescales and resumes add one).
     pub run: u32,
+    /// The job's parallelism: of every node that does not set its own.
+    pub parallelism: u32,
     pub checkpointing: bool,
     pub submitted_at: i64,
     pub started_at: i64,
@@ -298,6 +300,7 @@ impl HostedJob {
             description: plan.spec.description.clone(),
             state: s.current(),
             run: s.run,
+            parallelism: plan.spec.parallelism,
             checkpointing: plan.spec.checkpoint.enabled(),
             submitted_at: self.submitted_at,
             started_at: s.started_at,
