@@ -15,6 +15,10 @@ pub enum StateError {
     /// The storage underneath failed (disk, RocksDB); may work on retry.
     #[error("state storage: {0}")]
     Storage(String),
+    /// The store was closed under the caller: its subtask stopped or restarts. A lookup may
+    /// try again once the job runs again; an operator never sees this (it owns its store).
+    #[error("{0} is closed (its subtask stopped or restarts)")]
+    Closed(String),
     /// A snapshot cannot be restored: a file is corrupt or cut short, or it was written for
     /// another job (another number of key groups). Retrying the same snapshot does not help:
     /// restore an earlier checkpoint, or fix the job.

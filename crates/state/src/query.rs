@@ -210,12 +210,10 @@ impl StateReader {
     /// a blocking pool (measured in `weir bench query`).
     pub fn read(&self, select: &Select, filter: &mut Filter<'_>) -> Result<Found, StateError> {
         // Held until the end of this call: the store cannot close the database under us.
-        let shared = self.db.upgrade().ok_or_else(|| {
-            StateError::Storage(format!(
-                "state `{}` is closed (its subtask stopped or restarts)",
-                self.state
-            ))
-        })?;
+        let shared = self
+            .db
+            .upgrade()
+            .ok_or_else(|| StateError::Closed(format!("state `{}`", self.state)))?;
         // Before the snapshot: the snapshot then holds at least what was written by then.
         let as_of_ms = self.written_through.load(Ordering::Acquire);
         let db = shared.db();
@@ -334,7 +332,7 @@ impl KeyedStateBackend {
         };
         let db = store
             .shared_db()
-            .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))?;
+            .ok_or_else(|| StateError::Closed("the RocksDB store".into()))?;
         let written_through = store
             .written_through(state)
             .ok_or_else(|| StateError::Invalid(format!("state `{state}` has no column family")))?;
@@ -643,7 +641,7 @@ mod tests {
         );
         assert!(matches!(
             reader.read(&key(1, b"k"), &mut all()),
-            Err(StateError::Storage(m)) if m.contains("closed")
+            Err(StateError::Closed(_))
         ));
     }
 

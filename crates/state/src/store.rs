@@ -285,7 +285,7 @@ impl Store {
         self.db
             .as_deref()
             .map(SharedDb::db)
-            .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))
+            .ok_or_else(|| StateError::Closed("the RocksDB store".into()))
     }
 
     /// The database, to share with a queryable-state reader.
@@ -331,7 +331,7 @@ impl Store {
         let shared = self
             .db
             .as_mut()
-            .ok_or_else(|| StateError::Storage("the RocksDB store is closed".into()))?;
+            .ok_or_else(|| StateError::Closed("the RocksDB store".into()))?;
         // Creating a column family needs the database exclusively: states are registered when
         // the operator is made, before any query reader shares it.
         let db = Arc::get_mut(shared).map(SharedDb::db_mut).ok_or_else(|| {

@@ -149,8 +149,10 @@ impl From<ArrowError> for OperatorError {
 impl From<StateError> for OperatorError {
     fn from(e: StateError) -> Self {
         match e {
-            StateError::Storage(_) => OperatorError::external(e.to_string(), e),
-            StateError::Snapshot { .. } => OperatorError::external(e.to_string(), e),
+            StateError::Storage(_) | StateError::Snapshot { .. } => {
+                OperatorError::external(e.to_string(), e)
+            }
+            StateError::Closed(_) => OperatorError::Cancelled(e.to_string()),
             other => OperatorError::Internal(other.to_string()),
         }
     }

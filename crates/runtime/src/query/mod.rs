@@ -459,7 +459,7 @@ impl Queries {
 
 fn state_error(e: StateError) -> QueryError {
     match e {
-        StateError::Storage(m) if m.contains("closed") => QueryError::Unavailable(m),
+        e @ StateError::Closed(_) => QueryError::Unavailable(e.to_string()),
         other => QueryError::Internal(other.to_string()),
     }
 }

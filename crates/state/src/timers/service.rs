@@ -86,7 +86,7 @@ impl<'a> TimerService<'a> {
         }
         match &mut *self.timers {
             Timers::Heap(t) => Ok(t.pop_due(domain, up_to)),
-            Timers::Rocks(_) => Err(StateError::Storage("the RocksDB store is closed".into())),
+            Timers::Rocks(_) => Err(StateError::Closed("the RocksDB store".into())),
         }
     }
 
