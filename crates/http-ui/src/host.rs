@@ -222,11 +222,14 @@ impl Host {
         let plan = Self::check_isolated(file, text, overrides, &self.config).await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
+        // Before the start, whose log lines may quote the job's values.
+        let secrets =
+            crate::redact::registry().register(crate::redact::Secrets::of_job(text, overrides));
         let running = job::start(&plan, self.options(None))
             .await
-            .map_err(|e| ApiError::Start(e.to_string()))?;
+            .map_err(|e| secrets.mask_error(ApiError::Start(e.to_string())))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let job = Arc::new(HostedJob::new(id, text.to_owned(), plan, &running));
+        let job = Arc::new(HostedJob::new(id, text.to_owned(), plan, secrets, &running));
         self.insert(job.clone());
         let waiter = job.clone();
         self.spawn(async move { waiter.ended(running.wait().await) });

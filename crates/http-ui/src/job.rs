@@ -242,9 +242,17 @@ pub struct HostedJob {
 }
 
 impl HostedJob {
-    pub fn new(id: u64, text: String, plan: Plan, running: &RunningJob) -> Self {
+    /// A job started as `running`; `secrets` are its registered secrets
+    /// ([`crate::redact::registry`]), registered before it started so that its first log
+    /// lines were masked too.
+    pub fn new(
+        id: u64,
+        text: String,
+        plan: Plan,
+        secrets: Arc<crate::redact::Secrets>,
+        running: &RunningJob,
+    ) -> Self {
         let now = now_ms();
-        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&text));
         HostedJob {
             id,
             name: plan.name().to_owned(),
