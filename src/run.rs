@@ -98,6 +98,7 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
     let options = JobOptions {
         from: args.from,
         scheduler,
+        guard: None,
     };
     runtime.block_on(async move {
         let running = match job::start(&plan, options).await {

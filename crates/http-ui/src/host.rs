@@ -254,7 +254,7 @@ impl Host {
             )));
         }
         self.admit(&job.plan, Some(job.id))?;
-        let restore = resolve_snapshot(&job.plan, from).await?;
+        let restore = resolve_snapshot(&job.plan, from, &self.config.endpoints).await?;
         let running = job::start(&job.plan, self.options(restore))
             .await
             .map_err(|e| ApiError::Start(e.to_string()))?;
@@ -301,6 +301,7 @@ impl Host {
         JobOptions {
             from,
             scheduler: Some(self.scheduler.clone()),
+            guard: Some(self.config.endpoints.guard()),
         }
     }
 
@@ -382,6 +383,7 @@ async fn sampler(host: Weak<Host>, every: Duration, shutdown: CancellationToken)
 pub async fn resolve_snapshot(
     plan: &Plan,
     from: Option<&str>,
+    endpoints: &crate::endpoints::Endpoints,
 ) -> Result<Option<RestoreFrom>, ApiError> {
     let name = match from {
         None | Some("none") => return Ok(None),
@@ -389,7 +391,7 @@ pub async fn resolve_snapshot(
         Some(name) => name,
     };
     let (kind, id) = parse_snapshot_name(name)?;
-    let catalog = catalog(plan)?;
+    let catalog = catalog(plan, endpoints)?;
     let listed = catalog
         .list()
         .await
@@ -437,12 +439,18 @@ pub fn parse_id(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
-/// The job's checkpoint catalog (its storage was checked when the job was submitted).
-pub fn catalog(plan: &Plan) -> Result<JobCheckpoints, ApiError> {
-    let storage = plan
+/// The job's checkpoint catalog (its storage was checked when the job was submitted; its S3
+/// client connects only where `endpoints` allows).
+pub fn catalog(
+    plan: &Plan,
+    endpoints: &crate::endpoints::Endpoints,
+) -> Result<JobCheckpoints, ApiError> {
+    let config = plan
         .spec
         .checkpoint
-        .open_storage()
+        .storage_config()
         .map_err(ApiError::BadRequest)?;
+    let storage = weir_checkpoint::object::open_guarded(&config, Some(&endpoints.guard()))
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(JobCheckpoints::new(storage, plan.name()))
 }
