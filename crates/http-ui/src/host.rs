@@ -162,25 +162,7 @@ impl Host {
             .map_err(|_| ApiError::Internal("the job checker is closed".into()))?;
         let (file, text, overrides) = (file.to_owned(), text.to_owned(), overrides.to_vec());
         let config = config.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("weir-check".into())
-            .stack_size(CHECK_STACK_BYTES)
-            .spawn(move || {
-                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    Self::check(&file, &text, &overrides, &config)
-                }));
-                // The request may have gone away; then nobody needs the answer.
-                let _ = tx.send(checked);
-            })
-            .map_err(|e| ApiError::Internal(format!("cannot start the job checker: {e}")))?;
-        match rx.await {
-            Ok(Ok(checked)) => checked,
-            Ok(Err(_)) => Err(ApiError::Internal(
-                "checking the job file failed (a bug in weir; the server goes on)".into(),
-            )),
-            Err(_) => Err(ApiError::Internal("the job checker stopped".into())),
-        }
+        isolated(move || Self::check(&file, &text, &overrides, &config)).await
     }
 
     /// Checks a job file without starting it: its problems, what it names on disk, what it
@@ -439,6 +421,30 @@ pub fn parse_id(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
+/// Runs `work` on a thread of its own with a [`CHECK_STACK_BYTES`] stack; a panic in it is
+/// answered as an internal error (a bug), and the caller goes on.
+async fn isolated<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("weir-check".into())
+        .stack_size(CHECK_STACK_BYTES)
+        .spawn(move || {
+            let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            // The request may have gone away; then nobody needs the answer.
+            let _ = tx.send(checked);
+        })
+        .map_err(|e| ApiError::Internal(format!("cannot start the job checker: {e}")))?;
+    match rx.await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(_)) => Err(ApiError::Internal(
+            "checking the job file failed (a bug in weir; the server goes on)".into(),
+        )),
+        Err(_) => Err(ApiError::Internal("the job checker stopped".into())),
+    }
+}
+
 /// The job's checkpoint catalog (its storage was checked when the job was submitted; its S3
 /// client connects only where `endpoints` allows).
 pub fn catalog(
@@ -453,4 +459,33 @@ pub fn catalog(
     let storage = weir_checkpoint::object::open_guarded(&config, Some(&endpoints.guard()))
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(JobCheckpoints::new(storage, plan.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recursion about 4 KiB a level deep: `levels` of it need that much stack.
+    fn deep(levels: u32) -> u32 {
+        let frame = std::hint::black_box([levels as u8; 4096]);
+        if levels == 0 {
+            u32::from(frame[0])
+        } else {
+            deep(levels - 1) + u32::from(frame[levels as usize % 4096] & 1)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_while_checking_is_an_internal_error_and_the_caller_goes_on() {
+        let answer = isolated(|| -> Result<(), ApiError> { panic!("a bug in the checker") }).await;
+        match answer {
+            Err(ApiError::Internal(message)) => {
+                assert!(message.contains("the server goes on"), "{message}");
+            }
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+        // The checker's stack holds what a worker thread's 2 MiB would not (8 MiB here).
+        let depth = isolated(|| Ok(deep(2048))).await;
+        assert!(matches!(depth, Ok(n) if n <= 2048), "{depth:?}");
+    }
 }
