@@ -232,11 +232,16 @@ impl<F> LookupFn for F where
 }
 
 impl Default for Lookup {
+    /// The system's resolver: one function for every default allow-list, so that two of them
+    /// compare equal (lookups compare by identity).
     fn default() -> Self {
-        Lookup(Arc::new(|name, port| {
-            use std::net::ToSocketAddrs;
-            Ok((name, port).to_socket_addrs()?.map(|a| a.ip()).collect())
-        }))
+        static SYSTEM: std::sync::LazyLock<Arc<dyn LookupFn>> = std::sync::LazyLock::new(|| {
+            Arc::new(|name: &str, port| {
+                use std::net::ToSocketAddrs;
+                Ok((name, port).to_socket_addrs()?.map(|a| a.ip()).collect())
+            })
+        });
+        Lookup(SYSTEM.clone())
     }
 }
 
@@ -794,6 +799,13 @@ mod tests {
         // Port 9 (discard) on loopback: nothing listens, the connection is refused.
         let tried = list("http://loopback.example:9").await;
         assert!(!tried.contains("link-local"), "{tried}");
+    }
+
+    #[test]
+    fn allow_lists_compare_by_their_entries_and_their_lookup() {
+        assert_eq!(listed(&["*"]), listed(&["*"]));
+        assert_ne!(listed(&["*"]), listed(&["http://minio:9000"]));
+        assert_ne!(listed(&["*"]), listed(&["*"]).with_lookup(fake_dns));
     }
 
     #[test]
