@@ -55,16 +55,18 @@ test: deps
 	$(CARGO) test --release --workspace
 	@$(MAKE) --no-print-directory loom
 
-## The fuzz targets (fuzz/: job files, expressions, JSON lines, checkpoint metadata, logical
-## snapshots), each for FUZZ_SECONDS from its checked-in seeds; crashes land in
-## $(TARGET_DIR)/fuzz/artifacts. They link the main build's RocksDB library rather than compile
-## RocksDB again (see scripts/fuzz.sh), hence `build` first.
+## The fuzz targets (fuzz/, bodies in crates/fuzz-targets: job files, expressions, JSON lines,
+## checkpoint metadata, logical snapshots) under libFuzzer, each for FUZZ_SECONDS from its
+## checked-in seeds; crashes land in $(TARGET_DIR)/fuzz/artifacts. They link the main build's
+## RocksDB library rather than compile RocksDB again (see scripts/fuzz.sh), hence `build` first.
+## `make test` runs the same targets without this build: crates/fuzz-targets' smoke test
+## replays every seed and 10,000 deterministic mutants of them per target (see its docs for why).
 FUZZ_SECONDS ?= 60
 fuzz: build
 	CARGO_TARGET_DIR=$(TARGET_DIR) scripts/fuzz.sh run $(FUZZ_SECONDS)
 
-## A few seconds of each fuzz target (its seeds, then 2,000 inputs): not yet part of `make test`,
-## whose CI budget the fuzz crate's clean build (~19 minutes of two cores) would nearly exhaust.
+## A few seconds of each fuzz target under libFuzzer (its seeds, then 2,000 inputs). The
+## instrumented build it needs takes some 19 minutes of two cores from an empty cache.
 fuzz-smoke: build
 	CARGO_TARGET_DIR=$(TARGET_DIR) scripts/fuzz.sh smoke
 

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Builds and runs weir's fuzz targets (fuzz/, with cargo-fuzz and libFuzzer).
+# Builds and runs weir's fuzz targets (fuzz/, with cargo-fuzz and libFuzzer). Their bodies live
+# in crates/fuzz-targets, whose smoke test (`cargo test`, part of `make test`) replays the same
+# seeds and deterministic mutants of them without this build; this script is the coverage-guided
+# search.
 #
 #   scripts/fuzz.sh build              # build every target
 #   scripts/fuzz.sh smoke [RUNS]       # each target: replay its seeds, then RUNS (2000) inputs
@@ -20,14 +23,17 @@
 # pass the unstable flags it needs.
 #
 # Inputs a run finds go to $FUZZ_TARGET_DIR/corpus/TARGET, not to fuzz/seeds (checked in),
-# and crashes to $FUZZ_TARGET_DIR/artifacts/TARGET; a crash worth keeping becomes a file in
-# fuzz/seeds/TARGET (replayed by every smoke run) and a regression test named after the bug.
+# and crashes to $FUZZ_TARGET_DIR/artifacts/TARGET; every crash becomes a file in
+# fuzz/seeds/TARGET (replayed by every smoke run, this script's and `make test`'s) and a
+# regression test named after the bug, in the crate that had it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmd="${1:?usage: fuzz.sh build | smoke [RUNS] | run [SECONDS]}"
 main_target="$(realpath -m "${CARGO_TARGET_DIR:-target}")"
 fuzz_target="${FUZZ_TARGET_DIR:-$main_target/fuzz}"
-targets=(job_file expr jsonl_decode checkpoint_metadata logical_snapshot)
+# One per file of fuzz/fuzz_targets (crates/fuzz-targets tests that each has its seeds).
+targets=()
+for file in fuzz/fuzz_targets/*.rs; do targets+=("$(basename "$file" .rs)"); done
 cargo_fuzz_version=0.13.2
 
 # The librocksdb-sys version fuzz/Cargo.lock resolves, e.g. 0.19.0+11.8.1.

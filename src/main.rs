@@ -313,7 +313,8 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info),
-/// with the secrets of the jobs a `weir serve` hosts masked in every line.
+/// with the secrets of the jobs this process runs (`weir run`) or hosts (`weir serve`) masked
+/// in every line.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -324,6 +325,8 @@ fn init_logging() {
 }
 
 fn validate(job: &std::path::Path, overrides: &[Override]) -> ExitCode {
+    // Its problems may quote a secret (`parallelism: *password`).
+    let _secrets = run::job_secrets(job, overrides);
     let checked = weir_runtime::plan::check_file(job, overrides);
     match checked {
         Ok(plan) => {
@@ -336,7 +339,7 @@ fn validate(job: &std::path::Path, overrides: &[Override]) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{e}");
+            run::say!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -7,11 +7,31 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio_util::sync::CancellationToken;
+use weir_http_ui::redact::Secrets;
 use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
 use weir_runtime::api::{JobMetrics, NodeRole};
 use weir_runtime::exec::job::{self, JobControl, JobOptions, JobSummary};
 use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::spec::load::Override;
+
+/// `eprintln!` with the secrets of the jobs this process runs masked ([`job_secrets`]), as
+/// its log lines are masked by [`weir_http_ui::redact::MaskedStderr`].
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("{}", weir_http_ui::redact::registry().mask(&format!($($arg)*)))
+    };
+}
+pub(crate) use say;
+
+/// The secrets of the job at `path` with `overrides`, collected as `weir serve` collects a
+/// submitted job's (the values of keys naming a password, secret, token or credential, aliases
+/// expanded, and the passwords of connection strings) and registered, so that this process's
+/// log lines and messages ([`say!`]) mask them for as long as the handle lives. A file that
+/// cannot be read or parsed has none to find; the check that follows reports why.
+pub fn job_secrets(path: &Path, overrides: &[Override]) -> Arc<Secrets> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    weir_http_ui::redact::registry().register(Secrets::of_job(&text, overrides))
+}
 
 /// What `weir run` was asked to do.
 pub struct RunArgs<'a> {
@@ -41,10 +61,12 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
 }
 
 pub fn run(args: RunArgs<'_>) -> ExitCode {
+    // Before anything can print or log a value of the job.
+    let _secrets = job_secrets(args.path, args.overrides);
     let plan = match weir_runtime::plan::check_file(args.path, args.overrides) {
         Ok(plan) => plan,
         Err(e) => {
-            eprintln!("{e}");
+            say!("{e}");
             return ExitCode::FAILURE;
         }
     };
@@ -58,7 +80,7 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         match PidFile::acquire(plan.name()) {
             Ok(p) => Some(p),
             Err(e) => {
-                eprintln!("error: {e}");
+                say!("error: {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -69,7 +91,7 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         match weir_scheduler::Scheduler::new(runtime.handle().clone()) {
             Ok(s) => Some(Arc::new(s)),
             Err(e) => {
-                eprintln!("error: cannot start the checkpoint scheduler: {e}");
+                say!("error: cannot start the checkpoint scheduler: {e}");
                 return ExitCode::FAILURE;
             }
         }
@@ -79,12 +101,13 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
     let options = JobOptions {
         from: args.from,
         scheduler,
+        guard: None,
     };
     runtime.block_on(async move {
         let running = match job::start(&plan, options).await {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("error: {e}");
+                say!("error: {e}");
                 return ExitCode::FAILURE;
             }
         };
@@ -134,20 +157,20 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         }
         match result {
             Ok(summary) => {
-                eprint!("{}", render_summary(&summary));
+                say!("{}", render_summary(&summary).trim_end());
                 if let Some(file) = args.summary_json {
                     let written = serde_json::to_vec_pretty(&summary)
                         .map_err(std::io::Error::other)
                         .and_then(|bytes| std::fs::write(file, bytes));
                     if let Err(e) = written {
-                        eprintln!("error: writing {}: {e}", file.display());
+                        say!("error: writing {}: {e}", file.display());
                         return ExitCode::FAILURE;
                     }
                 }
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                say!("error: {e}");
                 ExitCode::FAILURE
             }
         }
@@ -164,7 +187,7 @@ async fn handle_signals(stopper: CancellationToken, control: JobControl) {
         signal(SignalKind::user_defined1()),
         signal(SignalKind::user_defined2()),
     ) else {
-        eprintln!(
+        say!(
             "warning: cannot listen for SIGUSR1/SIGUSR2: `weir savepoint` will not reach this job"
         );
         return;
@@ -179,10 +202,10 @@ async fn handle_signals(stopper: CancellationToken, control: JobControl) {
                 }
                 interrupted = true;
                 if control.checkpoints() {
-                    eprintln!("\nstopping with a savepoint (Ctrl-C again to abort)");
+                    say!("\nstopping with a savepoint (Ctrl-C again to abort)");
                     savepoints.push(savepoint(control.clone(), true, stopper.clone()));
                 } else {
-                    eprintln!("\nstopping: sources end, in-flight records drain, sinks flush (Ctrl-C again to abort)");
+                    say!("\nstopping: sources end, in-flight records drain, sinks flush (Ctrl-C again to abort)");
                     stopper.cancel();
                 }
             }
@@ -200,16 +223,15 @@ fn savepoint(
 ) -> futures::future::BoxFuture<'static, ()> {
     Box::pin(async move {
         match control.savepoint(stop).await {
-            Ok(done) => eprintln!(
+            Ok(done) => say!(
                 "\nsavepoint {} written to {}",
-                done.metadata.id, done.location
+                done.metadata.id,
+                done.location
             ),
             Err(e) => {
-                eprintln!("\nerror: savepoint failed: {e}");
+                say!("\nerror: savepoint failed: {e}");
                 if stop {
-                    eprintln!(
-                        "stopping without one: the next run resumes from the latest checkpoint"
-                    );
+                    say!("stopping without one: the next run resumes from the latest checkpoint");
                     stopper.cancel();
                 }
             }

@@ -1,28 +1,6 @@
-//! A checkpoint's `_metadata` file: decoding any bytes fails cleanly or yields metadata that
-//! encodes and decodes back to itself.
-//!
-//! The header carries a checksum of the JSON body, which random bytes would almost never match:
-//! unless the input starts with `weir-checkpoint ` (then it is the whole file, header parsing
-//! included), it is the body and the harness writes the header with the right checksum.
+//! `weir_fuzz_targets::checkpoint_metadata` under libFuzzer (its body and docs are in `crates/fuzz-targets`,
+//! where the smoke test of `make test` runs it too).
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use weir_checkpoint::metadata::{CheckpointMetadata, VERSION};
-use xxhash_rust::xxh3::xxh3_64;
-
-fuzz_target!(|data: &[u8]| {
-    let file = if data.starts_with(b"weir-checkpoint ") {
-        data.to_vec()
-    } else {
-        let mut file =
-            format!("weir-checkpoint {VERSION} xxh3={:016x}\n", xxh3_64(data)).into_bytes();
-        file.extend_from_slice(data);
-        file
-    };
-    if let Ok(metadata) = CheckpointMetadata::decode(&file) {
-        let encoded = metadata.encode().expect("decoded metadata encodes");
-        let again = CheckpointMetadata::decode(&encoded).expect("encoded metadata decodes");
-        assert_eq!(again, metadata);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| weir_fuzz_targets::checkpoint_metadata(data));

@@ -252,3 +252,83 @@ fn has_inprogress(dir: &Path) -> bool {
             .any(|e| e.file_name().to_string_lossy().ends_with(".inprogress"))
     })
 }
+
+/// A job whose S3 secret key an alias copies to `to`, reading `input` as JSON lines. It takes
+/// no checkpoints, so the storage is never contacted (weir run would list it at the start).
+fn leaky_job(dir: &Path, input: &Path, to: &str) -> std::path::PathBuf {
+    let job = dir.join("leaky.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            "name: leaky\n\
+             checkpoint:\n  storage:\n    url: s3://weir/leaky\n    \
+             endpoint: http://127.0.0.1:9\n    allow-http: true\n    max-retries: 0\n    \
+             access-key-id: weir\n    secret-access-key: &pw hunter2-hunter2\n\
+             {to}: *pw\n\
+             restart: {{max-attempts: 1, delay: 10ms}}\n\
+             sources:\n  in: {{kind: jsonl, path: {}, schema: {{id: int}}}}\n\
+             sinks:\n  out: {{kind: blackhole, from: in}}\n",
+            input.display()
+        ),
+    )
+    .unwrap();
+    job
+}
+
+#[test]
+fn run_and_validate_mask_the_jobs_secrets_in_their_messages_and_logs() {
+    let dir = out_dir();
+    let input = dir.path().join("in.jsonl");
+    // The second record quotes the secret: its decode error (the run's failure, logged at the
+    // restart and printed at the end) would show it.
+    std::fs::write(&input, "{\"id\": 1}\n{\"id\": \"hunter2-hunter2\"}\n").unwrap();
+    let masked = |out: &std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{stderr}");
+        assert!(!stderr.contains("hunter2"), "the secret leaked: {stderr}");
+        assert!(stderr.contains("******"), "{stderr}");
+        stderr
+    };
+    // Refused before it runs, with a problem that quotes the value it cannot read as a number.
+    let refused = leaky_job(dir.path(), &input, "parallelism");
+    for command in ["validate", "run"] {
+        let out = weir()
+            .args([command, refused.to_str().unwrap()])
+            .env("WEIR_DATA_DIR", dir.path())
+            .output()
+            .unwrap();
+        let stderr = masked(&out);
+        assert!(stderr.contains("parallelism"), "{command}: {stderr}");
+    }
+    // Fails while it runs: the restart's warning and the final error quote the record.
+    let job = leaky_job(dir.path(), &input, "description");
+    let out = weir()
+        .args(["run", "--quiet", job.to_str().unwrap()])
+        .env("WEIR_DATA_DIR", dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = masked(&out);
+    assert!(
+        stderr.contains("restarting after a failure") && stderr.contains("error: "),
+        "{stderr}"
+    );
+    // A secret given on the command line is masked as well.
+    let plain = dir.path().join("plain.yaml");
+    let text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("&pw hunter2-hunter2", "from-the-command-line")
+        .replace("description: *pw\n", "");
+    std::fs::write(&plain, text).unwrap();
+    let out = weir()
+        .args(["run", "--quiet", plain.to_str().unwrap()])
+        .args([
+            "--set",
+            "checkpoint.storage.secret-access-key=hunter2-hunter2",
+        ])
+        .env("WEIR_DATA_DIR", dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    masked(&out);
+}

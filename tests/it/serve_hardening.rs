@@ -155,6 +155,7 @@ async fn endpoints_outside_the_allow_list_are_refused_at_the_key_with_line_and_c
         "http://metadata.google.internal",
         "http://2852039166",
         "http://[fe80::1]:9000",
+        "http://[::ffff:169.254.169.254]",
     ] {
         for uri in ["/api/v1/jobs/validate", "/api/v1/jobs"] {
             let a = call(&app, "POST", uri, on_endpoint("ssrf", endpoint)).await;
@@ -183,8 +184,8 @@ async fn endpoints_outside_the_allow_list_are_refused_at_the_key_with_line_and_c
             );
         }
     }
-    // Listed: allowed, as is any other endpoint under `*`.
-    for endpoint in ["http://127.0.0.1:9", "http://storage.example:9000"] {
+    // Listed: allowed, as is any other endpoint under `*` (a name where it points now).
+    for endpoint in ["http://127.0.0.1:9", "http://localhost:9000"] {
         let a = call(
             &app,
             "POST",
@@ -221,6 +222,60 @@ async fn endpoints_outside_the_allow_list_are_refused_at_the_key_with_line_and_c
     .await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text);
     assert!(a.text.contains("--allow-endpoint"), "{}", a.text);
+    host.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_allowed_by_star_is_refused_at_submit_where_it_points_at_a_refused_address() {
+    // A DNS server under a job author's control: its names point wherever they like.
+    let dns = |name: &str, _port: u16| -> std::io::Result<Vec<std::net::IpAddr>> {
+        match name {
+            "rebind.example" => Ok(vec!["169.254.169.254".parse().unwrap()]),
+            "mapped.example" => Ok(vec!["::ffff:169.254.170.2".parse().unwrap()]),
+            "public.example" => Ok(vec!["93.184.216.34".parse().unwrap()]),
+            _ => Err(std::io::Error::other("no such name")),
+        }
+    };
+    let (host, app) = app_with(
+        Access::open(),
+        HostConfig {
+            endpoints: Endpoints::default().allow("*").unwrap().with_lookup(dns),
+            ..HostConfig::default()
+        },
+    );
+    for (endpoint, expected) in [
+        ("http://rebind.example:9000", "resolves to 169.254.169.254"),
+        ("http://mapped.example", "resolves to ::ffff:169.254.170.2"),
+        ("http://nowhere.example", "does not resolve"),
+    ] {
+        for uri in ["/api/v1/jobs/validate", "/api/v1/jobs"] {
+            let a = call(&app, "POST", uri, on_endpoint("rebind", endpoint)).await;
+            assert_eq!(a.status, StatusCode::BAD_REQUEST, "{endpoint}: {}", a.text);
+            let problems = a.json()["problems"].clone();
+            let problem = problems
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["key"] == "checkpoint.storage.endpoint")
+                .unwrap_or_else(|| panic!("{endpoint}: {problems}"))
+                .clone();
+            assert_eq!(
+                (problem["line"].clone(), problem["column"].clone()),
+                (16.into(), 15.into())
+            );
+            let message = problem["message"].as_str().unwrap();
+            assert!(message.contains(expected), "{endpoint}: {message}");
+            assert!(message.contains("--allow-endpoint"), "{message}");
+        }
+    }
+    let a = call(
+        &app,
+        "POST",
+        "/api/v1/jobs/validate",
+        on_endpoint("public", "http://public.example:9000"),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
     host.shutdown(Duration::from_secs(10)).await;
 }
 

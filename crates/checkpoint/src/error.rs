@@ -124,3 +124,35 @@ pub(crate) fn local(
         source,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(kind: std::io::ErrorKind) -> StorageError {
+        StorageError {
+            op: "reading",
+            location: "/data/checkpoints/j/chk-7/_metadata".into(),
+            source: std::io::Error::new(kind, "refused"),
+        }
+    }
+
+    /// Running as root, the tests cannot make a snapshot unreadable by its permissions: this
+    /// pins what a permission-denied read means, a snapshot that `--from latest` passes over.
+    #[test]
+    fn a_permission_denied_read_makes_the_snapshot_unusable_and_an_outage_does_not() {
+        let denied =
+            RestoreError::reading("chk-7".into(), failed(std::io::ErrorKind::PermissionDenied));
+        assert!(
+            matches!(denied, RestoreError::Unreadable { .. }),
+            "{denied:?}"
+        );
+        assert!(denied.is_unusable_snapshot());
+        let outage = RestoreError::reading(
+            "chk-7".into(),
+            failed(std::io::ErrorKind::ConnectionRefused),
+        );
+        assert!(matches!(outage, RestoreError::Storage(_)), "{outage:?}");
+        assert!(!outage.is_unusable_snapshot());
+    }
+}

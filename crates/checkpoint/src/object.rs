@@ -106,6 +106,46 @@ pub enum StorageKind {
 /// Opens the storage `config` names. Nothing is contacted yet: an unreachable store is
 /// reported, with its URL, by the first operation.
 pub fn open(config: &StorageConfig) -> Result<Arc<dyn CheckpointStorage>, StorageError> {
+    open_guarded(config, None)
+}
+
+/// Decides, each time an S3 client connects, which addresses of a host name it may connect
+/// to. A server's outbound policy implements it (`weir_http_ui::endpoints`): it checked the
+/// names a job gives when the job was submitted, and DNS may answer otherwise by the time the
+/// client connects, so the check is made again on the addresses the client is about to use,
+/// and the client connects to no others. Addresses written as literals are not looked up, and
+/// so never reach it (they were checked as written).
+pub trait AddressGuard:
+    std::fmt::Debug + Send + Sync + std::panic::UnwindSafe + std::panic::RefUnwindSafe
+{
+    /// The addresses of `host` the client may connect to, or why it may not connect at all.
+    /// Runs on a blocking thread: it may look the name up.
+    fn addresses(&self, host: &str) -> Result<Vec<std::net::IpAddr>, String>;
+}
+
+/// An [`AddressGuard`] as `object_store` takes a resolver.
+#[derive(Debug)]
+struct GuardedResolver(Arc<dyn AddressGuard>);
+
+impl object_store::client::DnsResolver for GuardedResolver {
+    fn resolve(&self, host: &str) -> object_store::client::DnsFuture {
+        let guard = self.0.clone();
+        let host = host.to_owned();
+        Box::pin(async move {
+            let addresses = tokio::task::spawn_blocking(move || guard.addresses(&host))
+                .await
+                .map_err(|e| Box::new(e) as object_store::client::DnsError)?;
+            addresses.map_err(object_store::client::DnsError::from)
+        })
+    }
+}
+
+/// [`open`], with the S3 client connecting only where `guard` allows (`None`: anywhere DNS
+/// says).
+pub fn open_guarded(
+    config: &StorageConfig,
+    guard: Option<&Arc<dyn AddressGuard>>,
+) -> Result<Arc<dyn CheckpointStorage>, StorageError> {
     let invalid = |reason: String| StorageError {
         op: "opening",
         location: config.url.clone(),
@@ -113,7 +153,7 @@ pub fn open(config: &StorageConfig) -> Result<Arc<dyn CheckpointStorage>, Storag
     };
     match config.kind().map_err(invalid)? {
         StorageKind::Local(root) => Ok(Arc::new(LocalStorage::new(root))),
-        StorageKind::S3 { .. } => Ok(Arc::new(ObjectStorage::s3(config)?)),
+        StorageKind::S3 { .. } => Ok(Arc::new(ObjectStorage::s3_guarded(config, guard)?)),
     }
 }
 
@@ -178,9 +218,17 @@ impl ObjectStorage {
     /// container credentials); never from the cloud instance's metadata service unless
     /// [`INSTANCE_METADATA`] says so (see [`Self::s3_in`]).
     pub fn s3(config: &StorageConfig) -> Result<Self, StorageError> {
+        Self::s3_guarded(config, None)
+    }
+
+    /// [`Self::s3`], the client connecting only where `guard` allows.
+    pub fn s3_guarded(
+        config: &StorageConfig,
+        guard: Option<&Arc<dyn AddressGuard>>,
+    ) -> Result<Self, StorageError> {
         let env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-        Self::s3_in(config, env)
+        Self::s3_with(config, env, guard)
     }
 
     /// [`Self::s3`] with `env` as the environment (tests pass their own: a process's
@@ -200,6 +248,14 @@ impl ObjectStorage {
         config: &StorageConfig,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, StorageError> {
+        Self::s3_with(config, env, None)
+    }
+
+    fn s3_with(
+        config: &StorageConfig,
+        env: impl IntoIterator<Item = (String, String)>,
+        guard: Option<&Arc<dyn AddressGuard>>,
+    ) -> Result<Self, StorageError> {
         use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as Key};
 
         let invalid = |reason: String| StorageError {
@@ -211,6 +267,13 @@ impl ObjectStorage {
             return Err(invalid("not an s3:// URL".into()));
         };
         let mut builder = AmazonS3Builder::new();
+        if let Some(guard) = guard {
+            // First: client options set later (the environment's) change these in place.
+            builder = builder.with_client_options(
+                object_store::ClientOptions::new()
+                    .with_dns_resolver(Arc::new(GuardedResolver(guard.clone()))),
+            );
+        }
         let mut instance_metadata = false;
         for (name, value) in env {
             if name == INSTANCE_METADATA {

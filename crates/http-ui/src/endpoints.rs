@@ -30,16 +30,24 @@
 //!
 //! Hosts are compared as the S3 client's URL parser reads them (the WHATWG rules of the `url`
 //! crate, which `reqwest` uses; brokers' and databases' hosts are read by the same rules), so
-//! `http://2852039166/` is `169.254.169.254` here too. Names are not resolved: a name listed
-//! by the operator is trusted to stay where it points.
+//! `http://2852039166/` is `169.254.169.254` here too. A name listed by the operator is trusted
+//! to stay where it points. A name allowed only by `*` is resolved when the job is checked, and
+//! refused if any of its addresses would be refused written as a literal (a name pointing at
+//! `169.254.169.254` is that address), or if it does not resolve. DNS may answer otherwise
+//! later; where the client lets weir resolve for it, the check is made again at every
+//! connection, on the addresses it then connects to: the S3 client asks [`Endpoints::guard`]
+//! (see [`AddressGuard`]). Kafka's client (librdkafka) and PostgreSQL's resolve names
+//! themselves, so for them the check at submit is all there is.
 //!
 //! Problems come back with their line, column and key (`checkpoint.storage.endpoint`,
 //! `sources.<name>.bootstrap-servers`, `sinks.<name>.connection`) like any other problem of the
 //! file. `weir run` applies none of this: its user is the operator.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::sync::Arc;
 
-use weir_checkpoint::object::StorageKind;
+use weir_checkpoint::object::{AddressGuard, StorageKind};
 use weir_runtime::spec::problems::{SpecSource, pointer};
 use weir_runtime::spec::{JobSpec, Problem, SinkSpec, SourceSpec, StorageSpec};
 
@@ -185,21 +193,71 @@ impl Origin {
 
     /// Whether the host is link-local or a cloud metadata service.
     fn is_link_local_or_metadata(&self) -> bool {
-        let ip = match &self.host {
-            url::Host::Domain(name) => return METADATA_NAMES.contains(&name.as_str()),
-            url::Host::Ipv4(ip) => IpAddr::V4(*ip),
-            url::Host::Ipv6(ip) => match ip.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(*ip),
-            },
-        };
-        let link_local = match ip {
-            IpAddr::V4(v4) => v4.is_link_local(),
-            IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-        };
-        link_local || METADATA_ADDRESSES.contains(&ip)
+        match &self.host {
+            url::Host::Domain(name) => METADATA_NAMES.contains(&name.as_str()),
+            url::Host::Ipv4(ip) => is_link_local_or_metadata(IpAddr::V4(*ip)),
+            url::Host::Ipv6(ip) => is_link_local_or_metadata(IpAddr::V6(*ip)),
+        }
     }
 }
+
+/// Whether `ip` is link-local or a cloud metadata service (an IPv4-mapped IPv6 address as the
+/// IPv4 address it maps).
+fn is_link_local_or_metadata(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    link_local || METADATA_ADDRESSES.contains(&ip)
+}
+
+/// How host names are looked up: the system's resolver (`getaddrinfo`, as the clients look
+/// them up), or a function given with [`Endpoints::with_lookup`].
+#[derive(Clone)]
+struct Lookup(Arc<dyn LookupFn>);
+
+/// What a [`Lookup`] calls: name and port to addresses.
+trait LookupFn:
+    Fn(&str, u16) -> std::io::Result<Vec<IpAddr>> + Send + Sync + UnwindSafe + RefUnwindSafe
+{
+}
+
+impl<F> LookupFn for F where
+    F: Fn(&str, u16) -> std::io::Result<Vec<IpAddr>> + Send + Sync + UnwindSafe + RefUnwindSafe
+{
+}
+
+impl Default for Lookup {
+    /// The system's resolver: one function for every default allow-list, so that two of them
+    /// compare equal (lookups compare by identity).
+    fn default() -> Self {
+        static SYSTEM: std::sync::LazyLock<Arc<dyn LookupFn>> = std::sync::LazyLock::new(|| {
+            Arc::new(|name: &str, port| {
+                use std::net::ToSocketAddrs;
+                Ok((name, port).to_socket_addrs()?.map(|a| a.ip()).collect())
+            })
+        });
+        Lookup(SYSTEM.clone())
+    }
+}
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lookup")
+    }
+}
+
+impl PartialEq for Lookup {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Lookup {}
 
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -218,6 +276,8 @@ pub struct Endpoints {
     listed: Vec<Origin>,
     /// `*` was listed: any endpoint but link-local and metadata addresses.
     any: bool,
+    /// How names allowed by `*` alone are resolved, to check where they point.
+    lookup: Lookup,
 }
 
 impl Endpoints {
@@ -251,6 +311,38 @@ impl Endpoints {
         Ok(self)
     }
 
+    /// Looks names up with `lookup` (name, port → addresses) instead of the system's resolver:
+    /// for tests, which cannot make a name point at a metadata address otherwise.
+    pub fn with_lookup(
+        mut self,
+        lookup: impl Fn(&str, u16) -> std::io::Result<Vec<IpAddr>>
+        + Send
+        + Sync
+        + UnwindSafe
+        + RefUnwindSafe
+        + 'static,
+    ) -> Self {
+        self.lookup = Lookup(Arc::new(lookup));
+        self
+    }
+
+    /// The allow-list as the S3 client applies it at every connection ([`AddressGuard`]).
+    pub fn guard(&self) -> Arc<dyn AddressGuard> {
+        let trusted = self
+            .listed
+            .iter()
+            .filter(|o| o.is_http())
+            .filter_map(|o| match &o.host {
+                url::Host::Domain(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        Arc::new(Guard {
+            trusted,
+            lookup: self.lookup.clone(),
+        })
+    }
+
     /// Why a job may not name the S3 `endpoint`, if it may not.
     pub fn refusal(&self, endpoint: &str) -> Option<String> {
         match Origin::parse(endpoint) {
@@ -275,7 +367,7 @@ impl Endpoints {
             ));
         }
         if self.any {
-            return None;
+            return self.resolved_refusal(origin, shown);
         }
         let same_kind: Vec<String> = self
             .listed
@@ -297,6 +389,35 @@ impl Endpoints {
         ))
     }
 
+    /// Why a job may not reach a host allowed by `*` alone, if it may not: a name is refused
+    /// if it does not resolve, or if any of its addresses would be refused as a literal.
+    fn resolved_refusal(&self, origin: &Origin, shown: &str) -> Option<String> {
+        let url::Host::Domain(name) = &origin.host else {
+            return None;
+        };
+        let addresses = match (self.lookup.0)(name, origin.port.unwrap_or(0)) {
+            Ok(addresses) if !addresses.is_empty() => addresses,
+            Ok(_) => {
+                return Some(format!(
+                    "`{shown}`: `{name}` resolves to no address; a server checks where a name points before a job may use it, unless started with `--allow-endpoint {origin}`"
+                ));
+            }
+            Err(e) => {
+                return Some(format!(
+                    "`{shown}`: `{name}` does not resolve ({e}); a server checks where a name points before a job may use it, unless started with `--allow-endpoint {origin}`"
+                ));
+            }
+        };
+        addresses
+            .into_iter()
+            .find(|ip| is_link_local_or_metadata(*ip))
+            .map(|ip| {
+                format!(
+                    "`{shown}` resolves to {ip}, a link-local or cloud metadata address: a server reaches it only when started with `--allow-endpoint {origin}`"
+                )
+            })
+    }
+
     /// Why a job may not reach the brokers of `servers`, if it may not.
     fn broker_refusal(&self, servers: &str) -> Option<String> {
         match Origin::brokers(servers) {
@@ -316,6 +437,38 @@ impl Endpoints {
                 .find_map(|h| self.refusal_of(h, &h.to_string())),
             Err(why) => Some(why),
         }
+    }
+}
+
+/// The allow-list at connection time (see [`AddressGuard`]): a name the operator listed
+/// resolves as DNS says; any other (allowed by `*`, or AWS's own hosts for a job that names no
+/// endpoint) only if none of its addresses is link-local or a metadata service's, now.
+#[derive(Debug)]
+struct Guard {
+    /// The S3 hosts listed by name: trusted to stay where they point.
+    trusted: Vec<String>,
+    lookup: Lookup,
+}
+
+impl AddressGuard for Guard {
+    fn addresses(&self, host: &str) -> Result<Vec<IpAddr>, String> {
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        let trusted = self.trusted.contains(&name);
+        if !trusted && METADATA_NAMES.contains(&name.as_str()) {
+            return Err(format!(
+                "`{host}` is a cloud metadata service, which this server's jobs may not reach"
+            ));
+        }
+        let addresses =
+            (self.lookup.0)(&name, 0).map_err(|e| format!("cannot resolve `{host}`: {e}"))?;
+        if !trusted {
+            if let Some(ip) = addresses.iter().find(|ip| is_link_local_or_metadata(**ip)) {
+                return Err(format!(
+                    "`{host}` now resolves to {ip}, a link-local or cloud metadata address, which this server's jobs may not reach"
+                ));
+            }
+        }
+        Ok(addresses)
     }
 }
 
@@ -478,7 +631,7 @@ mod tests {
     #[test]
     fn link_local_and_metadata_addresses_are_refused_even_when_any_endpoint_is_allowed() {
         let any = listed(&["*"]);
-        assert_eq!(any.refusal("https://storage.example:443"), None);
+        assert_eq!(any.refusal("https://localhost:443"), None);
         for metadata in [
             "http://169.254.169.254",
             "http://169.254.169.254/latest/meta-data/",
@@ -500,6 +653,159 @@ mod tests {
         let listed = listed(&["*", "http://169.254.169.254"]);
         assert_eq!(listed.refusal("http://169.254.169.254:80/"), None);
         assert!(listed.refusal("http://169.254.169.253").is_some());
+    }
+
+    /// Names as a hostile DNS server could answer them.
+    fn fake_dns(name: &str, _port: u16) -> std::io::Result<Vec<IpAddr>> {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        match name {
+            "rebind.example" => Ok(vec![ip("93.184.216.34"), ip("169.254.169.254")]),
+            "mapped.example" => Ok(vec![ip("::ffff:169.254.169.254")]),
+            "alibaba.example" => Ok(vec![ip("100.100.100.200")]),
+            "v6.example" => Ok(vec![ip("fe80::1")]),
+            "trusted.example" => Ok(vec![ip("169.254.169.254")]),
+            "fine.example" => Ok(vec![ip("93.184.216.34"), ip("2606:2800::1")]),
+            "empty.example" => Ok(vec![]),
+            _ => Err(std::io::Error::other("no such name")),
+        }
+    }
+
+    #[test]
+    fn a_name_allowed_by_star_is_refused_where_its_addresses_would_be() {
+        let any = listed(&["*", "http://trusted.example:9000"]).with_lookup(fake_dns);
+        for name in [
+            "rebind.example",
+            "mapped.example",
+            "alibaba.example",
+            "v6.example",
+        ] {
+            let why = any
+                .refusal(&format!("http://{name}:9000"))
+                .unwrap_or_else(|| panic!("{name} allowed"));
+            assert!(why.contains("resolves to"), "{why}");
+            assert!(why.contains("link-local or cloud metadata"), "{why}");
+            assert!(
+                why.contains(&format!("--allow-endpoint http://{name}:9000")),
+                "{why}"
+            );
+            let why = any
+                .broker_refusal(&format!("fine.example:9092,{name}:9092"))
+                .unwrap_or_else(|| panic!("broker {name} allowed"));
+            assert!(why.contains("resolves to"), "{why}");
+            let why = any
+                .database_refusal(&format!("host={name} user=u password=hunter2"))
+                .unwrap_or_else(|| panic!("database {name} allowed"));
+            assert!(
+                why.contains("resolves to") && !why.contains("hunter2"),
+                "{why}"
+            );
+        }
+        for name in ["nowhere.example", "empty.example"] {
+            let why = any
+                .refusal(&format!("https://{name}"))
+                .unwrap_or_else(|| panic!("{name} allowed"));
+            assert!(why.contains(name) && why.contains("resolve"), "{why}");
+        }
+        assert_eq!(any.refusal("https://fine.example"), None);
+        assert_eq!(any.broker_refusal("fine.example:9092"), None);
+        assert_eq!(
+            any.refusal("http://trusted.example:9000"),
+            None,
+            "a listed name is trusted"
+        );
+        // Without `*`, nothing is resolved: an unlisted name is refused as unlisted.
+        let listed_only = listed(&["http://fine.example:9000"]).with_lookup(fake_dns);
+        let why = listed_only.refusal("http://rebind.example:9000").unwrap();
+        assert!(why.contains("not an endpoint this server"), "{why}");
+    }
+
+    #[test]
+    fn names_resolve_through_the_systems_resolver() {
+        // `localhost` resolves without a DNS server, to loopback: allowed under `*`.
+        let any = listed(&["*"]);
+        assert_eq!(any.refusal("http://localhost:9000"), None);
+        assert_eq!(any.broker_refusal("localhost:9092"), None);
+        assert_eq!(any.database_refusal("host=localhost port=5432"), None);
+        let guard = any.guard();
+        let addresses = guard.addresses("localhost").expect("localhost resolves");
+        assert!(addresses.iter().all(IpAddr::is_loopback), "{addresses:?}");
+    }
+
+    #[test]
+    fn the_guard_checks_names_again_at_every_connection() {
+        let any = listed(&["*", "http://trusted.example:9000"]).with_lookup(fake_dns);
+        let guard = any.guard();
+        for name in [
+            "rebind.example",
+            "Mapped.Example.",
+            "metadata.google.internal",
+        ] {
+            let why = guard
+                .addresses(name)
+                .expect_err("a metadata address is refused");
+            assert!(
+                why.contains("link-local or cloud metadata") || why.contains("metadata service"),
+                "{why}"
+            );
+        }
+        assert_eq!(guard.addresses("fine.example").map(|a| a.len()), Ok(2));
+        assert!(
+            guard.addresses("trusted.example").is_ok(),
+            "listed: trusted"
+        );
+        assert!(guard.addresses("nowhere.example").is_err());
+    }
+
+    /// The S3 client really asks the guard: a name that points at a metadata address is never
+    /// connected to, one that points at loopback is (and finds nothing listening).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_s3_client_connects_only_where_the_guard_allows() {
+        let any = listed(&["*"]).with_lookup(|name, port| match name {
+            "loopback.example" => Ok(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]),
+            other => fake_dns(other, port),
+        });
+        let list = |endpoint: &str| {
+            let config = weir_checkpoint::StorageConfig {
+                url: "s3://weir/guarded".into(),
+                endpoint: Some(endpoint.into()),
+                region: Some("us-east-1".into()),
+                access_key_id: Some("a".into()),
+                secret_access_key: Some("b".into()),
+                allow_http: Some(true),
+                request_timeout: Some(std::time::Duration::from_secs(5)),
+                max_retries: Some(0),
+            };
+            let storage = weir_checkpoint::object::open_guarded(&config, Some(&any.guard()))
+                .expect("opens without contacting anything");
+            async move {
+                let e = weir_checkpoint::JobCheckpoints::new(storage, "guarded")
+                    .list()
+                    .await
+                    .expect_err("nothing serves S3 there");
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    text.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                text
+            }
+        };
+        let refused = list("http://rebind.example:9").await;
+        assert!(
+            refused.contains("link-local or cloud metadata"),
+            "{refused}"
+        );
+        // Port 9 (discard) on loopback: nothing listens, the connection is refused.
+        let tried = list("http://loopback.example:9").await;
+        assert!(!tried.contains("link-local"), "{tried}");
+    }
+
+    #[test]
+    fn allow_lists_compare_by_their_entries_and_their_lookup() {
+        assert_eq!(listed(&["*"]), listed(&["*"]));
+        assert_ne!(listed(&["*"]), listed(&["http://minio:9000"]));
+        assert_ne!(listed(&["*"]), listed(&["*"]).with_lookup(fake_dns));
     }
 
     #[test]
@@ -551,8 +857,10 @@ mod tests {
             "lists brokers only: {why}"
         );
         let any = listed(&["*"]);
-        assert_eq!(any.broker_refusal("anything:1234"), None);
-        let why = any.broker_refusal("ok:9092,169.254.169.254:9092").unwrap();
+        assert_eq!(any.broker_refusal("localhost:1234"), None);
+        let why = any
+            .broker_refusal("localhost:9092,169.254.169.254:9092")
+            .unwrap();
         assert!(why.contains("link-local"), "{why}");
     }
 

@@ -228,25 +228,7 @@ impl Host {
             .map_err(|_| ApiError::Internal("the job checker is closed".into()))?;
         let (file, text, overrides) = (file.to_owned(), text.to_owned(), overrides.to_vec());
         let config = config.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("weir-check".into())
-            .stack_size(CHECK_STACK_BYTES)
-            .spawn(move || {
-                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    Self::check(&file, &text, &overrides, &config)
-                }));
-                // The request may have gone away; then nobody needs the answer.
-                let _ = tx.send(checked);
-            })
-            .map_err(|e| ApiError::Internal(format!("cannot start the job checker: {e}")))?;
-        match rx.await {
-            Ok(Ok(checked)) => checked,
-            Ok(Err(_)) => Err(ApiError::Internal(
-                "checking the job file failed (a bug in weir; the server goes on)".into(),
-            )),
-            Err(_) => Err(ApiError::Internal("the job checker stopped".into())),
-        }
+        isolated(move || Self::check(&file, &text, &overrides, &config)).await
     }
 
     /// Checks a job file without starting it: its problems, what it names on disk, what it
@@ -307,11 +289,15 @@ impl Host {
         let plan = Self::check_isolated(file, text, &parsed, &self.config).await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
-        let restore = resolve_snapshot(&plan, options.from.as_deref()).await?;
+        let restore =
+            resolve_snapshot(&plan, options.from.as_deref(), &self.config.endpoints).await?;
         let id = self.allocate_id().await?;
+        // Before the start, whose log lines may quote the job's values.
+        let secrets =
+            crate::redact::registry().register(crate::redact::Secrets::of_job(text, &parsed));
         let running = job::start(&plan, self.options(restore))
             .await
-            .map_err(|e| ApiError::Start(e.to_string()))?;
+            .map_err(|e| secrets.mask_error(ApiError::Start(e.to_string())))?;
         let definition = Definition {
             plan: Arc::new(plan),
             overrides,
@@ -320,6 +306,7 @@ impl Host {
             id,
             text.to_owned(),
             definition,
+            secrets,
             &running,
             options.from,
         ));
@@ -338,7 +325,8 @@ impl Host {
             plan: Arc::new(plan),
             overrides: Vec::new(),
         };
-        let job = Arc::new(HostedJob::new(id, text, definition, running, None));
+        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&text));
+        let job = Arc::new(HostedJob::new(id, text, definition, secrets, running, None));
         self.insert(job.clone());
         job
     }
@@ -382,7 +370,7 @@ impl Host {
             )));
         }
         let plan = job.plan();
-        let restore = resolve_snapshot(&plan, from).await?;
+        let restore = resolve_snapshot(&plan, from, &self.config.endpoints).await?;
         self.launch(job, restore, from.map(str::to_owned)).await?;
         tracing::info!(job = %job.name, id = job.id, ?from, "job restarted");
         Ok(())
@@ -644,6 +632,7 @@ impl Host {
         JobOptions {
             from,
             scheduler: Some(self.scheduler.clone()),
+            guard: Some(self.config.endpoints.guard()),
         }
     }
 
@@ -731,6 +720,7 @@ async fn sampler(host: Weak<Host>, every: Duration, shutdown: CancellationToken)
 pub async fn resolve_snapshot(
     plan: &Plan,
     from: Option<&str>,
+    endpoints: &crate::endpoints::Endpoints,
 ) -> Result<Option<RestoreFrom>, ApiError> {
     let name = match from {
         None | Some("none") => return Ok(None),
@@ -738,7 +728,7 @@ pub async fn resolve_snapshot(
         Some(name) => name,
     };
     let (kind, id) = parse_snapshot_name(name)?;
-    let catalog = catalog(plan)?;
+    let catalog = catalog(plan, endpoints)?;
     let listed = catalog
         .list()
         .await
@@ -786,13 +776,43 @@ pub fn parse_id(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
-/// The job's checkpoint catalog (its storage was checked when the job was submitted).
-pub fn catalog(plan: &Plan) -> Result<JobCheckpoints, ApiError> {
-    let storage = plan
+/// Runs `work` on a thread of its own with a [`CHECK_STACK_BYTES`] stack; a panic in it is
+/// answered as an internal error (a bug), and the caller goes on.
+async fn isolated<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("weir-check".into())
+        .stack_size(CHECK_STACK_BYTES)
+        .spawn(move || {
+            let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            // The request may have gone away; then nobody needs the answer.
+            let _ = tx.send(checked);
+        })
+        .map_err(|e| ApiError::Internal(format!("cannot start the job checker: {e}")))?;
+    match rx.await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(_)) => Err(ApiError::Internal(
+            "checking the job file failed (a bug in weir; the server goes on)".into(),
+        )),
+        Err(_) => Err(ApiError::Internal("the job checker stopped".into())),
+    }
+}
+
+/// The job's checkpoint catalog (its storage was checked when the job was submitted; its S3
+/// client connects only where `endpoints` allows).
+pub fn catalog(
+    plan: &Plan,
+    endpoints: &crate::endpoints::Endpoints,
+) -> Result<JobCheckpoints, ApiError> {
+    let config = plan
         .spec
         .checkpoint
-        .open_storage()
+        .storage_config()
         .map_err(ApiError::BadRequest)?;
+    let storage = weir_checkpoint::object::open_guarded(&config, Some(&endpoints.guard()))
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(JobCheckpoints::new(storage, plan.name()))
 }
 
@@ -820,4 +840,33 @@ fn persist(
     let stored = job.stored();
     job.mark_persisted();
     persister.save(stored);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recursion about 4 KiB a level deep: `levels` of it need that much stack.
+    fn deep(levels: u32) -> u32 {
+        let frame = std::hint::black_box([levels as u8; 4096]);
+        if levels == 0 {
+            u32::from(frame[0])
+        } else {
+            deep(levels - 1) + u32::from(frame[levels as usize % 4096] & 1)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_while_checking_is_an_internal_error_and_the_caller_goes_on() {
+        let answer = isolated(|| -> Result<(), ApiError> { panic!("a bug in the checker") }).await;
+        match answer {
+            Err(ApiError::Internal(message)) => {
+                assert!(message.contains("the server goes on"), "{message}");
+            }
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+        // The checker's stack holds what a worker thread's 2 MiB would not (8 MiB here).
+        let depth = isolated(|| Ok(deep(2048))).await;
+        assert!(matches!(depth, Ok(n) if n <= 2048), "{depth:?}");
+    }
 }

@@ -318,16 +318,18 @@ pub struct HostedJob {
 }
 
 impl HostedJob {
-    /// A job just submitted, its first run started as `running`.
+    /// A job just submitted, its first run started as `running`; `secrets` are its registered
+    /// secrets ([`crate::redact::registry`]), registered before it started so that its first
+    /// log lines were masked too.
     pub fn new(
         id: u64,
         text: String,
         definition: Definition,
+        secrets: Arc<crate::redact::Secrets>,
         running: &RunningJob,
         restored_from: Option<String>,
     ) -> Self {
         let now = now_ms();
-        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&text));
         let mut inner = JobInner {
             state: JobState::Running,
             run: 1,
@@ -367,7 +369,9 @@ impl HostedJob {
     /// A job read back from the catalog, with no run in this server (yet): an ended job as it
     /// ended, a job that was running as `restarting` until the host resumes it.
     pub fn recovered(stored: &StoredJob, plan: Plan) -> Self {
-        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&stored.text));
+        let overrides = crate::host::parse_overrides(&stored.overrides).unwrap_or_default();
+        let secrets = crate::redact::registry()
+            .register(crate::redact::Secrets::of_job(&stored.text, &overrides));
         let stored_state = JobState::from_name(&stored.state).unwrap_or(JobState::Failed);
         let state = if stored_state.is_live() {
             JobState::Restarting

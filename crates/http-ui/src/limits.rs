@@ -257,6 +257,52 @@ sinks:
     }
 
     #[test]
+    fn wide_channels_and_a_file_cut_into_too_many_chunks_are_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("in.jsonl");
+        // 64 KiB: 256 chunks of the smallest chunk size.
+        std::fs::write(&file, vec![b'\n'; 64 << 10]).expect("the input file");
+        let text = format!(
+            "name: wide\nchannel-capacity: 1000\nsources:\n  \
+             in: {{kind: jsonl, path: {}, schema: {{a: int}}, chunk-size: 256B}}\n\
+             sinks:\n  out: {{kind: blackhole, from: in}}\n",
+            file.display()
+        );
+        let limits = JobLimits {
+            max_chunks: 255,
+            ..JobLimits::default()
+        };
+        let mut p = problems(&text, &limits);
+        p.sort_by_key(|p| p.line);
+        let found: Vec<(&str, Option<usize>)> =
+            p.iter().map(|p| (p.path.as_str(), p.line)).collect();
+        assert_eq!(
+            found,
+            [
+                ("channel-capacity", Some(2)),
+                ("sources.in.chunk-size", Some(4))
+            ],
+            "{p:#?}"
+        );
+        assert!(
+            p[0].message.contains("--max-channel-capacity"),
+            "{}",
+            p[0].message
+        );
+        assert!(
+            p[1].message.contains("256 chunks") && p[1].message.contains("--max-chunks"),
+            "{}",
+            p[1].message
+        );
+        let roomy = JobLimits {
+            max_chunks: 256,
+            max_channel_capacity: 1000,
+            ..JobLimits::default()
+        };
+        assert!(problems(&text, &roomy).is_empty());
+    }
+
+    #[test]
     fn the_server_wide_subtask_bound_counts_running_jobs() {
         let limits = JobLimits {
             max_subtasks: 20,

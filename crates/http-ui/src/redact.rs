@@ -25,6 +25,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock, RwLock, Weak};
 
 use serde_yaml::Value;
+use weir_runtime::spec::load::Override;
 
 /// What a masked value reads as.
 pub const MASK: &str = "******";
@@ -53,13 +54,35 @@ impl Secrets {
         }
     }
 
+    /// The secrets of a job file and of the `--set` overrides applied to it: an override is
+    /// read as the file would hold its value (`--set checkpoint.storage.secret-access-key=...`
+    /// is a secret, as is the password of `--set sinks.db.connection=...`).
+    pub fn of_job(text: &str, overrides: &[Override]) -> Self {
+        let mut secrets = Self::of(text);
+        for o in overrides {
+            let tree = o.path.iter().rev().fold(o.value.clone(), |value, key| {
+                Value::Mapping(std::iter::once((Value::String(key.clone()), value)).collect())
+            });
+            secrets.values.extend(Self::in_value(&tree).values);
+        }
+        secrets.normalise();
+        secrets
+    }
+
     fn in_value(value: &Value) -> Self {
         let mut values = Vec::new();
         collect(value, false, &mut values);
-        values.retain(|v| !v.is_empty() && v != MASK);
-        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        values.dedup();
-        Secrets { values }
+        let mut secrets = Secrets { values };
+        secrets.normalise();
+        secrets
+    }
+
+    /// No empty or already masked values, no duplicates, longest first.
+    fn normalise(&mut self) {
+        self.values.retain(|v| !v.is_empty() && v != MASK);
+        self.values
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.values.dedup();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -621,6 +644,23 @@ mod tests {
         assert_eq!(registry.mask("failed: zebra-77"), format!("failed: {MASK}"));
         drop(kept);
         assert_eq!(registry.mask("failed: zebra-77"), "failed: zebra-77");
+    }
+
+    #[test]
+    fn secrets_given_by_overrides_are_secrets_too() {
+        let set = |s: &str| s.parse::<Override>().expect("an override");
+        let secrets = Secrets::of_job(
+            "name: j\npassword: in-the-file\n",
+            &[
+                set("checkpoint.storage.secret-access-key=from-set-1"),
+                set("sinks.db.connection=host=db password=from-set-2"),
+                set("sinks.db.table=not-a-secret"),
+            ],
+        );
+        assert_eq!(
+            secrets.mask("in-the-file from-set-1 from-set-2 not-a-secret"),
+            format!("{MASK} {MASK} {MASK} not-a-secret")
+        );
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct JobOptions {
     pub from: Option<RestoreFrom>,
     /// The process's shared checkpoint-trigger scheduler (periodic checkpoints need one).
     pub scheduler: Option<Arc<weir_scheduler::Scheduler>>,
+    /// Where the job's S3 client may connect, checked at every connection: a server's
+    /// outbound policy (`None`: wherever DNS says, as for `weir run`).
+    pub guard: Option<Arc<dyn weir_checkpoint::object::AddressGuard>>,
 }
 
 /// Steering a running job from outside: savepoints, checkpoint statistics, and the task
@@ -129,11 +132,13 @@ impl Drop for RunningJob {
 pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunError> {
     let checkpointing = plan.spec.checkpoint.enabled();
     let catalog = if checkpointing || options.from.is_some() {
-        let storage = plan
+        let config = plan
             .spec
             .checkpoint
-            .open_storage()
+            .storage_config()
             .map_err(RunError::StorageConfig)?;
+        let storage = weir_checkpoint::object::open_guarded(&config, options.guard.as_ref())
+            .map_err(|e| RunError::StorageConfig(e.to_string()))?;
         Some(JobCheckpoints::new(storage, &plan.spec.name))
     } else {
         None
