@@ -138,9 +138,15 @@ fn truncate(path: &Path) {
     f.set_len(len / 2).unwrap();
 }
 
-/// Replaces `path` with what `make` puts there (a directory, a link, a FIFO).
+/// Replaces `path` with what `make` puts there (a directory, a link, a FIFO). On a loaded
+/// machine a resumed run may end before its first new checkpoint, so the newest checkpoint
+/// can be one an earlier round already damaged (its `_metadata` made a directory, say).
 fn replace(path: &Path, make: impl FnOnce(&Path)) {
-    std::fs::remove_file(path).unwrap();
+    if path.is_dir() {
+        std::fs::remove_dir_all(path).unwrap();
+    } else {
+        std::fs::remove_file(path).unwrap();
+    }
     make(path);
 }
 

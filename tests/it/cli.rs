@@ -279,8 +279,8 @@ fn leaky_job(dir: &Path, input: &Path, to: &str) -> std::path::PathBuf {
 fn run_and_validate_mask_the_jobs_secrets_in_their_messages_and_logs() {
     let dir = out_dir();
     let input = dir.path().join("in.jsonl");
-    // The second record quotes the secret: its decode error (the run's failure, logged at the
-    // restart and printed at the end) would show it.
+    // The second record quotes the secret: its decode error (the run's failure, logged by the
+    // supervisor and printed at the end) would show it.
     std::fs::write(&input, "{\"id\": 1}\n{\"id\": \"hunter2-hunter2\"}\n").unwrap();
     let masked = |out: &std::process::Output| {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -300,7 +300,8 @@ fn run_and_validate_mask_the_jobs_secrets_in_their_messages_and_logs() {
         let stderr = masked(&out);
         assert!(stderr.contains("parallelism"), "{command}: {stderr}");
     }
-    // Fails while it runs: the restart's warning and the final error quote the record.
+    // Fails while it runs, on bad data (not restarted): the supervisor's error and the final
+    // error quote the record.
     let job = leaky_job(dir.path(), &input, "description");
     let out = weir()
         .args(["run", "--quiet", job.to_str().unwrap()])
@@ -310,7 +311,7 @@ fn run_and_validate_mask_the_jobs_secrets_in_their_messages_and_logs() {
         .unwrap();
     let stderr = masked(&out);
     assert!(
-        stderr.contains("restarting after a failure") && stderr.contains("error: "),
+        stderr.contains("retrying cannot help") && stderr.contains("error: "),
         "{stderr}"
     );
     // A secret given on the command line is masked as well.
