@@ -450,6 +450,17 @@ impl KeyedStateBackend {
         self.tables.iter().map(|t| t.table.live()).sum()
     }
 
+    /// How much state the subtask holds, for metrics: keys (entries) and, on RocksDB, bytes,
+    /// as RocksDB estimates them (live data, files and memtables; cached writes not yet
+    /// written through add to the keys only). The heap backend counts entries, not bytes.
+    pub fn size_estimate(&self) -> (u64, Option<u64>) {
+        let cached = self.entries() as u64;
+        match self.store.as_ref().map(|s| s.estimate()) {
+            Some(Ok((keys, bytes))) => (keys.max(cached), Some(bytes)),
+            Some(Err(_)) | None => (cached, None),
+        }
+    }
+
     /// Writes every cached change (states and timers) to the store (RocksDB backend).
     pub fn flush(&mut self) -> Result<(), StateError> {
         let store = self.store.as_ref();

@@ -289,6 +289,30 @@ impl Store {
     }
 
     /// The database, to share with a queryable-state reader.
+    /// RocksDB's own estimates over every column family: (keys, bytes of live data, SST files
+    /// and memtables). Cheap: properties RocksDB keeps up to date, no scan.
+    pub(crate) fn estimate(&self) -> Result<(u64, u64), StateError> {
+        let db = self.db()?;
+        let (mut keys, mut bytes) = (0u64, 0u64);
+        // Every state has its written-through mark: its column families are these names.
+        for name in self.written_through.keys() {
+            let Some(cf) = db.cf_handle(name) else {
+                continue;
+            };
+            let int = |property: &str| {
+                db.property_int_value_cf(&cf, property)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0)
+            };
+            keys = keys.saturating_add(int("rocksdb.estimate-num-keys"));
+            bytes = bytes
+                .saturating_add(int("rocksdb.estimate-live-data-size"))
+                .saturating_add(int("rocksdb.cur-size-all-mem-tables"));
+        }
+        Ok((keys, bytes))
+    }
+
     pub(crate) fn shared_db(&self) -> Option<&Arc<SharedDb>> {
         self.db.as_ref()
     }

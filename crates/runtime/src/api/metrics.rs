@@ -39,6 +39,104 @@ pub struct SubtaskMetrics {
     /// Sources that read partitioned logs (Kafka): each partition's position and end, updated
     /// by the source as it reads (a few times a second at most).
     pub partitions: std::sync::Mutex<Vec<PartitionProgress>>,
+    /// Nanoseconds the subtask's task spent working on what it received (and, for a
+    /// source, emitting what it read), waiting for room downstream included
+    /// (`backpressure_ns` says how much of it): counted on the first node of each task.
+    pub busy_ns: AtomicU64,
+    /// Nanoseconds the subtask's task waited for input (tasks fed by other tasks).
+    pub idle_ns: AtomicU64,
+    /// Keyed operators: the keys of their state, as the backend estimates them (refreshed
+    /// about every second).
+    pub state_keys: AtomicU64,
+    /// Keyed operators on RocksDB: the bytes of their state (live data, files and memtables,
+    /// RocksDB's estimate); [`UNKNOWN`] on the heap.
+    pub state_bytes: AtomicU64,
+    /// The watermark of each logical input (two for joins), as the subtask's input gate
+    /// combines its channels.
+    pub input_watermarks: std::sync::Mutex<Vec<i64>>,
+    /// The last rows the subtask emitted, kept only while someone watches.
+    pub tail: Tail,
+}
+
+/// A figure a subtask could not measure.
+pub const UNKNOWN: u64 = u64::MAX;
+
+/// Rows kept per subtask for a watcher of its output.
+pub const TAIL_ROWS: usize = 20;
+
+/// A subtask's last output rows, for a live preview: recorded only while a watcher asked in the
+/// last few seconds, so that a subtask nobody watches pays one relaxed load per batch.
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// Until when (epoch ms) someone watches; 0: nobody.
+    watched_until: AtomicI64,
+    /// The newest batches, whose rows add up to at most [`TAIL_ROWS`].
+    batches: std::sync::Mutex<std::collections::VecDeque<arrow_array::RecordBatch>>,
+}
+
+impl Tail {
+    /// Records the last rows of `batch`, if someone watches. Called once per emitted batch.
+    #[inline]
+    pub fn record(&self, batch: &arrow_array::RecordBatch) {
+        if self.watched_until.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        self.record_watched(batch);
+    }
+
+    #[cold]
+    fn record_watched(&self, batch: &arrow_array::RecordBatch) {
+        if now_ms() > self.watched_until.load(Ordering::Relaxed) {
+            // The watcher went away: stop recording, drop what was kept.
+            self.watched_until.store(0, Ordering::Relaxed);
+            self.lock().clear();
+            return;
+        }
+        let rows = batch.num_rows();
+        let keep = rows.min(TAIL_ROWS);
+        let mut batches = self.lock();
+        batches.push_back(batch.slice(rows - keep, keep));
+        let mut held: usize = batches.iter().map(|b| b.num_rows()).sum();
+        while held > TAIL_ROWS {
+            let Some(first) = batches.front_mut() else {
+                break;
+            };
+            let excess = held - TAIL_ROWS;
+            if first.num_rows() <= excess {
+                held -= first.num_rows();
+                batches.pop_front();
+            } else {
+                *first = first.slice(excess, first.num_rows() - excess);
+                held -= excess;
+            }
+        }
+    }
+
+    /// Someone watches for the next `for_ms`: recording starts (or goes on).
+    pub fn watch(&self, for_ms: i64) {
+        self.watched_until
+            .store(now_ms().saturating_add(for_ms), Ordering::Relaxed);
+    }
+
+    /// The rows kept, oldest first.
+    pub fn rows(&self) -> Vec<arrow_array::RecordBatch> {
+        self.lock().iter().cloned().collect()
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<arrow_array::RecordBatch>> {
+        self.batches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Now, in epoch milliseconds.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Where a source subtask is in one partition of a log.
@@ -77,6 +175,12 @@ impl Default for SubtaskMetrics {
             control_messages: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             partitions: std::sync::Mutex::new(Vec::new()),
+            busy_ns: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            state_keys: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(UNKNOWN),
+            input_watermarks: std::sync::Mutex::new(Vec::new()),
+            tail: Tail::default(),
         }
     }
 }
@@ -85,6 +189,14 @@ impl SubtaskMetrics {
     #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The watermark of each logical input, as last combined.
+    pub fn input_watermarks(&self) -> Vec<i64> {
+        self.input_watermarks
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default()
     }
 
     /// A copy of the partitions' progress (empty for sources of other kinds).

@@ -182,6 +182,8 @@ impl Chain {
             Work::Batch(Target::Sink(s), _, batch) => {
                 let sink = &mut self.sinks[s];
                 SubtaskMetrics::add(&sink.metrics.records_in, batch.num_rows() as u64);
+                // What a sink writes is its preview.
+                sink.metrics.tail.record(&batch);
                 SubtaskMetrics::add(&sink.metrics.batches_in, 1);
                 sink.sink
                     .write(batch)
@@ -312,6 +314,26 @@ impl Chain {
         }
     }
 
+    /// Whether an operator of the chain keeps keyed state.
+    pub(super) fn has_keyed_state(&mut self) -> bool {
+        self.ops.iter_mut().any(|n| n.op.keyed_state().is_some())
+    }
+
+    /// Publishes the size of each keyed operator's state into its metrics (the backend's own
+    /// estimates; about once a second).
+    pub(super) fn publish_state_sizes(&mut self) {
+        for node in &mut self.ops {
+            if let Some(backend) = node.op.keyed_state() {
+                let (keys, bytes) = backend.size_estimate();
+                node.metrics.state_keys.store(keys, Ordering::Relaxed);
+                node.metrics.state_bytes.store(
+                    bytes.unwrap_or(crate::api::metrics::UNKNOWN),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
     /// Writes queryable states whose `max-staleness` has passed through to RocksDB.
     pub(super) fn write_through(&mut self) -> Result<(), TaskFailure> {
         for node in &mut self.ops {
@@ -382,6 +404,7 @@ fn push_batches(
             continue;
         }
         SubtaskMetrics::add(&metrics.records_out, batch.num_rows() as u64);
+        metrics.tail.record(&batch);
         for t in outputs.iter().rev() {
             stack.push(Work::Batch(*t, 0, batch.clone()));
         }

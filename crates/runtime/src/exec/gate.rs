@@ -117,6 +117,17 @@ impl InputGate {
         self
     }
 
+    /// The watermark of each logical input: the least over its channels still running (a
+    /// finished input is at the end of time).
+    pub fn input_watermarks(&self) -> Vec<i64> {
+        let inputs = self.channels.iter().map(|c| c.input + 1).max().unwrap_or(0);
+        let mut out = vec![crate::api::END_OF_TIME; inputs];
+        for c in self.channels.iter().filter(|c| !c.finished) {
+            out[c.input] = out[c.input].min(c.watermark);
+        }
+        out
+    }
+
     pub fn watermark(&self) -> i64 {
         self.watermark
     }

@@ -112,6 +112,7 @@ impl SourceRun<'_> {
                 Step::Barrier(barrier) => self.barrier(&all, barrier, &watermarks).await?,
                 Step::Next(result) => match result.map_err(|e| fail(&self.member.name, e))? {
                     SourceEvent::Batches(batches) => {
+                        let working = std::time::Instant::now();
                         let mut rows = false;
                         for (port, batch) in batches {
                             if batch.num_rows() == 0 {
@@ -120,6 +121,7 @@ impl SourceRun<'_> {
                             rows = true;
                             watermarks.observe(port, &batch);
                             SubtaskMetrics::add(&self.metrics.records_out, batch.num_rows() as u64);
+                            self.metrics.tail.record(&batch);
                             for t in &self.ports[port] {
                                 self.chain.run(Work::Batch(*t, 0, batch.clone())).await?;
                             }
@@ -138,6 +140,10 @@ impl SourceRun<'_> {
                             idle = true;
                             self.chain.each(&all, Work::Idle).await?;
                         }
+                        SubtaskMetrics::add(
+                            &self.metrics.busy_ns,
+                            working.elapsed().as_nanos() as u64,
+                        );
                     }
                     SourceEvent::End => {
                         watermarks.end();

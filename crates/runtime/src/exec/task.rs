@@ -61,6 +61,9 @@ pub struct Task {
     pub write_through: Option<Duration>,
 }
 
+/// How often keyed operators publish the size of their state.
+const STATE_SIZES_EVERY: Duration = Duration::from_secs(1);
+
 /// What an ended task leaves for the job.
 #[derive(Debug, Default)]
 pub struct TaskOutcome {
@@ -84,28 +87,50 @@ impl Task {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick
         });
+        // Keyed operators publish the size of their state about once a second.
+        let mut stats = chain.has_keyed_state().then(|| {
+            let mut tick = tokio::time::interval(STATE_SIZES_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
         let result = match input {
             TaskInput::Gate { mut gate, head } => loop {
+                let head_metrics = head_metrics(&chain, head).cloned();
+                let waiting = std::time::Instant::now();
+                let waited = |m: &Option<Arc<SubtaskMetrics>>| {
+                    if let Some(m) = m {
+                        SubtaskMetrics::add(&m.idle_ns, waiting.elapsed().as_nanos() as u64);
+                    }
+                };
                 // Control messages and write-through ticks are handled between two events of
                 // the gate, never in the middle of one (`InputGate::next` is cancel-safe: it
                 // keeps whatever it received). `select!` picks fairly among ready branches,
                 // so neither lookups nor data can starve the other.
-                let event = if control.is_none() && write_through.is_none() {
-                    // Nothing queryable: no branches to poll beside the data.
+                let event = if control.is_none() && write_through.is_none() && stats.is_none() {
+                    // Nothing queryable or keyed: no branches to poll beside the data.
                     gate.next().await
                 } else {
                     tokio::select! {
                         event = gate.next() => event,
                         Some(message) = recv_or_never(control.as_mut()) => {
+                            waited(&head_metrics);
                             chain.control(message);
                             continue;
                         }
                         _ = tick(write_through.as_mut()) => {
+                            waited(&head_metrics);
                             chain.write_through()?;
+                            continue;
+                        }
+                        _ = tick(stats.as_mut()) => {
+                            waited(&head_metrics);
+                            chain.publish_state_sizes();
                             continue;
                         }
                     }
                 };
+                waited(&head_metrics);
+                let working = std::time::Instant::now();
                 let event = event.map_err(|e| TaskFailure {
                     node: node_name(&chain, head),
                     error: OperatorError::Cancelled(e.to_string()),
@@ -114,10 +139,17 @@ impl Task {
                     GateEvent::Batch { input, batch } => {
                         chain.run(Work::Batch(head, input, batch)).await?;
                     }
-                    GateEvent::Watermark(w) => chain.run(Work::Watermark(head, w)).await?,
+                    GateEvent::Watermark(w) => {
+                        if let Some(m) = &head_metrics {
+                            if let Ok(mut inputs) = m.input_watermarks.lock() {
+                                *inputs = gate.input_watermarks();
+                            }
+                        }
+                        chain.run(Work::Watermark(head, w)).await?;
+                    }
                     GateEvent::Idle => chain.run(Work::Idle(head)).await?,
                     GateEvent::Barrier { barrier, alignment } => {
-                        if let Some(m) = head_metrics(&chain, head) {
+                        if let Some(m) = &head_metrics {
                             SubtaskMetrics::add(&m.alignment_ns, alignment.as_nanos() as u64);
                         }
                         chain.run(Work::Barrier(head, barrier)).await?;
@@ -134,6 +166,9 @@ impl Task {
                         chain.run(Work::End(head)).await?;
                         break Ok(());
                     }
+                }
+                if let Some(m) = &head_metrics {
+                    SubtaskMetrics::add(&m.busy_ns, working.elapsed().as_nanos() as u64);
                 }
             },
             TaskInput::Source {
@@ -208,7 +243,7 @@ fn node_name(chain: &Chain, target: Target) -> String {
     }
 }
 
-fn head_metrics(chain: &Chain, target: Target) -> Option<&SubtaskMetrics> {
+fn head_metrics(chain: &Chain, target: Target) -> Option<&Arc<SubtaskMetrics>> {
     match target {
         Target::Op(i) => Some(&chain.ops[i].metrics),
         Target::Sink(i) => Some(&chain.sinks[i].metrics),
