@@ -23,8 +23,10 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # venv (the checkpoint-storage tests start S3-compatible moto_server instances with
 # scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
 # The Kafka tests start tansu brokers with scripts/kafka-broker.sh, which builds tansu from
-# crates.io into ~/.cache/weir once (in the background while weir compiles).
-TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv
+# crates.io into ~/.cache/weir once (in the background while weir compiles). The NATS tests use
+# the server on 127.0.0.1:4222 when one answers, else start Debian's nats-server with JetStream
+# on a free port (scripts/nats-server.sh).
+TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv nats-server
 
 .PHONY: run test bench build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
@@ -86,6 +88,7 @@ bench: build
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
 	$(WEIR) bench kafka
+	$(WEIR) bench nats
 	@s3=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	if scripts/s3-server.sh start $$s3 $$port weir-bench; then \
 	  $(WEIR) bench restore --s3 http://127.0.0.1:$$port; status=$$?; scripts/s3-server.sh stop $$s3; rm -rf $$s3; exit $$status; \

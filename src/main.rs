@@ -105,11 +105,15 @@ enum Command {
         #[arg(long, env = "WEIR_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// An endpoint submitted jobs may reach: an S3 endpoint (`http://minio:9000`, besides
-        /// the server's own AWS_ENDPOINT), a Kafka broker (`kafka://broker:9092`) or a
-        /// PostgreSQL host (`postgres://db:5432`); `*` allows any but link-local and metadata
-        /// addresses. Repeatable.
+        /// the server's own AWS_ENDPOINT), a Kafka broker (`kafka://broker:9092`), a NATS
+        /// server (`nats://host:4222`) or a PostgreSQL host (`postgres://db:5432`); `*` allows
+        /// any but link-local and metadata addresses. Repeatable.
         #[arg(long = "allow-endpoint", value_name = "URL")]
         allow_endpoints: Vec<String>,
+        /// An environment variable submitted jobs may read as `${NAME}` (a password, a token);
+        /// `PREFIX*` allows every variable with that prefix. Repeatable; by default none.
+        #[arg(long = "allow-env", value_name = "NAME")]
+        allow_env: Vec<String>,
         #[command(flatten)]
         limits: serve::LimitArgs,
     },
@@ -249,6 +253,7 @@ fn main() -> ExitCode {
             listen,
             token,
             allow_endpoints,
+            allow_env,
             limits,
             catalog,
         } => serve::serve(serve::ServeArgs {
@@ -263,6 +268,7 @@ fn main() -> ExitCode {
                 Some(text) => Some(weir_http_ui::catalog::CatalogConfig::parse(text)),
                 None => Some(weir_http_ui::catalog::CatalogConfig::default_sqlite()),
             },
+            allow_env,
         }),
         Command::Submit {
             job,

@@ -57,8 +57,11 @@ pub struct ServeArgs {
     pub overrides: Vec<String>,
     /// Where the server keeps its jobs across restarts (`None`: in memory only).
     pub catalog: Option<CatalogConfig>,
-    /// `--allow-endpoint`: S3 endpoints, Kafka brokers and PostgreSQL hosts submitted jobs may reach.
+    /// `--allow-endpoint`: S3 endpoints, Kafka brokers, NATS servers and PostgreSQL hosts
+    /// submitted jobs may reach.
     pub allow_endpoints: Vec<String>,
+    /// `--allow-env`: environment variables submitted jobs may read with `${VAR}`.
+    pub allow_env: Vec<String>,
 }
 
 pub fn serve(args: ServeArgs) -> ExitCode {
@@ -72,6 +75,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         ..ServeConfig::default()
     };
     config.host.limits = args.limits;
+    config.host.env = weir_runtime::spec::env::AllowedEnv::new(args.allow_env.iter().cloned());
     for entry in &args.allow_endpoints {
         match config.host.endpoints.clone().allow(entry) {
             Ok(endpoints) => config.host.endpoints = endpoints,

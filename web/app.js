@@ -467,12 +467,14 @@ function operatorTab(job, name, body) {
     </div>${partitionsTable(n.partitions || [])}`;
 }
 
-// A source reading a partitioned log (Kafka): where each subtask is in each partition.
+// A source reading a partitioned log (a Kafka topic, a NATS stream): where each subtask is in
+// each partition (for NATS, `end` is the stream's last sequence plus one and `lag` the
+// partition's messages not yet read).
 function partitionsTable(parts) {
   if (!parts.length) return "";
   const lag = parts.reduce((sum, p) => sum + (p.lag || 0), 0);
   return `<h2>Partitions <span class="muted">${parts.length}, lag ${num(lag)} records</span></h2>
-    <div class="panel"><table id="partitions"><thead><tr><th>topic</th><th class="num">partition</th><th class="num">subtask</th>
+    <div class="panel"><table id="partitions"><thead><tr><th>topic / stream</th><th class="num">partition</th><th class="num">subtask</th>
       <th class="num">position</th><th class="num">end</th><th class="num">lag</th></tr></thead><tbody>
     ${parts.map(p => `<tr><td>${esc(p.topic)}</td><td class="num">${p.partition}</td><td class="num">${p.subtask}</td>
       <td class="num">${num(p.position)}</td><td class="num">${p.end == null ? "–" : num(p.end)}</td>

@@ -22,6 +22,12 @@
 //!   resumed on the other backend, restarts after a task failure, at-least-once mode.
 //! - `postgres`: the PostgreSQL sink against throwaway clusters: exactly once through SIGKILLs,
 //!   a server that goes away and comes back, upserts, and the errors that name what is wrong.
+//! - `nats`: the NATS JetStream source and sink against a real `nats-server -js` (the machine's
+//!   on 127.0.0.1:4222, else one of the test's own): partitions and metadata, bad messages,
+//!   a stream partitioned by the server's `partition(n, ...)` mapping, missing streams and
+//!   refused sign-ins, q5 and q11 NATS to NATS exactly once through
+//!   SIGKILLs and rescales, a server restart mid-run, the duplicate-window check, and a hosted
+//!   job's partition lag.
 //! - `query`: queryable state through the API (direct and ordered paths, 404s, 429) and
 //!   `weir state` against a real server.
 //! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
@@ -42,6 +48,7 @@ mod hostile;
 mod hosting;
 mod jsonl;
 mod kafka;
+mod nats;
 mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;

@@ -99,6 +99,9 @@ enum Bench {
     /// The Kafka source beside the file source on the same events (q1), and end-to-end
     /// latency through Kafka, at least once and exactly once.
     Kafka(crate::kafka::BenchKafkaArgs),
+    /// The NATS source beside the file source on the same events (q1), and end-to-end
+    /// latency through NATS JetStream, at least once and exactly once.
+    Nats(crate::nats::BenchNatsArgs),
     /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
     Checkpoint {
         #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
@@ -224,6 +227,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         } => crate::scheduler::run(measure, runs.max(1), &pipelines, max_spin, prewake),
         Bench::Serve(args) => crate::serve::run(&args),
         Bench::Kafka(args) => crate::kafka::run(args),
+        Bench::Nats(args) => crate::nats::run(args),
         Bench::Pool {
             measure,
             runs,

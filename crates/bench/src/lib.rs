@@ -24,6 +24,7 @@
 //!   - `postgres`: the PostgreSQL sink, at least once and exactly once, beside a blackhole;
 //!   - `serve`: `weir serve`'s API latency with many jobs, and the cost of live dashboards;
 //!   - `kafka`: the Kafka source beside the file source, and latency through Kafka.
+//!   - `nats`: the NATS source beside the file source, and latency through NATS JetStream.
 //! - [`generator`]: a micro benchmark of the Nexmark generator's Arrow path, which no
 //!   subcommand runs yet.
 
@@ -33,6 +34,7 @@ mod cli;
 pub mod generator;
 mod kafka;
 mod measure;
+mod nats;
 mod nexmark;
 mod pool;
 mod postgres;

@@ -1,12 +1,13 @@
 //! Where a submitted job may send requests: the network counterpart of [`crate::paths`].
 //!
 //! A job's `checkpoint.storage` may name an S3 endpoint, a Kafka source or sink its brokers, a
-//! PostgreSQL sink its database, and the server then connects there, from inside its own
-//! network (and, for S3, signed with its own credentials if the job names none). A server
-//! does not let its clients pick such destinations: the endpoints a submitted job may name
-//! come from the server ([`Endpoints`]: `weir serve --allow-endpoint URL`, where the URL is
-//! `http(s)://host:port` for S3, `kafka://host:port` for a broker, `postgres://host:port` for a
-//! database), and by default only the server's own configured storage is reachable:
+//! NATS source or sink its servers, a PostgreSQL sink its database, and the server then
+//! connects there, from inside its own network (and, for S3, signed with its own credentials
+//! if the job names none). A server does not let its clients pick such destinations: the
+//! endpoints a submitted job may name come from the server ([`Endpoints`]: `weir serve
+//! --allow-endpoint URL`, where the URL is `http(s)://host:port` for S3, `kafka://host:port`
+//! for a broker, `nats://host:port` for a NATS server, `postgres://host:port` for a database),
+//! and by default only the server's own configured storage is reachable:
 //!
 //! - a job that names no endpoint uses the server's (`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`
 //!   or `AWS_ENDPOINT` in the server's environment), or AWS itself when the server has none;
@@ -20,9 +21,10 @@
 //!   characters S3 allows in them: `evil.example#` as a region would move the request to
 //!   another host.
 //!
-//! - every broker of `bootstrap-servers` and every host (and `hostaddr`) of a PostgreSQL
-//!   `connection` must be allowed, with its port (9092 and 5432 when left out); a database
-//!   reached over a Unix socket is `postgres://localhost:<port>`;
+//! - every broker of `bootstrap-servers`, every NATS server of `servers` and every host (and
+//!   `hostaddr`) of a PostgreSQL `connection` must be allowed, with its port (9092, 4222 and
+//!   5432 when left out); a database reached over a Unix socket is
+//!   `postgres://localhost:<port>`;
 //! - a Kafka client's `properties` may not name files, commands, libraries or URLs
 //!   (`ssl.key.location`, `sasl.kerberos.kinit.cmd`, `plugin.library.paths`,
 //!   `sasl.oauthbearer.token.endpoint.url`, ...): librdkafka would read, run, load or call them
@@ -80,16 +82,17 @@ impl Origin {
     /// `postgresql://`) with a host and an optional port.
     fn parse(text: &str) -> Result<Self, String> {
         let url = url::Url::parse(text.trim()).map_err(|e| {
-            format!("`{text}` is not a URL ({e}): write e.g. `https://minio:9000`, `kafka://broker:9092` or `postgres://db:5432`")
+            format!("`{text}` is not a URL ({e}): write e.g. `https://minio:9000`, `kafka://broker:9092`, `nats://host:4222` or `postgres://db:5432`")
         })?;
         let (scheme, default_port) = match url.scheme() {
             "http" => ("http", 80),
             "https" => ("https", 443),
             "kafka" => ("kafka", 9092),
+            "nats" => ("nats", 4222),
             "postgres" | "postgresql" => ("postgres", 5432),
             _ => {
                 return Err(format!(
-                    "`{text}`: an endpoint is an `http://` or `https://` URL (S3), `kafka://host:port` (a broker) or `postgres://host:port` (a database)"
+                    "`{text}`: an endpoint is an `http://` or `https://` URL (S3), `kafka://host:port` (a broker), `nats://host:port` (a NATS server) or `postgres://host:port` (a database)"
                 ));
             }
         };
@@ -121,9 +124,32 @@ impl Origin {
     /// The brokers of a Kafka `bootstrap-servers` list (`host:port,...`, each optionally
     /// behind `<protocol>://`, IPv6 in brackets; port 9092 when left out).
     fn brokers(servers: &str) -> Result<Vec<Self>, String> {
+        Self::host_list(servers, "kafka", 9092, "broker")
+    }
+
+    /// The servers of a NATS `servers` list (`host:port,...`, each optionally behind
+    /// `nats://` or another scheme the client takes, IPv6 in brackets; port 4222 when left
+    /// out). The user and password a URL may carry are not part of the origin.
+    fn nats_servers(servers: &str) -> Result<Vec<Self>, String> {
+        Self::host_list(servers, "nats", 4222, "server")
+    }
+
+    /// A list of `[scheme://][user[:password]@]host[:port]` entries, as origins of `scheme`.
+    fn host_list(
+        servers: &str,
+        scheme: &str,
+        default_port: u16,
+        noun: &str,
+    ) -> Result<Vec<Self>, String> {
         let mut out = Vec::new();
         for entry in servers.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let address = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+            // A NATS URL may carry a user and password: not where the client connects, and
+            // never echoed.
+            let (address, entry) = match address.rsplit_once('@') {
+                Some((_, host)) if scheme == "nats" => (host, host),
+                _ => (address, entry),
+            };
             let (host, port) = if let Some(rest) = address.strip_prefix('[') {
                 let (host, after) = rest
                     .split_once(']')
@@ -139,12 +165,12 @@ impl Origin {
                 Some(p) => p
                     .parse::<u16>()
                     .map_err(|_| format!("`{entry}`: `{p}` is not a port"))?,
-                None => 9092,
+                None => default_port,
             };
-            out.push(Origin::new("kafka", &host, port)?);
+            out.push(Origin::new(scheme, &host, port)?);
         }
         if out.is_empty() {
-            return Err("names no broker".to_owned());
+            return Err(format!("names no {noun}"));
         }
         Ok(out)
     }
@@ -378,6 +404,7 @@ impl Endpoints {
         let allowed = if same_kind.is_empty() {
             match origin.scheme.as_str() {
                 "kafka" => "no brokers".to_owned(),
+                "nats" => "no NATS servers".to_owned(),
                 "postgres" => "no databases".to_owned(),
                 _ => "none: jobs use the server's own storage by leaving `endpoint` out".to_owned(),
             }
@@ -425,6 +452,14 @@ impl Endpoints {
                 .iter()
                 .find_map(|b| self.refusal_of(b, &b.to_string())),
             Err(why) => Some(format!("`{servers}`: {why}")),
+        }
+    }
+
+    /// Why a job may not reach the NATS servers of `servers`, if it may not.
+    fn nats_refusal(&self, servers: &str) -> Option<String> {
+        match Origin::nats_servers(servers) {
+            Ok(list) => list.iter().find_map(|s| self.refusal_of(s, &s.to_string())),
+            Err(why) => Some(why),
         }
     }
 
@@ -566,20 +601,28 @@ fn connector_problems(
             }
         }
     };
+    let nats = |at: String, servers: &str, problems: &mut Vec<Problem>| {
+        if let Some(why) = endpoints.nats_refusal(servers) {
+            problems.push(source.at_value(&format!("{at}/servers"), why));
+        }
+    };
     for (name, s) in &spec.sources {
-        if let SourceSpec::Kafka(k) = s {
-            kafka(
+        match s {
+            SourceSpec::Kafka(k) => kafka(
                 pointer(&["sources", name]),
                 &k.bootstrap_servers,
                 &k.properties,
                 problems,
-            );
+            ),
+            SourceSpec::Nats(n) => nats(pointer(&["sources", name]), &n.servers, problems),
+            _ => {}
         }
     }
     for (name, s) in &spec.sinks {
         let at = pointer(&["sinks", name]);
         match s {
             SinkSpec::Kafka(k) => kafka(at, &k.bootstrap_servers, &k.properties, problems),
+            SinkSpec::Nats(n) => nats(at, &n.servers, problems),
             SinkSpec::Postgres(p) => {
                 if let Some(why) = endpoints.database_refusal(&p.connection) {
                     problems.push(source.at_value(&format!("{at}/connection"), why));
@@ -862,6 +905,32 @@ mod tests {
             .broker_refusal("localhost:9092,169.254.169.254:9092")
             .unwrap();
         assert!(why.contains("link-local"), "{why}");
+    }
+
+    #[test]
+    fn nats_servers_must_each_be_listed_with_their_port() {
+        let e = listed(&["nats://127.0.0.1:4222", "nats://nats.internal"]);
+        for ok in [
+            "127.0.0.1:4222",
+            "nats://127.0.0.1:4222, nats.internal",
+            "nats://weir:s3cret@nats.internal:4222",
+        ] {
+            assert_eq!(e.nats_refusal(ok), None, "{ok}");
+        }
+        let why = e.nats_refusal("127.0.0.1:4223").unwrap();
+        assert!(
+            why.contains("--allow-endpoint nats://127.0.0.1:4223"),
+            "{why}"
+        );
+        let why = e.nats_refusal("nats://weir:s3cret@evil.example").unwrap();
+        assert!(!why.contains("s3cret"), "the password leaked: {why}");
+        assert!(why.contains("nats://evil.example:4222"), "{why}");
+        // The scheme of the list is `nats`: a broker entry does not let a NATS server through.
+        assert!(
+            listed(&["kafka://127.0.0.1:4222"])
+                .nats_refusal("127.0.0.1:4222")
+                .is_some()
+        );
     }
 
     #[test]

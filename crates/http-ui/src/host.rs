@@ -52,6 +52,9 @@ pub struct HostConfig {
     /// The S3 endpoints, Kafka brokers and PostgreSQL hosts submitted jobs may reach
     /// ([`crate::endpoints`]); by default only the server's own storage.
     pub endpoints: crate::endpoints::Endpoints,
+    /// The environment variables submitted jobs may read with `${VAR}` (`--allow-env`); by
+    /// default none.
+    pub env: weir_runtime::spec::env::AllowedEnv,
 }
 
 impl Default for HostConfig {
@@ -64,6 +67,7 @@ impl Default for HostConfig {
             lookup_burst: 200,
             limits: JobLimits::default(),
             endpoints: crate::endpoints::Endpoints::from_env(),
+            env: weir_runtime::spec::env::AllowedEnv::default(),
         }
     }
 }
@@ -244,8 +248,10 @@ impl Host {
             message: e.to_string(),
             problems: e.problems,
         };
-        let mut loaded =
-            weir_runtime::spec::load::parse_str(file, text, overrides).map_err(invalid)?;
+        let mut loaded = weir_runtime::spec::load::parse_str_in(file, text, overrides, &config.env)
+            .map_err(invalid)?;
+        // What `${VAR}`s read is masked in the problems too (a refused endpoint quotes it).
+        let secrets = crate::redact::Secrets::default().with(&loaded.env_values);
         // Before planning, which may look at the files a job names.
         let problems = crate::paths::check(&loaded.source, &loaded.spec);
         loaded.problems.extend(problems);
@@ -257,7 +263,9 @@ impl Host {
         }
         let problems = crate::endpoints::check(&loaded.source, &loaded.spec, &config.endpoints);
         loaded.problems.extend(problems);
-        weir_runtime::plan::build(&loaded).map_err(invalid)
+        weir_runtime::plan::build(&loaded)
+            .map_err(invalid)
+            .map_err(|e| secrets.mask_error(e))
     }
 
     /// Checks and starts a job; `file` names its text in messages.
@@ -293,8 +301,8 @@ impl Host {
             resolve_snapshot(&plan, options.from.as_deref(), &self.config.endpoints).await?;
         let id = self.allocate_id().await?;
         // Before the start, whose log lines may quote the job's values.
-        let secrets =
-            crate::redact::registry().register(crate::redact::Secrets::of_job(text, &parsed));
+        let secrets = crate::redact::registry()
+            .register(crate::redact::Secrets::of_job(text, &parsed).with(&plan.env_values));
         let running = job::start(&plan, self.options(restore))
             .await
             .map_err(|e| secrets.mask_error(ApiError::Start(e.to_string())))?;
@@ -325,7 +333,8 @@ impl Host {
             plan: Arc::new(plan),
             overrides: Vec::new(),
         };
-        let secrets = crate::redact::registry().register(crate::redact::Secrets::of(&text));
+        let secrets = crate::redact::registry()
+            .register(crate::redact::Secrets::of(&text).with(&definition.plan.env_values));
         let job = Arc::new(HostedJob::new(id, text, definition, secrets, running, None));
         self.insert(job.clone());
         job

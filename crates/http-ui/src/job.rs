@@ -370,8 +370,9 @@ impl HostedJob {
     /// ended, a job that was running as `restarting` until the host resumes it.
     pub fn recovered(stored: &StoredJob, plan: Plan) -> Self {
         let overrides = crate::host::parse_overrides(&stored.overrides).unwrap_or_default();
-        let secrets = crate::redact::registry()
-            .register(crate::redact::Secrets::of_job(&stored.text, &overrides));
+        let secrets = crate::redact::registry().register(
+            crate::redact::Secrets::of_job(&stored.text, &overrides).with(&plan.env_values),
+        );
         let stored_state = JobState::from_name(&stored.state).unwrap_or(JobState::Failed);
         let state = if stored_state.is_live() {
             JobState::Restarting

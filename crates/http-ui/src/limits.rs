@@ -156,7 +156,7 @@ impl JobLimits {
                     }
                 }
                 // Brokers are reached only while the job runs; its reading is paced by them.
-                SourceSpec::Kafka(_) => {}
+                SourceSpec::Kafka(_) | SourceSpec::Nats(_) => {}
             }
         }
         problems

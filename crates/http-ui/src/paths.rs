@@ -16,8 +16,8 @@ use weir_runtime::spec::problems::SpecSource;
 use weir_runtime::spec::{JobSpec, Problem};
 
 /// Keys whose string values are filesystem locations (`url`: `checkpoint.storage` in its map
-/// form).
-const PATH_KEYS: &[&str] = &["path", "storage", "url"];
+/// form; `creds-file`: a NATS connector's credentials, which the server would read).
+const PATH_KEYS: &[&str] = &["path", "storage", "url", "creds-file"];
 
 /// Every problem with the names and paths of `spec` (located through `source`); empty if it
 /// may run.

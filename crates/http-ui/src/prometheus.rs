@@ -76,6 +76,10 @@ pub fn render(host: &Host) -> String {
     let mut restores = Vec::new();
     // (job id, job, node, topic, partition, lag) of sources reading partitioned logs.
     let mut lags: Vec<(String, String, String, String, String, i64)> = Vec::new();
+    // Per partition of a source: (id, job, node, topic, partition) and the value.
+    type PartitionLabels = (String, String, String, String, String);
+    let mut positions: Vec<(PartitionLabels, i64)> = Vec::new();
+    let mut ends: Vec<(PartitionLabels, i64)> = Vec::new();
     for job in &jobs {
         // A label may quote a secret of the job file (an alias can make one a name).
         let name = job.secrets.mask(&job.name).into_owned();
@@ -141,15 +145,20 @@ pub fn render(host: &Host) -> String {
             let node = job.secrets.mask(&n.name).into_owned();
             for t in &n.subtasks {
                 for p in t.partitions() {
+                    let labels = (
+                        id.clone(),
+                        name.clone(),
+                        node.clone(),
+                        job.secrets.mask(&p.topic).into_owned(),
+                        p.partition.to_string(),
+                    );
+                    positions.push((labels.clone(), p.position));
+                    if let Some(end) = p.end {
+                        ends.push((labels.clone(), end));
+                    }
                     if let Some(lag) = p.lag() {
-                        lags.push((
-                            id.clone(),
-                            name.clone(),
-                            node.clone(),
-                            job.secrets.mask(&p.topic).into_owned(),
-                            p.partition.to_string(),
-                            lag,
-                        ));
+                        let (id, job, node, topic, partition) = labels;
+                        lags.push((id, job, node, topic, partition, lag));
                     }
                 }
             }
@@ -157,6 +166,35 @@ pub fn render(host: &Host) -> String {
         }
     }
 
+    for (family, help, values) in [
+        (
+            "weir_source_partition_position",
+            "Where a source is in a partition: the offset (Kafka) or stream sequence (NATS) of \
+             the next record it emits.",
+            &positions,
+        ),
+        (
+            "weir_source_partition_end",
+            "The end of a partition as the client last heard it: Kafka's last stable offset, \
+             NATS's last stream sequence plus one.",
+            &ends,
+        ),
+    ] {
+        out.family(family, "gauge", help);
+        for ((id, job, node, topic, partition), v) in values {
+            out.sample(
+                family,
+                &[
+                    ("id", id),
+                    ("job", job),
+                    ("node", node),
+                    ("topic", topic),
+                    ("partition", partition),
+                ],
+                *v as f64,
+            );
+        }
+    }
     out.family(
         "weir_source_partition_lag",
         "gauge",

@@ -69,6 +69,19 @@ impl Secrets {
         secrets
     }
 
+    /// These secrets and `values` (what a job's `${VAR}` references read from the server's
+    /// environment: the job file holds only the references).
+    pub fn with(mut self, values: &[String]) -> Self {
+        self.values.extend(
+            values
+                .iter()
+                .filter(|v| !v.is_empty() && v.as_str() != MASK)
+                .cloned(),
+        );
+        self.normalise();
+        self
+    }
+
     fn in_value(value: &Value) -> Self {
         let mut values = Vec::new();
         collect(value, false, &mut values);

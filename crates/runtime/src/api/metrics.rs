@@ -147,14 +147,22 @@ pub struct PartitionProgress {
     pub partition: i32,
     /// The offset of the next record the subtask emits.
     pub position: i64,
-    /// The end of the partition as the client last heard it (the last stable offset), if known.
+    /// The end of the partition as the client last heard it (Kafka: the last stable offset;
+    /// NATS: the stream's last sequence plus one), if known.
     pub end: Option<i64>,
+    /// Records after the position, when the client counts them (NATS, whose partitions are
+    /// subjects, not ranges of sequences): then this is the lag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i64>,
 }
 
 impl PartitionProgress {
-    /// Records in the partition not yet emitted, if the end is known.
+    /// Records in the partition not yet emitted, if known: the pending count, else the distance
+    /// from the position to the end.
     pub fn lag(&self) -> Option<i64> {
-        self.end.map(|end| (end - self.position).max(0))
+        self.pending
+            .or_else(|| self.end.map(|end| end - self.position))
+            .map(|lag| lag.max(0))
     }
 }
 

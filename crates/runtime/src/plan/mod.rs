@@ -95,6 +95,9 @@ pub struct Plan {
     pub nodes: Vec<PlanNode>,
     /// Which nodes run chained in one task.
     pub chains: Chaining,
+    /// The values `${VAR}` references read from the environment: a server masks them wherever
+    /// it shows the job.
+    pub env_values: Vec<String>,
 }
 
 impl Plan {

@@ -1,7 +1,8 @@
 //! YAML text → [`JobSpec`], reporting every problem at once.
 //!
 //! 1. serde_yaml parses the text (a syntax error stops here, with its position);
-//! 2. `--set key=value` overrides replace values in the parsed tree;
+//! 2. `--set key=value` overrides replace values in the parsed tree, then `${VAR}` references
+//!    in string values are replaced from the environment ([`super::env`]);
 //! 3. the tree is validated against the JSON Schema of [`JobSpec`] (the one `weir schema`
 //!    prints), which finds *all* unknown keys, wrong types and out-of-range values together;
 //!    tagged unions (`kind: filter`) are checked against the branch their `kind` names, so a
@@ -21,6 +22,7 @@ use jsonschema::error::{ValidationError, ValidationErrorKind};
 use serde_json::Value;
 
 use super::JobSpec;
+use super::env::{Environment, ProcessEnv, substitute};
 use super::positions::{PositionIndex, escape_segment};
 use super::problems::{Problem, SpecError, SpecSource};
 
@@ -37,6 +39,9 @@ pub struct LoadedJob {
     pub problems: Vec<Problem>,
     /// Nodes left out because of those problems: reading them is not reported again.
     pub dropped: Dropped,
+    /// Values `${VAR}` references read from the environment ([`super::env`]): a server masks
+    /// them wherever it shows the job.
+    pub env_values: Vec<String>,
 }
 
 /// Nodes left out of a job because they had structural problems.
@@ -142,8 +147,19 @@ pub fn utf8_error_position(bytes: &[u8], error: std::str::Utf8Error) -> (usize, 
 }
 
 /// Reads a job given as text; `file` names it in messages. Fails only when nothing usable
-/// could be decoded; otherwise problems travel in [`LoadedJob::problems`].
+/// could be decoded; otherwise problems travel in [`LoadedJob::problems`]. `${VAR}` references
+/// read the process's environment.
 pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<LoadedJob, SpecError> {
+    parse_str_in(file, text, overrides, &ProcessEnv)
+}
+
+/// [`parse_str`], with `${VAR}` references read from `env`.
+pub fn parse_str_in(
+    file: &str,
+    text: &str,
+    overrides: &[Override],
+    env: &dyn Environment,
+) -> Result<LoadedJob, SpecError> {
     // First, and in a loop: everything after this recurses per level and copies aliases.
     let index = match PositionIndex::build_checked(text) {
         Ok(index) => index,
@@ -203,6 +219,12 @@ pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<Loade
             }),
         }
     }
+    // After the overrides, so that a `--set` value may hold references too.
+    let substituted = substitute(&mut tree, env);
+    for (pointer, message) in substituted.problems {
+        problems.push(source.at_value(&pointer, message));
+    }
+    let env_values = substituted.values;
     let mut json = match serde_json::to_value(&tree) {
         Ok(v) => v,
         Err(e) => {
@@ -232,6 +254,7 @@ pub fn parse_str(file: &str, text: &str, overrides: &[Override]) -> Result<Loade
             source,
             problems,
             dropped,
+            env_values,
         }),
         Err(e) => {
             if problems.is_empty() {

@@ -8,10 +8,12 @@
 //! # Layout
 //! - [`units`]: durations (`100ms`) and byte sizes (`64MiB`).
 //! - [`load`]: YAML text → [`JobSpec`]: syntax, `--set` overrides, schema validation, decoding.
+//! - [`env`]: `${VAR}` and `${VAR:-default}` in string values, read from the environment.
 //! - [`positions`]: where each key and value sits in the YAML text.
 //! - [`problems`]: the error type that lists every problem with its position.
 //! - [`checks`]: well-typed values a run would refuse or choke on (zero intervals, tiny chunks).
 //! - [`kafka`]: the keys of the Kafka source and sink.
+//! - [`nats`]: the keys of the NATS JetStream source and sink.
 //! - [`paths`]: weir's data directory, and names made safe as path components.
 //!
 //! # Example
@@ -24,8 +26,10 @@
 //! ```
 
 pub mod checks;
+pub mod env;
 pub mod kafka;
 pub mod load;
+pub mod nats;
 pub mod paths;
 pub mod positions;
 pub mod problems;
@@ -36,6 +40,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use self::kafka::{KafkaSinkSpec, KafkaSourceSpec};
+pub use self::nats::{NatsSinkSpec, NatsSourceSpec};
 pub use self::problems::{Problem, SpecError};
 pub use self::units::{ByteSize, HumanDuration, SignedDuration};
 use crate::format::json::JsonType;
@@ -122,6 +127,9 @@ pub enum SourceSpec {
     Jsonl(JsonlSourceSpec),
     /// Records of Kafka topics, partition by partition, exactly-once with checkpoints.
     Kafka(Box<KafkaSourceSpec>),
+    /// Messages of a NATS JetStream stream, partition by partition, exactly-once with
+    /// checkpoints.
+    Nats(Box<NatsSourceSpec>),
 }
 
 impl SourceSpec {
@@ -130,6 +138,7 @@ impl SourceSpec {
             SourceSpec::Nexmark(s) => s.parallelism,
             SourceSpec::Jsonl(s) => s.parallelism,
             SourceSpec::Kafka(s) => s.parallelism,
+            SourceSpec::Nats(s) => s.parallelism,
         }
     }
 
@@ -138,6 +147,7 @@ impl SourceSpec {
             SourceSpec::Nexmark(s) => &s.event_time,
             SourceSpec::Jsonl(s) => &s.event_time,
             SourceSpec::Kafka(s) => &s.event_time,
+            SourceSpec::Nats(s) => &s.event_time,
         }
     }
 
@@ -146,6 +156,7 @@ impl SourceSpec {
             SourceSpec::Nexmark(_) => "nexmark",
             SourceSpec::Jsonl(_) => "jsonl",
             SourceSpec::Kafka(_) => "kafka",
+            SourceSpec::Nats(_) => "nats",
         }
     }
 }
@@ -851,6 +862,9 @@ pub enum SinkSpec {
     /// Rows into a Kafka topic as JSON records; exactly once with checkpoints (one Kafka
     /// transaction per completed checkpoint).
     Kafka(KafkaSinkSpec),
+    /// Rows into a NATS JetStream stream as JSON messages; exactly once with checkpoints
+    /// (published when the checkpoint completes, with deterministic `Nats-Msg-Id`s).
+    Nats(NatsSinkSpec),
 }
 
 impl SinkSpec {
@@ -861,6 +875,7 @@ impl SinkSpec {
             SinkSpec::File(s) => &s.from,
             SinkSpec::Postgres(s) => &s.from,
             SinkSpec::Kafka(s) => &s.from,
+            SinkSpec::Nats(s) => &s.from,
         }
     }
 
@@ -871,6 +886,7 @@ impl SinkSpec {
             SinkSpec::File(s) => s.parallelism,
             SinkSpec::Postgres(s) => s.parallelism,
             SinkSpec::Kafka(s) => s.parallelism,
+            SinkSpec::Nats(s) => s.parallelism,
         }
     }
 
@@ -881,6 +897,7 @@ impl SinkSpec {
             SinkSpec::File(_) => "file",
             SinkSpec::Postgres(_) => "postgres",
             SinkSpec::Kafka(_) => "kafka",
+            SinkSpec::Nats(_) => "nats",
         }
     }
 }

@@ -3,9 +3,12 @@
 //! systems use; it speaks every broker version and security setup a user will point it at).
 //!
 //! # Source
-//! Partitions are assigned to subtasks by [`owner`], a pure function of topic, partition and
-//! parallelism (Flink's `KafkaSourceEnumerator` rule): no consumer group rebalances inside a
-//! job, and a restore at another parallelism simply assigns the checkpointed partitions anew.
+//! Partitions are assigned to subtasks by [`owner`](crate::connectors::partitioned::owner), a
+//! pure function of topic, partition and parallelism (Flink's `KafkaSourceEnumerator` rule): no
+//! consumer group rebalances inside a job, and a restore at another parallelism simply assigns
+//! the checkpointed partitions anew. What the source shares with the NATS source (assignment,
+//! positions in checkpoints, per-partition watermarks, progress, record decoding) lives in
+//! [`crate::connectors::partitioned`].
 //! Each subtask reads with its own consumer on a reader thread (librdkafka's calls block), which
 //! decodes records into batches ahead of the task over a small bounded channel, so decoding
 //! overlaps the job's work. Every batch carries the offsets after it: the position a checkpoint
@@ -27,7 +30,6 @@
 //! `read_committed` consumers once. Transactional ids are `<prefix>-<writer>`: a restarted job
 //! fences its previous incarnation and aborts whatever it left open. See [`sink`].
 
-pub mod records;
 pub mod sink;
 pub mod source;
 
@@ -37,6 +39,43 @@ use indexmap::IndexMap;
 use rdkafka::ClientConfig;
 
 use crate::api::OperatorError;
+use crate::connectors::partitioned::records::{MetaType, MetaValue, MetadataField};
+use crate::spec::kafka::KafkaMetadata;
+
+impl MetadataField for KafkaMetadata {
+    fn column_type(self) -> MetaType {
+        match self {
+            KafkaMetadata::Key | KafkaMetadata::Headers | KafkaMetadata::Topic => MetaType::Text,
+            KafkaMetadata::Partition | KafkaMetadata::Offset => MetaType::Int,
+            KafkaMetadata::Timestamp => MetaType::Time,
+        }
+    }
+}
+
+/// What a Kafka record carries besides its value.
+pub struct RecordMeta<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    /// The headers as a JSON object, when a `headers` column is wanted.
+    pub headers: Option<String>,
+}
+
+impl RecordMeta<'_> {
+    /// The value of metadata column `field`.
+    pub fn value(&self, field: KafkaMetadata) -> MetaValue<'_> {
+        match field {
+            KafkaMetadata::Key => MetaValue::Bytes(self.key),
+            KafkaMetadata::Headers => MetaValue::Text(self.headers.as_deref()),
+            KafkaMetadata::Topic => MetaValue::Text(Some(self.topic)),
+            KafkaMetadata::Partition => MetaValue::Int(Some(i64::from(self.partition))),
+            KafkaMetadata::Offset => MetaValue::Int(Some(self.offset)),
+            KafkaMetadata::Timestamp => MetaValue::Time(self.timestamp),
+        }
+    }
+}
 
 /// How long one metadata, offsets or transaction request to the cluster may take before the
 /// job fails with a message naming the brokers (librdkafka retries inside it).
@@ -86,15 +125,6 @@ pub fn client_config(
         config.set(*k, *v);
     }
     config
-}
-
-/// The subtask (of `parallelism`) that reads `partition` of `topic`: the topics' partitions
-/// are spread round-robin from a start that depends on the topic, so several topics do not all
-/// pile their partition 0 onto subtask 0.
-pub fn owner(topic: &str, partition: i32, parallelism: usize) -> usize {
-    let parallelism = parallelism.max(1) as u64;
-    let start = xxhash_rust::xxh3::xxh3_64(topic.as_bytes()) % parallelism;
-    ((start + u64::from(partition.unsigned_abs())) % parallelism) as usize
 }
 
 /// An error of the cluster: the message says what weir was doing and what the client said
@@ -177,30 +207,5 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
             tokio::task::block_in_place(f)
         }
         _ => f(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::owner;
-
-    #[test]
-    fn every_partition_has_one_owner_and_owners_are_spread() {
-        for parallelism in 1..6 {
-            let mut counts = vec![0; parallelism];
-            for p in 0..12 {
-                let o = owner("bids", p, parallelism);
-                assert!(o < parallelism);
-                counts[o] += 1;
-            }
-            // 12 partitions over `parallelism` subtasks round-robin: within one of each other.
-            let (min, max) = (
-                counts.iter().min().copied().unwrap_or(0),
-                counts.iter().max().copied().unwrap_or(0),
-            );
-            assert!(max - min <= 1, "{counts:?}");
-        }
-        // Consecutive partitions of one topic go to consecutive subtasks.
-        assert_eq!((owner("t", 0, 4) + 1) % 4, owner("t", 1, 4));
     }
 }

@@ -1,12 +1,13 @@
-//! The Kafka source: partitions assigned by [`super::owner`], offsets in checkpoints,
-//! per-partition watermarks (see the module docs of [`super`]).
+//! The Kafka source: partitions assigned by [`owner`], offsets in checkpoints, per-partition
+//! watermarks (see the module docs of [`super`]; the machinery it shares with the NATS source
+//! is [`crate::connectors::partitioned`]).
 //!
 //! A subtask is two halves. [`KafkaSourceFactory::create`] (once per subtask and attempt) asks
 //! the cluster for the topics' partitions, keeps the ones the subtask owns, resolves where each
 //! starts (the restored offset, else `start-from`) and, for `stop-at: latest`, where it ends;
 //! then it starts the subtask's [`Reader`] on a thread of its own. The reader polls its
 //! consumer, decodes records into batches and sends each batch with the positions after it
-//! over a bounded channel to the [`KafkaSource`], which the task polls: what the source's
+//! over a bounded channel to the [`PartitionedSource`], which the task polls: what the source's
 //! snapshot says is exactly what the task has emitted.
 
 use std::collections::HashMap;
@@ -14,38 +15,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use arrow_array::{Array, Int64Array, RecordBatch, TimestampMillisecondArray};
-use futures::future::BoxFuture;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message};
-use serde::{Deserialize, Serialize};
 
-use super::records::{RecordDecoder, RecordMeta, ValueFormat, headers_json};
-use super::{Closing, REQUEST_TIMEOUT, client_config, external, owner};
-use crate::api::{
-    OperatorError, PartitionProgress, Source, SourceEvent, SourceFactory, SubtaskContext,
-    SubtaskMetrics,
+use super::{Closing, REQUEST_TIMEOUT, RecordMeta, client_config, external};
+use crate::api::{OperatorError, Source, SourceFactory, SubtaskContext, SubtaskMetrics};
+use crate::connectors::partitioned::records::{RecordDecoder, ValueFormat, headers_json};
+use crate::connectors::partitioned::{
+    self, Fetched, MAX_BATCH_DELAY, Part, PartitionedSource, Parts, Position, REPORT_EVERY, owner,
 };
 use crate::spec::OnError;
-use crate::spec::kafka::{KafkaSourceSpec, StartFrom, StartPosition, StopAt};
+use crate::spec::kafka::{KafkaMetadata, KafkaSourceSpec, StartFrom, StartPosition, StopAt};
 
 /// How long the reader waits for a record before it looks at its partitions again (idleness,
 /// discovery, a stop request).
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-/// The longest a decoded row waits in the reader for its batch to fill.
-const MAX_BATCH_DELAY: Duration = Duration::from_millis(20);
-
-/// Batches the reader may decode ahead of the task: enough to overlap decoding with the
-/// task's work, few enough that a slow job back-pressures the consumer.
-const READ_AHEAD: usize = 4;
-
-/// How often a quiet reader publishes its partitions' progress (the ends still move).
-const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// How often librdkafka reports the partitions' ends (for lag).
 const STATISTICS_INTERVAL: &str = "1000";
 
@@ -110,19 +99,6 @@ impl Topics {
             (None, None) => Err("name the topic to read with `topic` (or `topic-pattern`)".into()),
         }
     }
-}
-
-/// The position of one partition: the offset of the next record to read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Position {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct SourceState {
-    partitions: Vec<Position>,
 }
 
 /// Makes the subtasks of a Kafka source.
@@ -194,13 +170,8 @@ impl SourceFactory for KafkaSourceFactory {
             return;
         }
         let mut tpl = TopicPartitionList::new();
-        for state in states {
-            let Ok(s) = serde_json::from_value::<SourceState>(state) else {
-                continue;
-            };
-            for p in s.partitions {
-                let _ = tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.offset));
-            }
+        for p in partitioned::completed_positions(states) {
+            let _ = tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.offset));
         }
         if tpl.count() == 0 {
             return;
@@ -231,32 +202,20 @@ impl SourceFactory for KafkaSourceFactory {
     }
 
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
-        let restored: Option<Vec<Position>> = match ctx
-            .restore
-            .as_ref()
-            .filter(|r| r.own_states().next().is_some())
-        {
-            Some(restore) => {
-                let mut all = Vec::new();
-                for state in restore.own_states() {
-                    let s: SourceState = serde_json::from_value(state.clone()).map_err(|e| {
-                        OperatorError::Data(format!(
-                            "Kafka source `{}`: a checkpointed position is not valid: {e}",
-                            self.node
-                        ))
-                    })?;
-                    all.extend(s.partitions);
-                }
-                Some(all)
-            }
-            None => None,
-        };
+        let restored =
+            partitioned::restored_positions(ctx, &format!("Kafka source `{}`", self.node))?;
         let consumer = self.consumer()?;
         let parts = super::blocking(|| self.assign(&consumer, ctx, restored.as_deref()))?;
-        let (tx, rx) = async_channel::bounded(READ_AHEAD);
+        let (tx, rx) = partitioned::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let positions = parts.iter().map(Part::position).collect();
         let idle = parts.is_empty() && self.spec.stop_at.is_none();
+        let parts = Parts::new(
+            parts,
+            self.event_columns(),
+            self.spec.event_time.idle_timeout.map(|d| d.0),
+            self.spec.stop_at.is_some(),
+        );
         let reader = Reader {
             consumer: Arc::new(consumer),
             decoder: RecordDecoder::new(
@@ -265,14 +224,10 @@ impl SourceFactory for KafkaSourceFactory {
                 &ctx.want,
                 ctx.batch_size,
             ),
-            event_columns: self.event_columns(),
             parts,
-            index: HashMap::new(),
             topics: self.topics.clone(),
-            bounded: self.spec.stop_at.is_some(),
             on_error: self.spec.on_error,
             max_record_size: self.spec.max_record_size.0,
-            idle_timeout: self.spec.event_time.idle_timeout.map(|d| d.0),
             discovery: self.spec.partition_discovery.0,
             next_discovery: Instant::now() + self.spec.partition_discovery.0,
             subtask: ctx.subtask,
@@ -290,29 +245,29 @@ impl SourceFactory for KafkaSourceFactory {
                     OperatorError::external("starting a Kafka reader thread".to_string(), e)
                 })?
         };
-        Ok(Box::new(KafkaSource {
+        // The reader notices the stop within one poll interval; it is not joined, so that a
+        // drop on an async worker never waits for librdkafka to close the consumer.
+        let stop = move || {
+            stop.store(true, Ordering::Relaxed);
+            drop(thread);
+        };
+        Ok(Box::new(PartitionedSource::new(
             rx,
             positions,
-            bound: None,
             idle,
-            stop,
-            thread: Some(thread),
-        }))
+            "a Kafka reader thread",
+            Box::new(stop),
+        )))
     }
 }
 
 impl KafkaSourceFactory {
     /// Per port, the index of the event-time column.
     fn event_columns(&self) -> Vec<Option<usize>> {
-        self.format
-            .ports(&self.spec.metadata)
-            .iter()
-            .map(|(_, schema)| {
-                self.event_column
-                    .as_ref()
-                    .and_then(|c| schema.index_of(c).ok())
-            })
-            .collect()
+        partitioned::event_columns(
+            &self.format.ports(&self.spec.metadata),
+            self.event_column.as_deref(),
+        )
     }
 
     /// The subtask's partitions and where each starts (and ends); assigns them to `consumer`.
@@ -495,77 +450,22 @@ fn list_partitions(
     Ok(out)
 }
 
-/// One partition a reader owns.
-#[derive(Debug)]
-struct Part {
-    topic: String,
-    partition: i32,
-    /// The offset of the next record to read.
-    next: i64,
-    /// `stop-at`: the offset reading stops at.
-    end: Option<i64>,
-    done: bool,
-    /// The largest event time of the partition's records so far.
-    max_event: Option<i64>,
-    last_record: Instant,
-}
-
-impl Part {
-    fn new(topic: String, partition: i32, next: i64, end: Option<i64>) -> Self {
-        Self {
-            done: end.is_some_and(|end| next >= end),
-            topic,
-            partition,
-            next,
-            end,
-            max_event: None,
-            last_record: Instant::now(),
-        }
-    }
-
-    fn position(&self) -> Position {
-        Position {
-            topic: self.topic.clone(),
-            partition: self.partition,
-            offset: self.next,
-        }
-    }
-
-    fn tpl(&self) -> TopicPartitionList {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topic, self.partition);
-        tpl
-    }
-}
-
-/// What the reader sends the source.
-enum Fetched {
-    /// Rows (possibly none) and what the partitions look like after them.
-    Progress {
-        batches: Vec<(usize, RecordBatch)>,
-        positions: Vec<Position>,
-        bound: Option<i64>,
-        idle: bool,
-    },
-    /// `stop-at`: every partition reached its end.
-    End,
-    Failed(OperatorError),
+/// The one partition of a [`Part`], for librdkafka's calls.
+fn tpl(part: &Part) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&part.topic, part.partition);
+    tpl
 }
 
 /// A subtask's consumer, on its own thread.
 struct Reader {
     /// Shared with the poll loop, which holds a borrowed record while the reader decodes it.
     consumer: Arc<Closing<KafkaConsumer>>,
-    decoder: RecordDecoder,
-    event_columns: Vec<Option<usize>>,
-    parts: Vec<Part>,
-    /// Topic → partition → index into `parts` (looked up per record without allocating).
-    index: HashMap<String, HashMap<i32, usize>>,
+    decoder: RecordDecoder<KafkaMetadata>,
+    parts: Parts,
     topics: Topics,
-    bounded: bool,
     on_error: OnError,
     max_record_size: u64,
-    idle_timeout: Option<Duration>,
     discovery: Duration,
     next_discovery: Instant,
     subtask: usize,
@@ -587,7 +487,6 @@ impl Reader {
         tx: &async_channel::Sender<Fetched>,
         stop: &AtomicBool,
     ) -> Result<(), OperatorError> {
-        self.reindex();
         self.report();
         let mut reported = Instant::now();
         let mut was_idle = None;
@@ -595,11 +494,11 @@ impl Reader {
             if stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            if self.bounded && self.parts.iter().all(|p| p.done) {
+            if self.parts.bounded() && self.parts.all_done() {
                 let _ = tx.send_blocking(Fetched::End);
                 return Ok(());
             }
-            if !self.bounded && Instant::now() >= self.next_discovery {
+            if !self.parts.bounded() && Instant::now() >= self.next_discovery {
                 self.discover()?;
                 self.next_discovery = Instant::now() + self.discovery;
             }
@@ -622,10 +521,10 @@ impl Reader {
                     break;
                 }
             }
-            if eof && self.bounded {
+            if eof && self.parts.bounded() {
                 self.check_positions();
             }
-            let idle = self.idle();
+            let idle = self.parts.idle();
             if self.decoder.buffered() == 0 && was_idle == Some(idle) && !eof {
                 // Nothing new to send; the ends (hence the lag) still move.
                 if reported.elapsed() >= REPORT_EVERY {
@@ -638,12 +537,7 @@ impl Reader {
             let batches = self.flush()?;
             self.report();
             reported = Instant::now();
-            let progress = Fetched::Progress {
-                batches,
-                positions: self.parts.iter().map(Part::position).collect(),
-                bound: self.bound(),
-                idle,
-            };
+            let progress = self.parts.progress(batches, idle);
             if tx.send_blocking(progress).is_err() {
                 // The source is gone (its task stopped).
                 return Ok(());
@@ -661,33 +555,9 @@ impl Reader {
             .lock()
             .map(|e| e.clone())
             .unwrap_or_default();
-        let progress = self
-            .parts
-            .iter()
-            .map(|p| PartitionProgress {
-                topic: p.topic.clone(),
-                partition: p.partition,
-                position: p.next,
-                end: ends.get(&(p.topic.clone(), p.partition)).copied(),
-            })
-            .collect();
-        if let Ok(mut partitions) = self.metrics.partitions.lock() {
-            *partitions = progress;
-        }
-    }
-
-    fn reindex(&mut self) {
-        self.index.clear();
-        for (i, p) in self.parts.iter().enumerate() {
-            self.index
-                .entry(p.topic.clone())
-                .or_default()
-                .insert(p.partition, i);
-        }
-    }
-
-    fn part_of(&self, topic: &str, partition: i32) -> Option<usize> {
-        self.index.get(topic)?.get(&partition).copied()
+        self.parts.report(&self.metrics, |p| {
+            ends.get(&(p.topic.clone(), p.partition)).copied()
+        });
     }
 
     /// Decodes one record into the buffered rows.
@@ -695,11 +565,11 @@ impl Reader {
         &mut self,
         message: &rdkafka::message::BorrowedMessage<'_>,
     ) -> Result<(), OperatorError> {
-        let Some(i) = self.part_of(message.topic(), message.partition()) else {
+        let Some(i) = self.parts.index_of(message.topic(), message.partition()) else {
             return Ok(());
         };
         let offset = message.offset();
-        let part = &mut self.parts[i];
+        let part = self.parts.get_mut(i);
         if part.done || part.end.is_some_and(|end| offset >= end) {
             self.finish_part(i);
             return Ok(());
@@ -715,7 +585,7 @@ impl Reader {
                 crate::spec::ByteSize(self.max_record_size)
             ))
         } else {
-            let headers = if self.decoder.wants_headers() {
+            let headers = if self.decoder.wants(KafkaMetadata::Headers) {
                 Some(headers_json(
                     message
                         .headers()
@@ -735,7 +605,7 @@ impl Reader {
                 headers,
             };
             self.decoder
-                .decode(value, &meta, i)
+                .decode(value, |m| meta.value(m), i)
                 .err()
                 .map(|e| e.to_string())
         };
@@ -753,7 +623,7 @@ impl Reader {
                 }
             }
         }
-        if self.parts[i].end.is_some_and(|end| offset + 1 >= end) {
+        if self.parts.get(i).end.is_some_and(|end| offset + 1 >= end) {
             self.finish_part(i);
         }
         Ok(())
@@ -761,10 +631,10 @@ impl Reader {
 
     /// A partition reached its `stop-at` end: stop fetching it.
     fn finish_part(&mut self, i: usize) {
-        let part = &mut self.parts[i];
+        let part = self.parts.get_mut(i);
         if !part.done {
             part.done = true;
-            let _ = self.consumer.pause(&part.tpl());
+            let _ = self.consumer.pause(&tpl(part));
         }
     }
 
@@ -772,11 +642,11 @@ impl Reader {
     /// with one candidate, that partition has been read up to the cluster's end, which is at
     /// or past the end it had when the subtask started.
     fn reached_end(&mut self, partition: i32) {
-        if !self.bounded {
+        if !self.parts.bounded() {
             return;
         }
         let candidates: Vec<usize> = (0..self.parts.len())
-            .filter(|&i| self.parts[i].partition == partition && !self.parts[i].done)
+            .filter(|&i| self.parts.get(i).partition == partition && !self.parts.get(i).done)
             .collect();
         if let [i] = candidates[..] {
             self.finish_part(i);
@@ -790,7 +660,7 @@ impl Reader {
             return;
         };
         for i in 0..self.parts.len() {
-            let part = &self.parts[i];
+            let part = self.parts.get(i);
             if part.done {
                 continue;
             }
@@ -848,7 +718,7 @@ impl Reader {
         let mut added = Vec::new();
         for (topic, partition) in all {
             if owner(&topic, partition, self.parallelism) != self.subtask
-                || self.part_of(&topic, partition).is_some()
+                || self.parts.index_of(&topic, partition).is_some()
             {
                 continue;
             }
@@ -877,122 +747,12 @@ impl Reader {
             )
         })?;
         self.parts.extend(added);
-        self.reindex();
         Ok(())
     }
 
-    /// Whether nothing the subtask reads can hold event time back: no partitions, or every
-    /// partition quiet for `idle-timeout`.
-    fn idle(&self) -> bool {
-        if self.bounded {
-            return false;
-        }
-        let now = Instant::now();
-        self.parts.iter().all(|p| self.is_idle(p, now))
-    }
-
-    fn is_idle(&self, p: &Part, now: Instant) -> bool {
-        self.idle_timeout
-            .is_some_and(|t| now.duration_since(p.last_record) >= t)
-    }
-
-    /// The least event time over the partitions that may still hold the watermark back.
-    fn bound(&self) -> Option<i64> {
-        let now = Instant::now();
-        self.parts
-            .iter()
-            .filter(|p| !p.done && !self.is_idle(p, now))
-            .map(|p| p.max_event.unwrap_or(i64::MIN))
-            .min()
-    }
-
     /// The buffered rows as batches, advancing each partition's event time by its rows.
-    fn flush(&mut self) -> Result<Vec<(usize, RecordBatch)>, OperatorError> {
+    fn flush(&mut self) -> Result<Vec<(usize, arrow_array::RecordBatch)>, OperatorError> {
         let flushed = self.decoder.flush().map_err(OperatorError::Internal)?;
-        let mut out = Vec::with_capacity(flushed.len());
-        for (port, batch, rows) in flushed {
-            if let Some(Some(col)) = self.event_columns.get(port) {
-                let column = batch.column(*col);
-                let times: Option<Vec<Option<i64>>> =
-                    if let Some(a) = column.as_any().downcast_ref::<TimestampMillisecondArray>() {
-                        Some(a.iter().collect())
-                    } else {
-                        column
-                            .as_any()
-                            .downcast_ref::<Int64Array>()
-                            .map(|a| a.iter().collect())
-                    };
-                for (t, part) in times.unwrap_or_default().into_iter().zip(rows) {
-                    if let (Some(t), Some(p)) = (t, self.parts.get_mut(part)) {
-                        p.max_event = Some(p.max_event.map_or(t, |m| m.max(t)));
-                    }
-                }
-            }
-            out.push((port, batch));
-        }
-        Ok(out)
-    }
-}
-
-/// One subtask of a Kafka source: what its reader sent so far.
-pub struct KafkaSource {
-    rx: async_channel::Receiver<Fetched>,
-    positions: Vec<Position>,
-    bound: Option<i64>,
-    idle: bool,
-    stop: Arc<AtomicBool>,
-    /// The reader; it stops when told to or when this source (its receiver) is dropped.
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Source for KafkaSource {
-    fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>> {
-        Box::pin(async move {
-            match self.rx.recv().await {
-                Ok(Fetched::Progress {
-                    batches,
-                    positions,
-                    bound,
-                    idle,
-                }) => {
-                    self.positions = positions;
-                    self.bound = bound;
-                    self.idle = idle;
-                    Ok(SourceEvent::Batches(batches))
-                }
-                Ok(Fetched::End) => Ok(SourceEvent::End),
-                Ok(Fetched::Failed(e)) => Err(e),
-                Err(_) => Err(OperatorError::Internal(
-                    "a Kafka reader thread stopped without saying why".into(),
-                )),
-            }
-        })
-    }
-
-    fn watermark_bound(&self) -> Option<i64> {
-        self.bound
-    }
-
-    fn idle(&self) -> bool {
-        self.idle
-    }
-
-    fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
-        let state = SourceState {
-            partitions: self.positions.clone(),
-        };
-        serde_json::to_value(state)
-            .map(Some)
-            .map_err(|e| OperatorError::Internal(format!("encoding Kafka positions: {e}")))
-    }
-}
-
-impl Drop for KafkaSource {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.rx.close();
-        // The reader notices within one poll interval; it is not joined here, so that a drop
-        // on an async worker never waits for librdkafka to close the consumer.
-        drop(self.thread.take());
+        Ok(self.parts.observe(flushed))
     }
 }

@@ -1,5 +1,6 @@
-//! Kafka records to Arrow batches: the value decoded by the source's format (JSON by the
-//! `jsonl` source's decoder, or raw), then the metadata columns the job asked for.
+//! Records of a partitioned log to Arrow batches: the value decoded by the source's format
+//! (JSON by the `jsonl` source's decoder, or raw), then the metadata columns the job asked for
+//! (a Kafka record's key and offset, a NATS message's subject and stream sequence, ...).
 //!
 //! Rows are appended in the order records arrive, per output port; the partition of each
 //! buffered row is kept beside it, so that a flushed batch tells the source which partition's
@@ -13,7 +14,42 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use indexmap::IndexMap;
 
 use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout};
-use crate::spec::kafka::KafkaMetadata;
+
+/// A metadata field a log's records carry (Kafka's `offset`, NATS's `subject`, ...): each
+/// connector's enum of them, from its spec.
+pub trait MetadataField: Copy + PartialEq {
+    /// The column type of the field.
+    fn column_type(self) -> MetaType;
+}
+
+/// What kind of column a metadata field fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaType {
+    Text,
+    Int,
+    /// Epoch milliseconds, as a TIMESTAMP column.
+    Time,
+}
+
+impl MetaType {
+    pub fn data_type(self) -> DataType {
+        match self {
+            MetaType::Text => DataType::Utf8,
+            MetaType::Int => DataType::Int64,
+            MetaType::Time => DataType::Timestamp(TimeUnit::Millisecond, None),
+        }
+    }
+}
+
+/// One metadata value of a record (`None`: null).
+#[derive(Debug)]
+pub enum MetaValue<'a> {
+    Text(Option<&'a str>),
+    /// Bytes shown as text (invalid UTF-8 replaced): a Kafka key.
+    Bytes(Option<&'a [u8]>),
+    Int(Option<i64>),
+    Time(Option<i64>),
+}
 
 /// How record values are read.
 #[derive(Clone, Debug)]
@@ -28,7 +64,10 @@ pub const RAW_COLUMN: &str = "value";
 
 impl ValueFormat {
     /// The output ports and their schemas, metadata columns included (after the value's).
-    pub fn ports(&self, metadata: &IndexMap<String, KafkaMetadata>) -> Vec<(String, SchemaRef)> {
+    pub fn ports<M: MetadataField>(
+        &self,
+        metadata: &IndexMap<String, M>,
+    ) -> Vec<(String, SchemaRef)> {
         let base = match self {
             ValueFormat::Json(layout) => layout.ports(),
             ValueFormat::Raw => vec![(
@@ -45,32 +84,12 @@ impl ValueFormat {
                 let mut fields: Vec<Field> =
                     schema.fields().iter().map(|f| f.as_ref().clone()).collect();
                 for (column, m) in metadata {
-                    fields.push(Field::new(column, metadata_type(*m), true));
+                    fields.push(Field::new(column, m.column_type().data_type(), true));
                 }
                 (name, Arc::new(Schema::new(fields)))
             })
             .collect()
     }
-}
-
-/// The column type of a metadata field.
-pub fn metadata_type(m: KafkaMetadata) -> DataType {
-    match m {
-        KafkaMetadata::Key | KafkaMetadata::Headers | KafkaMetadata::Topic => DataType::Utf8,
-        KafkaMetadata::Partition | KafkaMetadata::Offset => DataType::Int64,
-        KafkaMetadata::Timestamp => DataType::Timestamp(TimeUnit::Millisecond, None),
-    }
-}
-
-/// What a record carries besides its value.
-pub struct RecordMeta<'a> {
-    pub topic: &'a str,
-    pub partition: i32,
-    pub offset: i64,
-    pub timestamp: Option<i64>,
-    pub key: Option<&'a [u8]>,
-    /// The headers as a JSON object, when a `headers` column is wanted.
-    pub headers: Option<String>,
 }
 
 /// Why a record was not decoded.
@@ -105,11 +124,11 @@ enum MetaColumn {
 }
 
 /// Decodes records into batches per port.
-pub struct RecordDecoder {
+pub struct RecordDecoder<M> {
     values: Values,
     ports: Vec<(String, SchemaRef)>,
     want: Vec<bool>,
-    metadata: Vec<KafkaMetadata>,
+    metadata: Vec<M>,
     /// Per port: one builder per metadata column.
     meta: Vec<Vec<MetaColumn>>,
     /// Per port: the partition (an index of the caller's) of each buffered row.
@@ -117,10 +136,10 @@ pub struct RecordDecoder {
     buffered: usize,
 }
 
-impl RecordDecoder {
+impl<M: MetadataField> RecordDecoder<M> {
     pub fn new(
         format: &ValueFormat,
-        metadata: &IndexMap<String, KafkaMetadata>,
+        metadata: &IndexMap<String, M>,
         want: &[bool],
         batch_size: usize,
     ) -> Self {
@@ -135,10 +154,15 @@ impl RecordDecoder {
                 rows: 0,
             },
         };
-        let metadata: Vec<KafkaMetadata> = metadata.values().copied().collect();
+        let metadata: Vec<M> = metadata.values().copied().collect();
         let meta = ports
             .iter()
-            .map(|_| metadata.iter().map(|m| meta_column(*m)).collect())
+            .map(|_| {
+                metadata
+                    .iter()
+                    .map(|m| meta_column(m.column_type()))
+                    .collect()
+            })
             .collect();
         Self {
             values,
@@ -151,8 +175,9 @@ impl RecordDecoder {
         }
     }
 
-    pub fn wants_headers(&self) -> bool {
-        self.metadata.contains(&KafkaMetadata::Headers)
+    /// Whether a column of `field` is wanted (to skip work for fields nobody reads).
+    pub fn wants(&self, field: M) -> bool {
+        self.metadata.contains(&field)
     }
 
     /// Rows buffered over all ports since the last flush.
@@ -160,12 +185,13 @@ impl RecordDecoder {
         self.buffered
     }
 
-    /// Decodes one record of the caller's partition `part`. `Ok(false)`: nothing was appended
-    /// (a record of an undeclared variant or of a port nobody reads).
-    pub fn decode(
+    /// Decodes one record of the caller's partition `part`, asking `meta` for the value of
+    /// each metadata column. `Ok(false)`: nothing was appended (a record of an undeclared
+    /// variant or of a port nobody reads).
+    pub fn decode<'a>(
         &mut self,
         value: Option<&[u8]>,
-        meta: &RecordMeta<'_>,
+        meta: impl Fn(M) -> MetaValue<'a>,
         part: usize,
     ) -> Result<bool, RecordError> {
         let port = match &mut self.values {
@@ -190,21 +216,18 @@ impl RecordDecoder {
             }
         };
         for (column, m) in self.meta[port].iter_mut().zip(&self.metadata) {
-            match (column, m) {
-                (MetaColumn::Str(b), KafkaMetadata::Key) => match meta.key {
-                    Some(k) => b.append_value(String::from_utf8_lossy(k)),
+            match (column, meta(*m)) {
+                (MetaColumn::Str(b), MetaValue::Text(t)) => b.append_option(t),
+                (MetaColumn::Str(b), MetaValue::Bytes(v)) => match v {
+                    Some(v) => b.append_value(String::from_utf8_lossy(v)),
                     None => b.append_null(),
                 },
-                (MetaColumn::Str(b), KafkaMetadata::Headers) => match &meta.headers {
-                    Some(h) => b.append_value(h),
-                    None => b.append_null(),
-                },
-                (MetaColumn::Str(b), _) => b.append_value(meta.topic),
-                (MetaColumn::Int(b), KafkaMetadata::Partition) => {
-                    b.append_value(i64::from(meta.partition))
-                }
-                (MetaColumn::Int(b), _) => b.append_value(meta.offset),
-                (MetaColumn::Time(b), _) => b.append_option(meta.timestamp),
+                (MetaColumn::Int(b), MetaValue::Int(v)) => b.append_option(v),
+                (MetaColumn::Time(b), MetaValue::Time(v) | MetaValue::Int(v)) => b.append_option(v),
+                // A connector that answers a field with a value of another type: null.
+                (MetaColumn::Str(b), _) => b.append_null(),
+                (MetaColumn::Int(b), _) => b.append_null(),
+                (MetaColumn::Time(b), _) => b.append_null(),
             }
         }
         self.rows[port].push(part);
@@ -242,20 +265,18 @@ impl RecordDecoder {
             }
             let parts = std::mem::take(&mut self.rows[port]);
             let batch = RecordBatch::try_new(self.ports[port].1.clone(), columns)
-                .map_err(|e| format!("a Kafka batch does not fit its port's schema: {e}"))?;
+                .map_err(|e| format!("a batch does not fit its port's schema: {e}"))?;
             out.push((port, batch, parts));
         }
         Ok(out)
     }
 }
 
-fn meta_column(m: KafkaMetadata) -> MetaColumn {
-    match m {
-        KafkaMetadata::Key | KafkaMetadata::Headers | KafkaMetadata::Topic => {
-            MetaColumn::Str(StringBuilder::new())
-        }
-        KafkaMetadata::Partition | KafkaMetadata::Offset => MetaColumn::Int(Int64Builder::new()),
-        KafkaMetadata::Timestamp => MetaColumn::Time(TimestampMillisecondBuilder::new()),
+fn meta_column(t: MetaType) -> MetaColumn {
+    match t {
+        MetaType::Text => MetaColumn::Str(StringBuilder::new()),
+        MetaType::Int => MetaColumn::Int(Int64Builder::new()),
+        MetaType::Time => MetaColumn::Time(TimestampMillisecondBuilder::new()),
     }
 }
 
@@ -277,6 +298,8 @@ pub fn headers_json<'a>(headers: impl Iterator<Item = (&'a str, Option<&'a [u8]>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connectors::kafka::RecordMeta;
+    use crate::spec::kafka::KafkaMetadata;
     use arrow_array::{Array, Int64Array, StringArray};
 
     fn meta<'a>(partition: i32, offset: i64, key: Option<&'a [u8]>) -> RecordMeta<'a> {
@@ -290,6 +313,15 @@ mod tests {
         }
     }
 
+    fn decode(
+        d: &mut RecordDecoder<KafkaMetadata>,
+        value: Option<&[u8]>,
+        record: &RecordMeta<'_>,
+        part: usize,
+    ) -> Result<bool, RecordError> {
+        d.decode(value, |m| record.value(m), part)
+    }
+
     #[test]
     fn json_values_get_their_metadata_columns_row_by_row() {
         let layout: JsonLayout =
@@ -299,20 +331,14 @@ mod tests {
         )
         .expect("metadata");
         let mut d = RecordDecoder::new(&ValueFormat::Json(layout), &metadata, &[true], 8);
-        assert!(
-            d.decode(Some(br#"{"price": 5}"#), &meta(2, 7, Some(b"a")), 0)
-                .expect("row")
-        );
-        assert!(
-            d.decode(Some(br#"{"price": 6}"#), &meta(3, 9, None), 1)
-                .expect("row")
-        );
+        assert!(decode(&mut d, Some(br#"{"price": 5}"#), &meta(2, 7, Some(b"a")), 0).expect("row"));
+        assert!(decode(&mut d, Some(br#"{"price": 6}"#), &meta(3, 9, None), 1).expect("row"));
         assert!(matches!(
-            d.decode(Some(b"{"), &meta(3, 10, None), 1),
+            decode(&mut d, Some(b"{"), &meta(3, 10, None), 1),
             Err(RecordError::Decode(_))
         ));
         assert!(matches!(
-            d.decode(None, &meta(3, 11, None), 1),
+            decode(&mut d, None, &meta(3, 11, None), 1),
             Err(RecordError::NoValue)
         ));
         assert_eq!(d.buffered(), 2);
@@ -353,11 +379,12 @@ mod tests {
 
     #[test]
     fn raw_values_are_strings_and_tombstones_null() {
-        let mut d = RecordDecoder::new(&ValueFormat::Raw, &IndexMap::new(), &[true], 8);
-        assert!(d.decode(Some(b"hello"), &meta(0, 0, None), 0).expect("row"));
-        assert!(d.decode(None, &meta(0, 1, None), 0).expect("row"));
+        let mut d =
+            RecordDecoder::<KafkaMetadata>::new(&ValueFormat::Raw, &IndexMap::new(), &[true], 8);
+        assert!(decode(&mut d, Some(b"hello"), &meta(0, 0, None), 0).expect("row"));
+        assert!(decode(&mut d, None, &meta(0, 1, None), 0).expect("row"));
         assert!(matches!(
-            d.decode(Some(&[0xff, 0xfe]), &meta(0, 2, None), 0),
+            decode(&mut d, Some(&[0xff, 0xfe]), &meta(0, 2, None), 0),
             Err(RecordError::NotUtf8)
         ));
         let out = d.flush().expect("flush");

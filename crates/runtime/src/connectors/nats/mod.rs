@@ -1,0 +1,214 @@
+//! `nats`: a JetStream source and sink, both exactly-once with checkpoints, over `async-nats`
+//! (the official client of the NATS project; async on tokio, as the rest of weir).
+//!
+//! # Source
+//! A stream is read as `partitions` partitions: partition `p` is the subjects of `subjects`
+//! with `{partition}` replaced by `p` (as a subject mapping with `partition(n, ...)` writes
+//! them), an unpartitioned stream is one partition. Partitions are assigned to subtasks, their
+//! positions (the stream sequence of the next message) go into every checkpoint, and their event
+//! time and idleness are tracked apart, by the machinery the Kafka source shares
+//! ([`crate::connectors::partitioned`]). Each partition is read by an ephemeral, ordered pull
+//! consumer created at its position (no acks, no durable state on the server): a restore, at
+//! any parallelism, creates consumers at the checkpointed sequences. See [`source`].
+//!
+//! # Sink
+//! Exactly once is the write-ahead design of the Kafka sink with JetStream's de-duplication
+//! in place of Kafka's transactions: the rows a subtask receives between barriers become its
+//! transaction for that checkpoint, stored in it; when the checkpoint completes, they are
+//! published, each with a `Nats-Msg-Id` derived from job, sink, subtask, lineage, checkpoint
+//! and sequence, and the commit waits for every acknowledgement. A commit repeated after a
+//! failure publishes the same messages with the same ids, which the stream drops as duplicates
+//! as long as its duplicate window covers the time a repeat can take: the sink refuses to start
+//! when the window is shorter than the checkpoint timeout plus the longest restart delay. See
+//! [`sink`].
+
+pub mod sink;
+pub mod source;
+
+use std::time::Duration;
+
+use async_nats::ServerAddr;
+use async_nats::jetstream;
+
+use crate::api::OperatorError;
+use crate::connectors::partitioned::records::{MetaType, MetadataField};
+use crate::spec::nats::{NatsAuth, NatsMetadata, PARTITION_PLACEHOLDER};
+
+/// How long connecting, and one JetStream request, may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl MetadataField for NatsMetadata {
+    fn column_type(self) -> MetaType {
+        match self {
+            NatsMetadata::Subject | NatsMetadata::Headers => MetaType::Text,
+            NatsMetadata::Sequence | NatsMetadata::Partition => MetaType::Int,
+            NatsMetadata::Time => MetaType::Time,
+        }
+    }
+}
+
+/// The addresses of a `servers` list (`host:port,...`, each optionally `nats://...`).
+pub fn server_addrs(servers: &str) -> Result<Vec<ServerAddr>, String> {
+    let mut out = Vec::new();
+    for entry in servers.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        out.push(
+            entry
+                .parse::<ServerAddr>()
+                .map_err(|e| format!("`{entry}` is not a NATS server address ({e})"))?,
+        );
+    }
+    if out.is_empty() {
+        return Err("name at least one server".into());
+    }
+    Ok(out)
+}
+
+/// Connects to `servers` with `auth`; `what` names the connector in errors. The client
+/// reconnects by itself for as long as it lives (a server restarting is not a failure); a
+/// first connection that fails is (and the job restarts, as after any failure of an external
+/// system), unless the servers refused the sign-in: that is final.
+pub async fn connect(
+    servers: &str,
+    auth: &NatsAuth,
+    what: &str,
+) -> Result<async_nats::Client, OperatorError> {
+    let addrs = server_addrs(servers).map_err(|m| OperatorError::Data(format!("{what}: {m}")))?;
+    let mut options = async_nats::ConnectOptions::new()
+        .name(format!("weir {what}"))
+        .connection_timeout(REQUEST_TIMEOUT)
+        .request_timeout(Some(REQUEST_TIMEOUT))
+        // Reconnection is the client's: keep trying, each attempt logged.
+        .max_reconnects(None)
+        .event_callback({
+            let what = what.to_owned();
+            move |event| {
+                let what = what.clone();
+                async move {
+                    match event {
+                        async_nats::Event::Disconnected => {
+                            tracing::warn!(target: "nats", "{what}: disconnected from the server; reconnecting")
+                        }
+                        async_nats::Event::Connected => {
+                            tracing::info!(target: "nats", "{what}: connected")
+                        }
+                        // The client was dropped: the connector is done with it.
+                        async_nats::Event::Closed => {
+                            tracing::debug!(target: "nats", "{what}: connection closed")
+                        }
+                        other => tracing::warn!(target: "nats", "{what}: {other}"),
+                    }
+                }
+            }
+        });
+    if let (Some(user), Some(password)) = (&auth.user, &auth.password) {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    if let Some(token) = &auth.token {
+        options = options.token(token.clone());
+    }
+    if let Some(path) = &auth.creds_file {
+        options = options.credentials_file(path).await.map_err(|e| {
+            OperatorError::refused(
+                format!("{what}: cannot read the credentials file `{path}`: {e}"),
+                Some(Box::new(e)),
+            )
+        })?;
+    }
+    options.connect(addrs).await.map_err(|e| {
+        use async_nats::ConnectErrorKind as K;
+        match e.kind() {
+            K::AuthorizationViolation | K::Authentication => OperatorError::refused(
+                format!(
+                    "{what}: the NATS server at {servers} refused the sign-in ({e}): check \
+                     `user`/`password`, `token` or `creds-file`"
+                ),
+                Some(Box::new(e)),
+            ),
+            _ => OperatorError::external(
+                format!(
+                    "{what}: cannot connect to the NATS server at {servers} (is it reachable?)"
+                ),
+                e,
+            ),
+        }
+    })
+}
+
+/// A JetStream context whose requests time out after [`REQUEST_TIMEOUT`]; publishes awaiting
+/// acknowledgement are bounded by `max_in_flight` (a publish beyond waits).
+pub fn jetstream(client: async_nats::Client, max_in_flight: usize) -> jetstream::Context {
+    jetstream::ContextBuilder::new()
+        .timeout(REQUEST_TIMEOUT)
+        .max_ack_inflight(max_in_flight.max(1))
+        .backpressure_on_inflight(true)
+        .build(client)
+}
+
+/// The stream `name` with its current info. A missing stream is final; anything else (no
+/// JetStream answer yet, a timeout) may pass.
+pub async fn stream(
+    js: &jetstream::Context,
+    name: &str,
+    servers: &str,
+    what: &str,
+) -> Result<jetstream::stream::Stream, OperatorError> {
+    use jetstream::context::GetStreamErrorKind as K;
+    js.get_stream(name).await.map_err(|e| match e.kind() {
+        K::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND => {
+            OperatorError::refused(
+                format!("{what}: the stream `{name}` does not exist on {servers}"),
+                Some(Box::new(e)),
+            )
+        }
+        K::EmptyName | K::InvalidStreamName => OperatorError::refused(
+            format!("{what}: `{name}` is not a valid stream name"),
+            Some(Box::new(e)),
+        ),
+        _ => OperatorError::external(
+            format!(
+                "{what}: cannot read the stream `{name}` from {servers} (is JetStream enabled?)"
+            ),
+            e,
+        ),
+    })
+}
+
+/// The filter subject of partition `p` (`None`: every subject of the stream).
+pub fn partition_filter(subjects: Option<&str>, p: u32) -> Option<String> {
+    subjects.map(|s| s.replace(PARTITION_PLACEHOLDER, &p.to_string()))
+}
+
+/// Epoch milliseconds of a message's time, given in nanoseconds.
+pub fn millis(nanos: i128) -> i64 {
+    i64::try_from(nanos.div_euclid(1_000_000)).unwrap_or(i64::MAX)
+}
+
+/// A message's headers as a JSON object (a repeated name keeps its last value).
+pub fn headers_json(headers: Option<&async_nats::HeaderMap>) -> String {
+    let Some(headers) = headers else {
+        return "{}".to_owned();
+    };
+    crate::connectors::partitioned::records::headers_json(headers.iter().flat_map(|(k, vs)| {
+        let name: &str = k.as_ref();
+        vs.iter().map(move |v| (name, Some(v.as_str().as_bytes())))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_lists_and_partition_filters() {
+        assert_eq!(
+            server_addrs("127.0.0.1:4222, nats://h:4223").map(|a| a.len()),
+            Ok(2)
+        );
+        assert!(server_addrs(" , ").is_err());
+        assert_eq!(
+            partition_filter(Some("bids.{partition}.>"), 3).as_deref(),
+            Some("bids.3.>")
+        );
+        assert_eq!(partition_filter(None, 0), None);
+    }
+}
