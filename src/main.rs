@@ -320,13 +320,25 @@ fn main() -> ExitCode {
 
 /// Logs go to standard error, filtered by `RUST_LOG` (default: warnings, and weir's info),
 /// with the secrets of the jobs this process runs (`weir run`) or hosts (`weir serve`) masked
-/// in every line.
+/// in every line. A second layer copies each hosted job's warnings and errors (and its `info`
+/// lines while someone asks) into the job's own log for the API ([`weir_http_ui::logs`]):
+/// it has its own filter, so `RUST_LOG` quietens the terminal, not a job's Logs tab.
 fn init_logging() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(weir_http_ui::redact::MaskedStderr::default)
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(weir_http_ui::redact::MaskedStderr::default)
+                .with_filter(filter),
+        )
+        .with(
+            weir_http_ui::logs::JobLogLayer
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+        )
         .init();
 }
 

@@ -104,13 +104,16 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         guard: None,
     };
     runtime.block_on(async move {
-        let running = match job::start(&plan, options).await {
-            Ok(r) => r,
-            Err(e) => {
-                say!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
+        // The run's log lines also go to its own log, which `--listen` serves.
+        let log = weir_http_ui::logs::JobLog::new();
+        let running =
+            match tracing::Instrument::instrument(job::start(&plan, options), log.span()).await {
+                Ok(r) => r,
+                Err(e) => {
+                    say!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
         let watcher = match args.listen {
             None => None,
             Some(listen) => {
@@ -120,7 +123,8 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
                     ..weir_http_ui::ServeConfig::default()
                 };
                 let text = std::fs::read_to_string(args.path).unwrap_or_default();
-                match weir_http_ui::Watcher::start(config, text, plan.clone(), &running).await {
+                match weir_http_ui::Watcher::start(config, text, plan.clone(), &running, log).await
+                {
                     Ok(w) => {
                         eprintln!(
                             "serving the job's /metrics and dashboard at http://{}/ (read-only)",

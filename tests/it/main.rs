@@ -58,6 +58,7 @@ mod recovery;
 mod s3;
 mod serve;
 mod serve_hardening;
+mod serve_views;
 mod spec_errors;
 mod support;
 mod topology;

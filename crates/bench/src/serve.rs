@@ -3,9 +3,11 @@
 //! - API latency: with `--jobs` jobs hosted (small rate-limited Nexmark pipelines, all
 //!   running), p50/p99 of `GET /api/v1/jobs/{id}` and `GET /metrics` over loopback HTTP, one
 //!   client at a time and four at once.
-//! - Dashboard cost: a Nexmark q1 run flat out inside the server, alone and with ten simulated
-//!   dashboards (each polling what an open job page polls, every second), alternated
-//!   `--rounds` times; the ratio of the medians of events/s is the cost.
+//! - Dashboard cost: a Nexmark q1 run flat out inside the server, alone, with ten simulated
+//!   dashboards on its job page (each polling what an open job page polls, every second), and
+//!   with ten on an operator page with the live output on (the job, the operator's tail and the
+//!   job's log, every second: the tail records rows all the while), alternated `--rounds`
+//!   times; the ratio of the medians of events/s is the cost.
 //!
 //! Everything stays on loopback and every loop is bounded in count.
 
@@ -196,20 +198,33 @@ fn micros(us: f64) -> String {
     }
 }
 
+/// What a simulated browser has open.
+#[derive(Clone, Copy, PartialEq)]
+enum Page {
+    /// The job's overview: the job, and the list.
+    Job,
+    /// The q1 operator's page with its live output: the job, the tail and the log.
+    Tail,
+}
+
 /// Runs q1 over `events` flat out and returns its events/s, with `dashboards` simulated open
-/// job pages polling every second meanwhile.
+/// `page`s polling every second meanwhile.
 fn q1_run(
     agent: &ureq::Agent,
     base: &str,
     events: u64,
     dashboards: usize,
+    page: Page,
     round: usize,
 ) -> anyhow::Result<(f64, u64)> {
     let id = submit(
         agent,
         base,
         q1(
-            &format!("dash-{dashboards}-{round}"),
+            &format!(
+                "dash-{dashboards}-{}-{round}",
+                if page == Page::Tail { "tail" } else { "job" }
+            ),
             &format!("events: {events}"),
         ),
     )?;
@@ -228,12 +243,19 @@ fn q1_run(
                             break;
                         }
                         let t = Instant::now();
-                        // What an open job page asks each second (the job, and the list in
-                        // the jobs overview's tab).
-                        for url in [
-                            format!("{base}/api/v1/jobs/{id}"),
-                            format!("{base}/api/v1/jobs"),
-                        ] {
+                        // What an open page asks each second.
+                        let urls = match page {
+                            Page::Job => vec![
+                                format!("{base}/api/v1/jobs/{id}"),
+                                format!("{base}/api/v1/jobs"),
+                            ],
+                            Page::Tail => vec![
+                                format!("{base}/api/v1/jobs/{id}"),
+                                format!("{base}/api/v1/jobs/{id}/nodes/q1/tail"),
+                                format!("{base}/api/v1/jobs/{id}/logs?after=0"),
+                            ],
+                        };
+                        for url in urls {
                             if get(agent, &url).is_ok() {
                                 polls += 1;
                             }
@@ -275,35 +297,45 @@ fn dashboard_cost(agent: &ureq::Agent, base: &str, args: &BenchServeArgs) -> any
     );
     let mut alone = Vec::new();
     let mut watched = Vec::new();
-    let mut polls = 0;
+    let mut tailed = Vec::new();
+    let (mut polls, mut tail_polls) = (0, 0);
     for round in 0..args.rounds {
-        alone.push(q1_run(agent, base, args.events, 0, round)?.0);
-        let (rate, p) = q1_run(agent, base, args.events, 10, round)?;
+        alone.push(q1_run(agent, base, args.events, 0, Page::Job, round)?.0);
+        let (rate, p) = q1_run(agent, base, args.events, 10, Page::Job, round)?;
         watched.push(rate);
         polls += p;
+        let (rate, p) = q1_run(agent, base, args.events, 10, Page::Tail, round)?;
+        tailed.push(rate);
+        tail_polls += p;
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (a, w) = (median(alone.clone()), median(watched.clone()));
-    println!("  {:32}  {:>14}  runs (events/s)", "arm", "median events/s");
-    println!(
-        "  {:32}  {:>14}  {}",
-        "no dashboard",
-        crate::measure::group(a as u64),
-        list(&alone)
+    let (a, w, t) = (
+        median(alone.clone()),
+        median(watched.clone()),
+        median(tailed.clone()),
     );
+    println!("  {:44}  {:>14}  runs (events/s)", "arm", "median events/s");
+    for (arm, median, runs) in [
+        ("no dashboard", a, &alone),
+        ("10 job pages polling every 1 s", w, &watched),
+        ("10 operator pages, live output on, every 1 s", t, &tailed),
+    ] {
+        println!(
+            "  {arm:44}  {:>14}  {}",
+            crate::measure::group(median as u64),
+            list(runs)
+        );
+    }
     println!(
-        "  {:32}  {:>14}  {}",
-        "10 dashboards polling every 1 s",
-        crate::measure::group(w as u64),
-        list(&watched)
-    );
-    println!(
-        "  cost: {:+.1}% events/s ({} API requests served to the dashboards)",
+        "  cost of 10 job pages: {:+.1}% events/s ({polls} API requests served)",
         (w / a - 1.0) * 100.0,
-        polls
+    );
+    println!(
+        "  cost of 10 pages with the live output: {:+.1}% events/s ({tail_polls} API requests served)",
+        (t / a - 1.0) * 100.0,
     );
     Ok(())
 }

@@ -45,7 +45,7 @@ use crate::protocol::{
 use crate::publish::{Publish, Upload};
 
 /// The coordinator's statistics, re-exported where its callers have always found them.
-pub use crate::stats::{CheckpointStats, HISTORY, Outcome, Record, StatsSnapshot};
+pub use crate::stats::{CheckpointStats, HISTORY, Outcome, Record, StatsSnapshot, SubtaskAck};
 
 /// Settings of the coordinator (the job's `checkpoint` section).
 #[derive(Clone, Debug)]
@@ -167,6 +167,8 @@ struct Pending {
     waiting: HashSet<usize>,
     /// The longest alignment acknowledged so far.
     alignment: Duration,
+    /// Each subtask's ack, for the record.
+    acks: Vec<SubtaskAck>,
     /// Stored state per (node, subtask).
     subtasks: HashMap<(usize, u32), SubtaskState>,
     operator_states: HashMap<(usize, u32), Vec<u8>>,
@@ -357,6 +359,7 @@ impl Coordinator {
                 deadline: now + self.config.timeout,
                 waiting: (0..self.tasks).collect(),
                 alignment: Duration::ZERO,
+                acks: Vec::new(),
                 subtasks: HashMap::new(),
                 operator_states: HashMap::new(),
                 uploads: 0,
@@ -418,6 +421,18 @@ impl Coordinator {
         };
         pending.waiting.remove(&task);
         pending.alignment = pending.alignment.max(alignment);
+        let acked_after_ms = pending.started.elapsed().as_millis() as u64;
+        for s in &subtasks {
+            pending.acks.push(SubtaskAck {
+                node: self
+                    .nodes
+                    .get(s.node)
+                    .map_or_else(|| s.node.to_string(), |n| n.name.clone()),
+                subtask: s.subtask,
+                acked_after_ms,
+                alignment_ms: alignment.as_millis() as u64,
+            });
+        }
         self.absorb(id, subtasks);
         self.maybe_publish(id);
     }
@@ -569,6 +584,7 @@ impl Coordinator {
                 location: completed.location.clone(),
                 bytes: completed.metadata.size(),
             },
+            acks: pending.acks,
         });
         if kind == SnapshotKind::Checkpoint {
             self.last_finished = Some(Instant::now());
@@ -643,6 +659,7 @@ impl Coordinator {
             outcome: Outcome::Failed {
                 reason: error.to_string(),
             },
+            acks: Vec::new(),
         });
         if pending.kind == SnapshotKind::Checkpoint {
             self.last_finished = Some(Instant::now());
@@ -693,6 +710,7 @@ impl Coordinator {
                 deadline: now + self.config.timeout,
                 waiting: HashSet::new(),
                 alignment: Duration::ZERO,
+                acks: Vec::new(),
                 subtasks: HashMap::new(),
                 operator_states: HashMap::new(),
                 uploads: 0,

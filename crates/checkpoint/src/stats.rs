@@ -27,6 +27,24 @@ pub struct Record {
     pub alignment_ms: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// When each subtask acknowledged (its task's ack, after the barrier passed through it
+    /// and its state was snapshotted) and how long its task aligned; sizes are in the
+    /// snapshot's metadata. Empty for failed snapshots and records of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acks: Vec<SubtaskAck>,
+}
+
+/// One subtask's acknowledgement of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SubtaskAck {
+    /// The node's name.
+    pub node: String,
+    pub subtask: u32,
+    /// Milliseconds from the trigger to the ack.
+    pub acked_after_ms: u64,
+    /// Milliseconds the subtask's task held back inputs aligning the barrier.
+    pub alignment_ms: u64,
 }
 
 /// Counters and recent history of a job's checkpoints.

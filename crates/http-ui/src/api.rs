@@ -65,6 +65,9 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
             get(checkpoint),
         )
         .route("/api/v1/jobs/{id}/exceptions", get(exceptions))
+        .route("/api/v1/jobs/{id}/logs", get(logs))
+        .route("/api/v1/jobs/{id}/snapshots", get(snapshots))
+        .route("/api/v1/jobs/{id}/nodes/{node}/tail", get(tail))
         .route(
             "/api/v1/jobs/{id}/state/{operator}/{state}",
             get(state_lookup),
@@ -247,16 +250,131 @@ async fn job_detail(
     masked(&job, job.detail(every))
 }
 
+/// The query of the spec route: `view=submitted` (the default: the file as submitted) or
+/// `view=effective` (the job as it runs: overrides applied, defaults filled in).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecParams {
+    view: Option<String>,
+}
+
 async fn job_spec(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
+    Query(params): Query<SpecParams>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/yaml")],
-        crate::redact::redact(&job.text).into_owned(),
+    let text = match params.view.as_deref() {
+        None | Some("submitted") => crate::redact::redact(&job.text).into_owned(),
+        Some("effective") => {
+            let plan = job.plan();
+            let yaml = serde_yaml::to_string(&plan.spec)
+                .map_err(|e| ApiError::Internal(format!("writing job {} as YAML: {e}", job.id)))?;
+            let mut text = String::from(
+                "# The job as it runs: overrides applied, every default filled in, secrets masked.\n",
+            );
+            for o in &job.definition().overrides {
+                text.push_str(&format!("# override: {o}\n"));
+            }
+            text.push_str(&crate::redact::redact(&yaml));
+            job.secrets.mask(&text).into_owned()
+        }
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`view={other}`: use `submitted` or `effective`"
+            )));
+        }
+    };
+    Ok(([(header::CONTENT_TYPE, "application/yaml")], text).into_response())
+}
+
+/// The query of the logs route: lines after `after` (a `seq`); `info=true` captures the
+/// job's `info` lines too for the next minute.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogParams {
+    after: Option<u64>,
+    info: Option<bool>,
+}
+
+async fn logs(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+    Query(params): Query<LogParams>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = host.job(&id)?;
+    if params.info == Some(true) {
+        job.log.want_info();
+    }
+    let (lines, dropped) = job.log.lines_after(params.after.unwrap_or(0));
+    masked(
+        &job,
+        serde_json::json!({
+            "lines": lines,
+            "dropped": dropped,
+            "info": job.log.info_wanted(),
+            "capacity": crate::logs::LINES,
+        }),
     )
-        .into_response())
+}
+
+/// Snapshots of the job that exist in its checkpoint storage now (retention removes old
+/// ones), newest first: what a restart can start from.
+async fn snapshots(
+    State(host): State<Arc<Host>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = host.job(&id)?;
+    let list = crate::host::list_snapshots(&job.plan(), &host.config().endpoints).await?;
+    masked(&job, serde_json::json!({ "snapshots": list }))
+}
+
+/// How long one tail request keeps a node's subtasks recording their output.
+const TAIL_WATCH_MS: i64 = 5_000;
+
+/// The last rows a node emitted (a sink: received), per subtask. Asking starts the recording
+/// for the next few seconds, so the first answer may be empty; a page polling every second
+/// keeps it on, and it stops by itself when nobody asks.
+async fn tail(
+    State(host): State<Arc<Host>>,
+    Path((id, node)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let job = host.job(&id)?;
+    let metrics = job.lock().metrics.clone();
+    let Some(n) = metrics.nodes.iter().find(|n| n.name == node) else {
+        return Err(ApiError::NotFound(format!("job {id} has no node `{node}`")));
+    };
+    let live = job.state().is_live();
+    let mut subtasks = Vec::with_capacity(n.subtasks.len());
+    let mut encoder = weir_runtime::format::json::JsonEncoder::new();
+    for (k, t) in n.subtasks.iter().enumerate() {
+        if live {
+            t.tail.watch(TAIL_WATCH_MS);
+        }
+        let mut rows = Vec::new();
+        for batch in t.tail.rows() {
+            let mut out = Vec::new();
+            encoder
+                .encode(&batch, &mut out)
+                .map_err(|e| ApiError::Internal(format!("encoding rows of `{node}`: {e}")))?;
+            for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                let row: serde_json::Value = serde_json::from_slice(line)
+                    .map_err(|e| ApiError::Internal(format!("encoding rows of `{node}`: {e}")))?;
+                rows.push(row);
+            }
+        }
+        subtasks.push(serde_json::json!({ "subtask": k, "rows": rows }));
+    }
+    masked(
+        &job,
+        serde_json::json!({
+            "node": node,
+            "watching": live,
+            "watch-ms": TAIL_WATCH_MS,
+            "rows-per-subtask": weir_runtime::api::TAIL_ROWS,
+            "subtasks": subtasks,
+        }),
+    )
 }
 
 async fn cancel(
@@ -414,7 +532,7 @@ async fn checkpoint(
     };
     masked(
         &job,
-        serde_json::json!({ "checkpoint": view, "metadata": metadata }),
+        serde_json::json!({ "checkpoint": view, "acks": record.acks, "metadata": metadata }),
     )
 }
 

@@ -18,6 +18,13 @@ const FILES: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../../../web/app.js"),
     ),
+    // morphdom (MIT), vendored from npm: the page updates the DOM in place with it, so that
+    // selections, focus and open menus survive the once-a-second refresh.
+    (
+        "morphdom.min.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../../web/vendor/morphdom.min.js"),
+    ),
     (
         "style.css",
         "text/css; charset=utf-8",

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use weir_checkpoint::JobCheckpoints;
 use weir_checkpoint::metadata::SnapshotKind;
 use weir_runtime::exec::job::{self, JobOptions, RunningJob};
@@ -255,12 +256,18 @@ impl Host {
         // Before planning, which may look at the files a job names.
         let problems = crate::paths::check(&loaded.source, &loaded.spec);
         loaded.problems.extend(problems);
-        // Only a job without problems of its own: a field left out because it was wrong
-        // (`events: lots`) would read as its default here (an unbounded generator).
-        if loaded.problems.is_empty() {
-            let problems = config.limits.check(&loaded.source, &loaded.spec);
-            loaded.problems.extend(problems);
-        }
+        // Every problem in one round, but not about a node (or top-level key) that has a
+        // problem of its own already: a field left out because it was wrong (`events: lots`)
+        // reads as its default here (an unbounded generator), which is not the user's value.
+        let limits = config.limits.check(&loaded.source, &loaded.spec);
+        let owner =
+            |path: &str| -> String { path.split('.').take(2).collect::<Vec<_>>().join(".") };
+        let troubled: Vec<String> = loaded.problems.iter().map(|p| owner(&p.path)).collect();
+        loaded.problems.extend(
+            limits
+                .into_iter()
+                .filter(|limit| !troubled.contains(&owner(&limit.path))),
+        );
         let problems = crate::endpoints::check(&loaded.source, &loaded.spec, &config.endpoints);
         loaded.problems.extend(problems);
         weir_runtime::plan::build(&loaded)
@@ -303,7 +310,9 @@ impl Host {
         // Before the start, whose log lines may quote the job's values.
         let secrets = crate::redact::registry()
             .register(crate::redact::Secrets::of_job(text, &parsed).with(&plan.env_values));
+        let log = crate::logs::JobLog::new();
         let running = job::start(&plan, self.options(restore))
+            .instrument(log.span())
             .await
             .map_err(|e| secrets.mask_error(ApiError::Start(e.to_string())))?;
         let definition = Definition {
@@ -317,6 +326,7 @@ impl Host {
             secrets,
             &running,
             options.from,
+            log,
         ));
         self.insert(job.clone());
         self.persist(&job);
@@ -326,8 +336,15 @@ impl Host {
     }
 
     /// Shows a run that the caller started and owns (`weir run --listen`): the job is listed
-    /// and observed like any other, but the host holds no task of it.
-    pub fn adopt(&self, text: String, plan: Plan, running: &RunningJob) -> Arc<HostedJob> {
+    /// and observed like any other, but the host holds no task of it. `log` is the log the
+    /// caller started the run in ([`crate::logs::JobLog::span`]).
+    pub fn adopt(
+        &self,
+        text: String,
+        plan: Plan,
+        running: &RunningJob,
+        log: Arc<crate::logs::JobLog>,
+    ) -> Arc<HostedJob> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let definition = Definition {
             plan: Arc::new(plan),
@@ -335,7 +352,9 @@ impl Host {
         };
         let secrets = crate::redact::registry()
             .register(crate::redact::Secrets::of(&text).with(&definition.plan.env_values));
-        let job = Arc::new(HostedJob::new(id, text, definition, secrets, running, None));
+        let job = Arc::new(HostedJob::new(
+            id, text, definition, secrets, running, None, log,
+        ));
         self.insert(job.clone());
         job
     }
@@ -396,6 +415,7 @@ impl Host {
         let plan = job.plan();
         self.admit(&plan, Some(job.id))?;
         let running = job::start(&plan, self.options(restore))
+            .instrument(job.log.span())
             .await
             .map_err(|e| ApiError::Start(e.to_string()))?;
         job.restarted(&running, from);
@@ -753,6 +773,41 @@ pub async fn resolve_snapshot(
     }
     let location = catalog.storage().location(&catalog.dir_key(kind, id));
     Ok(Some(RestoreFrom::Path(PathBuf::from(location))))
+}
+
+/// A snapshot a job can restart from, as the snapshots route lists it.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SnapshotEntry {
+    /// What `from` takes: `chk-12`, `sp-3`, `final-4`.
+    pub name: String,
+    pub kind: SnapshotKind,
+    pub id: u64,
+}
+
+/// The job's snapshots whose metadata exists in its checkpoint storage, newest first.
+pub async fn list_snapshots(
+    plan: &Plan,
+    endpoints: &crate::endpoints::Endpoints,
+) -> Result<Vec<SnapshotEntry>, ApiError> {
+    if !plan.spec.checkpoint.enabled() {
+        return Ok(Vec::new());
+    }
+    let catalog = catalog(plan, endpoints)?;
+    let mut listed = catalog
+        .list()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("listing snapshots: {e}")))?;
+    listed.retain(|l| l.has_metadata);
+    listed.sort_by_key(|l| std::cmp::Reverse(l.id));
+    Ok(listed
+        .into_iter()
+        .map(|l| SnapshotEntry {
+            name: format!("{}-{}", l.kind.prefix(), l.id),
+            kind: l.kind,
+            id: l.id,
+        })
+        .collect())
 }
 
 /// `sp-3` → (savepoint, 3); `chk-12`, `final-2` likewise.

@@ -104,11 +104,35 @@ pub struct Sample {
     pub nodes: Vec<NodeSample>,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct NodeSample {
     pub records_in: u64,
     pub records_out: u64,
     pub backpressure_ns: u64,
+    /// The same counters per subtask (with busy and idle time), for the per-subtask view.
+    pub subtasks: Vec<SubtaskSample>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SubtaskSample {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub backpressure_ns: u64,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+}
+
+impl SubtaskSample {
+    fn of(s: &weir_runtime::api::SubtaskMetrics) -> Self {
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        SubtaskSample {
+            records_in: load(&s.records_in),
+            records_out: load(&s.records_out),
+            backpressure_ns: load(&s.backpressure_ns),
+            busy_ns: load(&s.busy_ns),
+            idle_ns: load(&s.idle_ns),
+        }
+    }
 }
 
 impl Sample {
@@ -119,10 +143,15 @@ impl Sample {
             nodes: metrics
                 .nodes
                 .iter()
-                .map(|n| NodeSample {
-                    records_in: n.sum(|s| &s.records_in),
-                    records_out: n.sum(|s| &s.records_out),
-                    backpressure_ns: n.sum(|s| &s.backpressure_ns),
+                .map(|n| {
+                    let subtasks: Vec<SubtaskSample> =
+                        n.subtasks.iter().map(|s| SubtaskSample::of(s)).collect();
+                    NodeSample {
+                        records_in: subtasks.iter().map(|s| s.records_in).sum(),
+                        records_out: subtasks.iter().map(|s| s.records_out).sum(),
+                        backpressure_ns: subtasks.iter().map(|s| s.backpressure_ns).sum(),
+                        subtasks,
+                    }
                 })
                 .collect(),
         }
@@ -314,6 +343,8 @@ pub struct HostedJob {
     pub secrets: Arc<crate::redact::Secrets>,
     /// Woken whenever a run of the job ends (a rescale waits for its stop on it).
     pub run_ended: tokio::sync::Notify,
+    /// The job's own log lines ([`crate::logs`]): its runs start in [`JobLog::span`].
+    pub log: Arc<crate::logs::JobLog>,
     inner: Mutex<JobInner>,
 }
 
@@ -328,6 +359,7 @@ impl HostedJob {
         secrets: Arc<crate::redact::Secrets>,
         running: &RunningJob,
         restored_from: Option<String>,
+        log: Arc<crate::logs::JobLog>,
     ) -> Self {
         let now = now_ms();
         let mut inner = JobInner {
@@ -362,6 +394,7 @@ impl HostedJob {
             submitted_at: now,
             secrets,
             run_ended: tokio::sync::Notify::new(),
+            log,
             inner: Mutex::new(inner),
         }
     }
@@ -416,6 +449,7 @@ impl HostedJob {
             submitted_at: stored.submitted_at,
             secrets,
             run_ended: tokio::sync::Notify::new(),
+            log: crate::logs::JobLog::new(),
             inner: Mutex::new(inner),
         }
     }

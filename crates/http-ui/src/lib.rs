@@ -59,6 +59,7 @@ pub mod error;
 pub mod host;
 pub mod job;
 pub mod limits;
+pub mod logs;
 pub mod paths;
 pub mod prometheus;
 pub mod ratelimit;
@@ -313,17 +314,19 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Serves `config` (read-only) showing `running`, the run of `plan` from the file `text`.
+    /// Serves `config` (read-only) showing `running`, the run of `plan` from the file `text`;
+    /// `log` is the log its run was started in ([`logs::JobLog::span`]).
     pub async fn start(
         mut config: ServeConfig,
         text: String,
         plan: weir_runtime::plan::Plan,
         running: &weir_runtime::exec::job::RunningJob,
+        log: Arc<logs::JobLog>,
     ) -> Result<Self, ServeError> {
         config.read_only = true;
         config.catalog = None;
         let server = Server::bind(config).await?;
-        let job = server.host.adopt(text, plan, running);
+        let job = server.host.adopt(text, plan, running, log);
         Ok(Watcher {
             background: server.spawn(),
             job,

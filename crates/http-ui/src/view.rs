@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 use weir_checkpoint::coordinator::{Outcome, Record};
 use weir_checkpoint::metadata::SnapshotKind;
-use weir_runtime::api::NodeRole;
 use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
+use weir_runtime::api::{NodeRole, UNKNOWN};
 use weir_scheduler::{DelaySummary, PipelineMetrics};
 
 use crate::job::{HostedJob, JobInner, JobState, Sample, now_ms, rate};
@@ -90,8 +90,65 @@ pub struct NodeView {
     pub key_columns: Vec<String>,
     /// Control messages (ordered state lookups) the node's tasks answered.
     pub control_messages: u64,
+    /// Share of the last sampling interval the node's tasks spent working (0–1, averaged
+    /// over subtasks; `null` for nodes chained behind another, whose task counts it).
+    pub busy: Option<f64>,
+    /// Keyed operators: keys and bytes of their state over all subtasks, as the backend
+    /// estimates them (`state-bytes` is `null` on the heap backend).
+    pub state_keys: Option<u64>,
+    pub state_bytes: Option<u64>,
+    /// How unevenly the subtasks share the work: the busiest subtask's records (in, or out for
+    /// sources) over the last sampling interval against the least busy's; `null` with one
+    /// subtask or too little traffic to tell.
+    pub skew: Option<f64>,
+    /// The skew is over [`SKEWED`]: one subtask does more than twice another's work.
+    pub skewed: bool,
     /// Oldest first, one point per sampling interval.
     pub history: NodeHistory,
+    /// Every subtask's own figures.
+    pub subtasks: Vec<SubtaskView>,
+}
+
+/// A skew (busiest over least busy subtask) past which the graph flags a node.
+pub const SKEWED: f64 = 2.0;
+
+/// Points of history per subtask (the newest).
+pub const SUBTASK_POINTS: usize = 30;
+
+/// One subtask of a node.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SubtaskView {
+    pub subtask: usize,
+    pub finished: bool,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub rate_in: f64,
+    pub rate_out: f64,
+    /// Share of the last interval spent waiting for room downstream (0–1).
+    pub backpressure: f64,
+    /// Share of the last interval its task spent working, and waiting for input (0–1);
+    /// `null` for nodes chained behind another (their task's first node counts it).
+    pub busy: Option<f64>,
+    pub idle: Option<f64>,
+    /// The subtask's input watermark, and each logical input's (two for joins).
+    pub watermark: Option<i64>,
+    pub input_watermarks: Vec<Option<i64>>,
+    pub state_keys: Option<u64>,
+    pub state_bytes: Option<u64>,
+    pub late_dropped: u64,
+    pub skipped: u64,
+    /// Oldest first, the last [`SUBTASK_POINTS`] sampling intervals.
+    pub history: SubtaskHistory,
+}
+
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SubtaskHistory {
+    pub rate_in: Vec<f64>,
+    pub rate_out: Vec<f64>,
+    pub backpressure: Vec<f64>,
+    pub busy: Vec<f64>,
 }
 
 /// Where a source subtask is in one partition.
@@ -376,6 +433,23 @@ impl HostedJob {
                         .push((busy / n.subtasks.len().max(1) as f64).clamp(0.0, 1.0));
                 }
                 let last = |v: &[f64]| if live { v.last().copied() } else { None };
+                let subtasks = subtask_views(n, i, &samples, live);
+                let busy = {
+                    let v: Vec<f64> = subtasks.iter().filter_map(|t| t.busy).collect();
+                    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+                };
+                let state_keys = n
+                    .subtasks
+                    .iter()
+                    .map(|t| t.state_keys.load(Ordering::Relaxed))
+                    .try_fold(0u64, |acc, k| (k != UNKNOWN).then(|| acc + k))
+                    .filter(|k| *k > 0);
+                let state_bytes = n
+                    .subtasks
+                    .iter()
+                    .map(|t| t.state_bytes.load(Ordering::Relaxed))
+                    .try_fold(0u64, |acc, b| (b != UNKNOWN).then(|| acc + b));
+                let skew = skew_of(n.role, &subtasks, live);
                 let watermark = known(n.watermark());
                 let queryable = plan.nodes.get(i).and_then(|p| p.queryable.as_ref());
                 NodeView {
@@ -427,7 +501,13 @@ impl HostedJob {
                     }),
                     key_columns: queryable.map_or_else(Vec::new, |q| q.key_names().to_vec()),
                     control_messages: n.sum(|t| &t.control_messages),
+                    busy,
+                    state_keys,
+                    state_bytes,
+                    skewed: skew.is_some_and(|k| k > SKEWED),
+                    skew,
                     history,
+                    subtasks,
                 }
             })
             .collect();
@@ -525,6 +605,92 @@ impl HostedJob {
             .rev()
             .find(|r| r.id == id)
     }
+}
+
+/// The per-subtask view of node `i` from its live counters and the job's samples.
+fn subtask_views(
+    n: &weir_runtime::api::NodeMetrics,
+    i: usize,
+    samples: &[&Sample],
+    live: bool,
+) -> Vec<SubtaskView> {
+    let skip = samples.len().saturating_sub(SUBTASK_POINTS + 1);
+    let recent = &samples[skip..];
+    n.subtasks
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let mut history = SubtaskHistory::default();
+            let mut idle = Vec::new();
+            for w in recent.windows(2) {
+                let (Some(x), Some(y)) = (
+                    w[0].nodes.get(i).and_then(|n| n.subtasks.get(k)),
+                    w[1].nodes.get(i).and_then(|n| n.subtasks.get(k)),
+                ) else {
+                    continue;
+                };
+                let dt = w[1].at - w[0].at;
+                let share = |a: u64, b: u64| (rate(a, b, dt) / 1e9).clamp(0.0, 1.0);
+                history.rate_in.push(rate(x.records_in, y.records_in, dt));
+                history
+                    .rate_out
+                    .push(rate(x.records_out, y.records_out, dt));
+                history
+                    .backpressure
+                    .push(share(x.backpressure_ns, y.backpressure_ns));
+                history.busy.push(share(x.busy_ns, y.busy_ns));
+                idle.push(share(x.idle_ns, y.idle_ns));
+            }
+            let last = |v: &[f64]| if live { v.last().copied() } else { None };
+            // A chained node's task counts time on the task's first node only.
+            let counted =
+                t.busy_ns.load(Ordering::Relaxed) > 0 || t.idle_ns.load(Ordering::Relaxed) > 0;
+            let known_u64 = |v: u64| (v != UNKNOWN).then_some(v);
+            SubtaskView {
+                subtask: k,
+                finished: t.finished.load(Ordering::Relaxed),
+                records_in: t.records_in.load(Ordering::Relaxed),
+                records_out: t.records_out.load(Ordering::Relaxed),
+                rate_in: last(&history.rate_in).unwrap_or(0.0),
+                rate_out: last(&history.rate_out).unwrap_or(0.0),
+                backpressure: last(&history.backpressure).unwrap_or(0.0),
+                busy: if counted { last(&history.busy) } else { None },
+                idle: if counted { last(&idle) } else { None },
+                watermark: known(t.watermark.load(Ordering::Relaxed)),
+                input_watermarks: t.input_watermarks().into_iter().map(known).collect(),
+                state_keys: known_u64(t.state_keys.load(Ordering::Relaxed)).filter(|k| *k > 0),
+                state_bytes: known_u64(t.state_bytes.load(Ordering::Relaxed)),
+                late_dropped: t.late_dropped.load(Ordering::Relaxed),
+                skipped: t.skipped.load(Ordering::Relaxed),
+                history,
+            }
+        })
+        .collect()
+}
+
+/// Records per subtask (out for sources, else in) the skew compares: over the last interval
+/// while the job runs, over the whole run once it ended.
+fn skew_of(role: NodeRole, subtasks: &[SubtaskView], live: bool) -> Option<f64> {
+    if subtasks.len() < 2 {
+        return None;
+    }
+    let work: Vec<f64> = subtasks
+        .iter()
+        .map(|t| match (role, live) {
+            (NodeRole::Source, true) => t.rate_out,
+            (NodeRole::Source, false) => t.records_out as f64,
+            (_, true) => t.rate_in,
+            (_, false) => t.records_in as f64,
+        })
+        .collect();
+    let max = work.iter().copied().fold(0.0, f64::max);
+    let min = work.iter().copied().fold(f64::INFINITY, f64::min);
+    // Too little traffic to tell (a handful of records, or idle): no verdict.
+    let floor = if live { 100.0 } else { 1000.0 };
+    if max < floor {
+        return None;
+    }
+    Some(max / min.max(1.0))
 }
 
 fn last_two(s: &JobInner) -> Option<(&Sample, &Sample)> {

@@ -71,7 +71,9 @@ pub mod time;
 pub use context::{KeyedStateStore, SubtaskContext};
 pub use error::OperatorError;
 pub use message::{Barrier, BarrierKind, Message, Watermark};
-pub use metrics::{JobMetrics, NodeMetrics, NodeRole, PartitionProgress, SubtaskMetrics};
+pub use metrics::{
+    JobMetrics, NodeMetrics, NodeRole, PartitionProgress, SubtaskMetrics, TAIL_ROWS, UNKNOWN,
+};
 pub use operator::{Operator, OperatorFactory};
 pub use sink::{
     Sink, SinkFactory, SinkRestore, SnapshotTransaction, Unconfirmed, decode_transactions,

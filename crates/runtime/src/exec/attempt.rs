@@ -118,7 +118,7 @@ impl Run {
         };
         if let Some((handle, future, hooks)) = coordinator_parts {
             let _ = hooks.barriers.set(instantiated.barriers);
-            let joined = tokio::spawn(future);
+            let joined = tokio::spawn(tracing::Instrument::in_current_span(future));
             attempt_parts.lease = self.trigger_lease(attempt, &handle)?;
             let _ = self.control.send(Some(handle.clone()));
             attempt_parts.coordinator = Some((handle, joined));

@@ -215,7 +215,9 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         .restarts
         .store(u64::from(run.restarts), Ordering::Relaxed);
     tracing::info!(job = %plan.spec.name, tasks = attempt.ids.len(), "job started");
-    let supervisor = tokio::spawn(run.supervise(attempt));
+    // In the caller's span: a host that runs the job inside a span of its own (to tell its log
+    // lines from other jobs') keeps it across the supervisor and every later attempt.
+    let supervisor = tokio::spawn(tracing::Instrument::in_current_span(run.supervise(attempt)));
     Ok(RunningJob {
         supervisor: Some(supervisor),
         metrics,
