@@ -239,7 +239,8 @@ impl Shared {
     }
 
     /// Runs `op` on a pooled connection until it succeeds, fails permanently, or has failed
-    /// transiently `max-attempts` times, with exponential backoff in between. `op` receives
+    /// transiently `max-attempts` times, with exponential backoff and jitter in between
+    /// ([`PostgresRetrySpec::delays`]). `op` receives
     /// the attempt number (0 first), so a retry can undo what an ambiguous failure may have
     /// left. A connection that failed transiently is marked broken, so the pool replaces it.
     async fn with_retries<T, F>(&self, what: &str, mut op: F) -> Result<T, PgFailure>
@@ -249,6 +250,7 @@ impl Shared {
         let pool = self
             .pool()
             .map_err(|e| PgFailure::permanent(e.to_string()))?;
+        let mut delays = self.retry.delays();
         let mut attempt = 0;
         loop {
             let result = match pool.acquire().await {
@@ -268,8 +270,19 @@ impl Shared {
                     }
                     return Ok(v);
                 }
-                Err(f) if f.transient && attempt + 1 < self.retry.max_attempts => {
-                    let wait = self.retry.backoff(attempt);
+                Err(f) if f.transient => {
+                    let Some(wait) = delays.next() else {
+                        // Still a failure that may pass: the job restarts (with its own
+                        // backoff) where the sink's retries end.
+                        return Err(PgFailure {
+                            message: format!(
+                                "gave up after {} attempts: {}",
+                                attempt + 1,
+                                f.message
+                            ),
+                            transient: true,
+                        });
+                    };
                     tracing::warn!(
                         table = %self.table_name,
                         what,
@@ -281,14 +294,6 @@ impl Shared {
                     );
                     tokio::time::sleep(wait).await;
                     attempt += 1;
-                }
-                Err(f) if f.transient => {
-                    // Still a failure that may pass: the job restarts (with its own backoff)
-                    // where the sink's retries end.
-                    return Err(PgFailure {
-                        message: format!("gave up after {} attempts: {}", attempt + 1, f.message),
-                        transient: true,
-                    });
                 }
                 Err(f) => return Err(f),
             }
