@@ -89,6 +89,7 @@ bench: build
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
 	$(WEIR) bench kafka
+	$(WEIR) bench json
 	$(WEIR) bench nats
 	@s3=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	if scripts/s3-server.sh start $$s3 $$port weir-bench; then \
