@@ -18,7 +18,8 @@ SERVE_SET  ?= --set sources.nexmark.events=null --set sources.nexmark.rate=20000
 # pkg-config (the job catalog of `weir serve` links the system's libsqlite3).
 BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # What the tests need besides: PostgreSQL's server binaries and psql (the PostgreSQL sink's
-# tests start throwaway clusters of their own with scripts/pg-cluster.sh), Chromium with
+# tests start throwaway clusters of their own with scripts/pg-cluster.sh; openssl makes the
+# TLS test's throwaway certificate authority), Chromium with
 # its WebDriver (the dashboard's end-to-end test drives a headless browser), and Python with
 # venv (the checkpoint-storage tests start S3-compatible moto_server instances with
 # scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
@@ -26,7 +27,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # crates.io into ~/.cache/weir once (in the background while weir compiles). The NATS tests use
 # the server on 127.0.0.1:4222 when one answers, else start Debian's nats-server with JetStream
 # on a free port (scripts/nats-server.sh).
-TEST_PACKAGES  := postgresql postgresql-client chromium chromium-driver python3 python3-venv nats-server
+TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server
 
 .PHONY: run test bench build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
@@ -88,6 +89,7 @@ bench: build
 	$(WEIR) bench scheduler
 	$(WEIR) bench checkpoint
 	$(WEIR) bench kafka
+	$(WEIR) bench json
 	$(WEIR) bench nats
 	@s3=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	if scripts/s3-server.sh start $$s3 $$port weir-bench; then \

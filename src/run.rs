@@ -243,10 +243,22 @@ fn savepoint(
     })
 }
 
-/// `{data dir}/run/<job>.pid`: which process runs a checkpointed job. Removed on exit; a file
-/// left by a process that died (SIGKILL) is taken over.
+/// `{data dir}/run/<job>.pid`: which process runs a checkpointed job, held under an exclusive
+/// `flock` for as long as the job runs. The lock, not the file's presence or a pid that may have
+/// been reused, says whether the job runs: two `weir run`s of one job cannot both take it (the
+/// old check-then-write let both pass), and a process that died (SIGKILL) let go of it with
+/// its file descriptors, so its file is simply taken over. Removed on a clean exit.
 pub struct PidFile {
     path: PathBuf,
+    /// Held until drop; closing the file releases the lock.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Whether the lock on an open pid file could be taken: no, yes, or the file went away.
+enum Locked {
+    /// Another process holds it.
+    Busy(std::fs::File),
+    Held(nix::fcntl::Flock<std::fs::File>),
 }
 
 impl PidFile {
@@ -256,36 +268,91 @@ impl PidFile {
             .join(format!("{}.pid", weir_runtime::spec::paths::safe_name(job)))
     }
 
-    /// The process running `job`, if one is.
+    /// Tries the lock of the pid file at `path`, open as `file`, without waiting.
+    fn try_lock(file: std::fs::File, path: &Path) -> Result<Locked, String> {
+        use nix::fcntl::{Flock, FlockArg};
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => Ok(Locked::Held(held)),
+            Err((file, nix::errno::Errno::EWOULDBLOCK)) => Ok(Locked::Busy(file)),
+            Err((_, e)) => Err(format!("locking {}: {e}", path.display())),
+        }
+    }
+
+    /// The process running `job`, if one is: the pid in a file whose lock another process holds.
     pub fn running(job: &str) -> Option<i32> {
-        let pid: i32 = std::fs::read_to_string(Self::path_of(job))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-        (alive && pid != std::process::id() as i32).then_some(pid)
+        use std::io::{Read, Seek};
+        let path = Self::path_of(job);
+        let file = std::fs::File::open(&path).ok()?;
+        let Ok(Locked::Busy(mut file)) = Self::try_lock(file, &path) else {
+            return None;
+        };
+        // The holder writes its pid right after taking the lock: give it a moment.
+        for _ in 0..50 {
+            let mut text = String::new();
+            let pid = file
+                .rewind()
+                .and_then(|()| file.read_to_string(&mut text))
+                .ok()
+                .and_then(|_| text.trim().parse::<i32>().ok());
+            if let Some(pid) = pid {
+                return (pid != std::process::id() as i32).then_some(pid);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 
     fn acquire(job: &str) -> Result<Self, String> {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
         let path = Self::path_of(job);
-        if let Some(pid) = Self::running(job) {
-            return Err(format!(
-                "job `{job}` is already running as process {pid} ({}); stop it first",
-                path.display()
-            ));
-        }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         }
-        std::fs::write(&path, std::process::id().to_string())
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        Ok(Self { path })
+        // A holder that exits removes the file after we opened it, so the lock we then get is
+        // on a file no one else can find: check that the path still names what we locked.
+        for _ in 0..10 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| format!("opening {}: {e}", path.display()))?;
+            let mut held = match Self::try_lock(file, &path)? {
+                Locked::Held(held) => held,
+                Locked::Busy(_) => {
+                    let by = Self::running(job)
+                        .map_or_else(|| "another process".to_string(), |p| format!("process {p}"));
+                    return Err(format!(
+                        "job `{job}` is already running as {by} ({}); stop it first",
+                        path.display()
+                    ));
+                }
+            };
+            let same = match (held.metadata(), std::fs::metadata(&path)) {
+                (Ok(ours), Ok(named)) => ours.dev() == named.dev() && ours.ino() == named.ino(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            held.set_len(0)
+                .and_then(|()| held.write_all(std::process::id().to_string().as_bytes()))
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            return Ok(Self { path, _lock: held });
+        }
+        Err(format!(
+            "{} keeps being replaced while it is locked; is another weir starting the job?",
+            path.display()
+        ))
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
+        // Removed while still locked (the lock goes after, with the file): a process that opens
+        // it in between finds it gone on its check and opens the path again.
         let _ = std::fs::remove_file(&self.path);
     }
 }

@@ -533,3 +533,67 @@ fn at_least_once_checkpoints_lose_nothing_across_a_kill() {
     };
     assert_eq!(windows(&got), windows(&expected));
 }
+
+/// Two `weir run`s of one checkpointed job: the second is refused while the first runs (the
+/// pid file's lock, not a check-then-write both could pass); once the first is killed with
+/// SIGKILL its stale file is taken over by the next run.
+#[test]
+fn one_checkpointed_job_runs_once_per_data_directory_and_a_killed_run_lets_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    let start = || {
+        let mut cmd = weir(&data);
+        cmd.arg("run").arg(q5()).arg("--quiet");
+        for o in base_overrides(&out) {
+            cmd.args(["--set", &o]);
+        }
+        // Unbounded and slow: it runs until killed.
+        cmd.args([
+            "--set",
+            "sources.nexmark.events=null",
+            "--set",
+            "sources.nexmark.rate=1000",
+            "--set",
+            "checkpoint.interval=200ms",
+        ]);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    };
+    let pid_file = data.join("run").join("nexmark-q5.pid");
+    let wait_for_pid = |not: Option<u32>| {
+        let started = Instant::now();
+        loop {
+            let pid = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok());
+            match pid {
+                Some(p) if Some(p) != not => return p,
+                _ => {}
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "no pid file");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let mut first = start().spawn().unwrap();
+    assert_eq!(wait_for_pid(None), first.id());
+    let second = start().stderr(Stdio::piped()).output().unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "the second run was refused");
+    assert!(
+        said.contains(&format!("already running as process {}", first.id())),
+        "the refusal names the running process: {said}"
+    );
+
+    // SIGKILL: no clean-up runs, the file stays with the dead process's pid.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(pid_file.exists(), "a killed run leaves its file");
+    let mut third = start().spawn().unwrap();
+    assert_eq!(wait_for_pid(Some(first.id())), third.id());
+    third.kill().unwrap();
+    third.wait().unwrap();
+}

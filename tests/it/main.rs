@@ -38,6 +38,7 @@
 //!   `scripts/s3-server.sh`): kills and rescaling, seek-free restore counted at the server,
 //!   retried faults, incomplete and corrupt checkpoints, retention, bad locations.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
+//! - `toolchain`: the workspace's `rust-version` is at least what every locked dependency needs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -61,4 +62,5 @@ mod serve_hardening;
 mod serve_views;
 mod spec_errors;
 mod support;
+mod toolchain;
 mod topology;

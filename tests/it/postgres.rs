@@ -9,6 +9,8 @@
 //! - Upserts by key: a second run replaces rows instead of adding them.
 //! - Errors that name what is wrong: unreachable server, missing table, missing column, a
 //!   value the column cannot hold.
+//! - TLS by `sslmode` (`verify-full`, `verify-ca`, `require`, `prefer`, `disable`) against a
+//!   cluster that takes TCP clients only over TLS, with a throwaway certificate authority.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,19 +28,36 @@ pub(crate) struct Cluster {
     dir: tempfile::TempDir,
     port: u16,
     running: bool,
+    /// Started with `ssl`: TCP clients only over TLS (see `scripts/pg-cluster.sh`).
+    ssl: bool,
 }
 
 impl Cluster {
     pub(crate) fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// A cluster that takes TCP clients only over TLS, its certificate for 127.0.0.1 signed
+    /// by a throwaway authority (`ca_file`).
+    fn start_ssl() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(ssl: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = crate::support::free_port();
         let mut c = Self {
             dir,
             port,
             running: false,
+            ssl,
         };
         c.resume();
         c
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("tls").join("ca.pem")
     }
 
     fn script(&self, args: &[&str]) {
@@ -47,7 +66,12 @@ impl Cluster {
 
     fn resume(&mut self) {
         let dir = self.dir.path().display().to_string();
-        self.script(&["start", &dir, &self.port.to_string()]);
+        let port = self.port.to_string();
+        let mut args = vec!["start", &dir, &port];
+        if self.ssl {
+            args.push("ssl");
+        }
+        self.script(&args);
         self.running = true;
     }
 
@@ -385,4 +409,76 @@ fn permanent_problems_fail_the_job_naming_table_and_column() {
     assert!(e.contains("`typed`"), "{e}");
     assert!(e.contains("type boolean"), "{e}");
     assert!(e.contains("column num"), "{e}");
+}
+
+/// TLS as libpq's `sslmode` says, against a cluster that rejects TCP clients without TLS and
+/// whose certificate is for 127.0.0.1 (not `localhost`), signed by a throwaway authority.
+#[test]
+fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
+    let cluster = Cluster::start_ssl();
+    let (port, ca) = (cluster.port(), cluster.ca_file().display().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let events = 20_000;
+    let expected = golden(events, dir.path());
+    let write = |table: &str, connection: String| {
+        run_q5(
+            &dir.path().join(table),
+            &[
+                format!("sources.nexmark.events={events}"),
+                format!("sinks.out.table={table}"),
+                format!("sinks.out.connection={connection}"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{table}: {e}"));
+        assert_eq!(cluster.q5_rows(table), expected, "{table}");
+    };
+    let on = |rest: &str| format!("host=127.0.0.1 port={port} user=postgres dbname=postgres {rest}");
+    // Only TLS gets in, so every run that writes its rows used it.
+    write("full", on(&format!("sslmode=verify-full sslrootcert={ca}")));
+    // verify-ca checks the chain, not the name: `localhost` is not on the certificate.
+    write(
+        "ca",
+        format!("postgresql://postgres@localhost:{port}/postgres?sslmode=verify-ca&sslrootcert={ca}"),
+    );
+    // require encrypts without checking; prefer (the default) uses TLS when offered.
+    write("required", on("sslmode=require"));
+    write("preferred", on(""));
+
+    // Refused: no TLS at all (the server's pg_hba.conf), the wrong name under verify-full,
+    // and a certificate no trusted authority signed.
+    let e = failure(&[format!("sinks.out.connection={}", on("sslmode=disable"))]);
+    assert!(e.contains("no encryption"), "{e}");
+    let e = failure(&[format!(
+        "sinks.out.connection=host=localhost port={port} user=postgres sslmode=verify-full sslrootcert={ca}"
+    )]);
+    assert!(
+        e.contains("NotValidForName") || e.contains("not valid for name"),
+        "{e}"
+    );
+    let other = tempfile::tempdir().unwrap();
+    let other_ca = other.path().join("ca.pem");
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=another CA", "-keyout"])
+        .arg(other.path().join("ca.key"))
+        .arg("-out")
+        .arg(&other_ca)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let e = failure(&[format!(
+        "sinks.out.connection={}",
+        on(&format!("sslmode=verify-full sslrootcert={}", other_ca.display()))
+    )]);
+    assert!(
+        e.contains("UnknownIssuer") || e.to_lowercase().contains("unknown issuer"),
+        "{e}"
+    );
+    // A root file that is not there is a problem of the job file, before anything runs.
+    let e = failure(&[format!(
+        "sinks.out.connection={}",
+        on("sslmode=verify-full sslrootcert=/nonexistent/ca.pem")
+    )]);
+    assert!(e.contains("sslrootcert `/nonexistent/ca.pem`"), "{e}");
 }

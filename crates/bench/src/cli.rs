@@ -102,6 +102,18 @@ enum Bench {
     /// The NATS source beside the file source on the same events (q1), and end-to-end
     /// latency through NATS JetStream, at least once and exactly once.
     Nats(crate::nats::BenchNatsArgs),
+    /// weir's JSON-lines decoder beside arrow-json on the Nexmark file (in memory, one
+    /// thread), with and without splitting arrow-json's batches by event type.
+    Json {
+        /// Nexmark events in the file.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Runs per arm (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, default_value = "data/bench")]
+        data: PathBuf,
+    },
     /// Nexmark q5 checkpointing every second beside the same job without checkpoints.
     Checkpoint {
         #[arg(long, default_value = "jobs/nexmark/q5.yaml")]
@@ -228,6 +240,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         Bench::Serve(args) => crate::serve::run(&args),
         Bench::Kafka(args) => crate::kafka::run(args),
         Bench::Nats(args) => crate::nats::run(args),
+        Bench::Json { events, runs, data } => crate::json::run(events, runs.max(1), &data),
         Bench::Pool {
             measure,
             runs,

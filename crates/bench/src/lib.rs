@@ -24,7 +24,8 @@
 //!   - `postgres`: the PostgreSQL sink, at least once and exactly once, beside a blackhole;
 //!   - `serve`: `weir serve`'s API latency with many jobs, and the cost of live dashboards;
 //!   - `kafka`: the Kafka source beside the file source, and latency through Kafka.
-//!   - `nats`: the NATS source beside the file source, and latency through NATS JetStream.
+//!   - `nats`: the NATS source beside the file source, and latency through NATS JetStream;
+//!   - `json`: weir's JSON-lines decoder beside arrow-json on the Nexmark file.
 //! - [`generator`]: a micro benchmark of the Nexmark generator's Arrow path, which no
 //!   subcommand runs yet.
 
@@ -32,6 +33,7 @@ mod backends;
 mod checkpoint;
 mod cli;
 pub mod generator;
+mod json;
 mod kafka;
 mod measure;
 mod nats;

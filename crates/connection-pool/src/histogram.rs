@@ -1,6 +1,11 @@
 //! A lock-free latency histogram: log-linear buckets (eight per power of two of nanoseconds, so a
 //! reported quantile is at most 12.5% above the true value) of relaxed atomic counters. Recording
 //! is one `fetch_add`; reading walks 496 counters.
+//!
+//! Why not HdrHistogram, as the scheduler's delay histograms are: here every acquiring task
+//! records, concurrently, on the acquire path. HdrHistogram's counts take `&mut` (a lock per
+//! acquire) or go through its channel-backed `SyncHistogram` (an allocation and a send per
+//! value); relaxed atomic counters cost one uncontended-cache-line add.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;

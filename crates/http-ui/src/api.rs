@@ -578,10 +578,7 @@ async fn state_lookup(
     Query(params): Query<LookupParams>,
     request: Request,
 ) -> Result<Json<weir_runtime::query::LookupAnswer>, ApiError> {
-    if let Err(wait) = host
-        .lookups()
-        .take(&client_of(&request), std::time::Instant::now())
-    {
+    if let Err(wait) = host.lookups().take(&client_of(&request)) {
         let retry_after = wait.as_secs_f64().ceil().max(1.0) as u64;
         return Err(ApiError::RateLimited {
             message: format!(

@@ -179,8 +179,7 @@ impl Origin {
     /// sink's client reads them: every `host` and every `hostaddr`, each with its port.
     fn databases(connection: &str) -> Result<Vec<Self>, String> {
         use tokio_postgres::config::Host;
-        let config: tokio_postgres::Config = connection
-            .parse()
+        let config = weir_runtime::connectors::postgres::tls::driver_config(connection)
             .map_err(|e| format!("not a PostgreSQL connection string: {e}"))?;
         let ports = config.get_ports();
         let port_of = |i: usize| match ports {

@@ -31,7 +31,7 @@
 //! - [`endpoints`]: what a submitted job may reach over the network.
 //! - [`limits`]: [`JobLimits`]: what one hosted job may ask of the server.
 //! - [`prometheus`]: the `/metrics` text.
-//! - [`ratelimit`]: token buckets per client (state lookups).
+//! - [`ratelimit`]: rate limits per client (state lookups), on governor.
 //! - [`assets`]: the embedded dashboard files.
 //! - [`error`]: [`ApiError`] (one HTTP status each) and [`ServeError`].
 //!

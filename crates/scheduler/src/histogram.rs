@@ -1,50 +1,37 @@
-//! A log-linear histogram of durations in nanoseconds, for scheduling delays.
+//! Scheduling delays in a log-linear histogram of nanoseconds: HdrHistogram's, at one
+//! significant digit.
 //!
-//! Values below 32 ns are counted exactly; above, each power of two is split into 16 buckets,
-//! so a reported quantile is at most 1/16 (6.25%) above the true value. Buckets are allocated
-//! lazily up to the largest value seen: a lease whose delays stay under 100 µs holds about
-//! 240 counters (under 2 KiB), and no value can make it hold more than 976.
+//! That precision splits each power of two into 16 buckets once values reach 32 ns (below,
+//! every value is its own bucket), so a reported quantile is at most 1/16 (6.25%) above the
+//! true value. Counts grow only to the largest value recorded: a lease whose delays stay under
+//! 100 µs holds a few hundred counters. A lease's histogram has one writer (the timer thread,
+//! under the lease's lock), so the plain single-writer histogram suffices; the connection pool
+//! keeps its own lock-free one for its many concurrent writers (see that crate).
 
 use std::time::Duration;
 
-/// Sub-buckets per power of two, as a number of bits.
-const SUB_BITS: u32 = 4;
-const SUB: u64 = 1 << SUB_BITS;
-/// Values below this are their own bucket.
-const EXACT: u64 = 2 * SUB;
+/// Significant decimal digits kept: 1 gives 32 sub-buckets per power of two.
+const SIGFIG: u8 = 1;
 
 /// Counts of durations in log-linear buckets.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Histogram {
-    /// `counts[i]` counts values in [`bucket_bounds`]`(i)`; grown only as far as needed.
-    counts: Vec<u64>,
-    count: u64,
-    /// Exact largest value recorded (the top bucket alone would round it up).
-    max: u64,
+    inner: hdrhistogram::Histogram<u64>,
 }
 
-/// The bucket a value falls into.
-fn bucket_index(v: u64) -> usize {
-    if v < EXACT {
-        return v as usize;
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new()
     }
-    let exp = 63 - v.leading_zeros(); // ≥ SUB_BITS + 1
-    let shift = exp - SUB_BITS;
-    let sub = (v >> shift) - SUB; // in 0..SUB
-    ((u64::from(shift) + 1) * SUB + sub) as usize
 }
 
-/// The lowest and highest value (inclusive) of bucket `i`.
-fn bucket_bounds(i: usize) -> (u64, u64) {
-    let i = i as u64;
-    if i < EXACT {
-        return (i, i);
+impl PartialEq for Histogram {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner
     }
-    let shift = i / SUB - 1;
-    let sub = i % SUB;
-    let low = (SUB + sub) << shift;
-    (low, low + ((1u64 << shift) - 1))
 }
+
+impl Eq for Histogram {}
 
 /// One non-empty bucket of a histogram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,18 +45,18 @@ pub struct Bucket {
 
 impl Histogram {
     pub fn new() -> Self {
-        Self::default()
+        let inner = hdrhistogram::Histogram::new(SIGFIG)
+            .expect("one significant digit is within HdrHistogram's range");
+        Self { inner }
     }
 
     /// Counts one value, in nanoseconds.
     pub fn record(&mut self, ns: u64) {
-        let i = bucket_index(ns);
-        if i >= self.counts.len() {
-            self.counts.resize(i + 1, 0);
+        // Auto-resizing, so every u64 fits; saturate rather than lose a count if not.
+        if self.inner.record(ns).is_err() {
+            let top = self.inner.high();
+            let _ = self.inner.record(top);
         }
-        self.counts[i] += 1;
-        self.count += 1;
-        self.max = self.max.max(ns);
     }
 
     /// Counts one duration (saturating at `u64::MAX` ns, about 584 years).
@@ -79,68 +66,51 @@ impl Histogram {
 
     /// Values recorded.
     pub fn count(&self) -> u64 {
-        self.count
+        self.inner.len()
     }
 
     /// The largest value recorded (ns), 0 if none.
     pub fn max(&self) -> u64 {
-        self.max
+        self.inner.max()
     }
 
     /// The value at quantile `q` (0.0–1.0) in ns: the highest value of the bucket holding the
-    /// rank, capped by the exact maximum; 0 if empty.
+    /// rank, capped by the largest value recorded; 0 if empty.
     pub fn quantile(&self, q: f64) -> u64 {
-        if self.count == 0 {
+        if self.inner.is_empty() {
             return 0;
         }
-        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).clamp(1, self.count);
-        let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return bucket_bounds(i).1.min(self.max);
-            }
-        }
-        self.max
+        self.inner
+            .value_at_quantile(q.clamp(0.0, 1.0))
+            .min(self.inner.max())
     }
 
     /// Adds every count of `other` to this one.
     pub fn merge(&mut self, other: &Histogram) {
-        if other.counts.len() > self.counts.len() {
-            self.counts.resize(other.counts.len(), 0);
-        }
-        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
-            *a += b;
-        }
-        self.count += other.count;
-        self.max = self.max.max(other.max);
+        // Both auto-resize, so adding cannot overflow the range.
+        let _ = self.inner.add(&other.inner);
     }
 
-    /// What was recorded after `earlier`, a past copy of this histogram. The maximum is that of
-    /// the difference's highest bucket, capped by this histogram's exact maximum.
+    /// What was recorded after `earlier`, a past copy of this histogram.
     pub fn since(&self, earlier: &Histogram) -> Histogram {
-        let mut counts = self.counts.clone();
-        for (a, b) in counts.iter_mut().zip(&earlier.counts) {
-            *a = a.saturating_sub(*b);
+        let mut diff = self.clone();
+        // An `earlier` that is not a past copy (a count above ours) leaves ours unchanged.
+        if diff.inner.subtract(&earlier.inner).is_err() {
+            return self.clone();
         }
-        let count = counts.iter().sum();
-        let max = counts
-            .iter()
-            .rposition(|&c| c > 0)
-            .map_or(0, |i| bucket_bounds(i).1.min(self.max));
-        Histogram { counts, count, max }
+        diff
     }
 
     /// The non-empty buckets, lowest first.
     pub fn buckets(&self) -> impl Iterator<Item = Bucket> + '_ {
-        self.counts
-            .iter()
-            .enumerate()
-            .filter(|&(_, &c)| c > 0)
-            .map(|(i, &count)| {
-                let (low, high) = bucket_bounds(i);
-                Bucket { low, high, count }
-            })
+        self.inner.iter_recorded().map(|v| {
+            let value = v.value_iterated_to();
+            Bucket {
+                low: self.inner.lowest_equivalent(value),
+                high: self.inner.highest_equivalent(value),
+                count: v.count_at_value(),
+            }
+        })
     }
 }
 
@@ -149,18 +119,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_tile_the_value_range_without_gaps() {
-        let mut expected_low = 0;
-        for i in 0..bucket_index(u64::MAX) {
-            let (low, high) = bucket_bounds(i);
-            assert_eq!(low, expected_low, "bucket {i}");
-            assert!(high >= low);
-            assert_eq!(bucket_index(low), i);
-            assert_eq!(bucket_index(high), i);
-            expected_low = high + 1;
+    fn buckets_hold_their_values_and_do_not_overlap() {
+        let mut h = Histogram::new();
+        let values = [0u64, 1, 31, 32, 33, 1_000, 45_700, 461_000_000, u64::MAX / 2];
+        for v in values {
+            h.record(v);
         }
-        assert_eq!(bucket_bounds(bucket_index(u64::MAX)).1, u64::MAX);
-        assert_eq!(bucket_index(u64::MAX), 975);
+        let buckets: Vec<Bucket> = h.buckets().collect();
+        assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), values.len() as u64);
+        for v in values {
+            assert!(
+                buckets.iter().any(|b| b.low <= v && v <= b.high),
+                "{v} in {buckets:?}"
+            );
+        }
+        for pair in buckets.windows(2) {
+            assert!(pair[0].high < pair[1].low, "{pair:?}");
+        }
     }
 
     #[test]

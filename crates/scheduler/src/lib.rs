@@ -25,7 +25,7 @@
 //! - [`lease`]: [`Lease`] and [`FireNow`].
 //! - [`trigger`]: the [`Trigger`] trait and the [`Tick`] it is given.
 //! - `timer`: the timer thread's loop and its precision (margin and busy-wait budget).
-//! - [`histogram`]: the log-linear delay histogram.
+//! - [`histogram`]: the log-linear delay histogram (HdrHistogram's).
 //! - [`metrics`]: plain-data snapshots for the HTTP API.
 //! - [`error`]: what can go wrong ([`SchedulerError`]).
 //!

@@ -62,19 +62,17 @@ impl PgCatalog {
     }
 
     async fn connect(&self) -> Result<Conn, CatalogError> {
-        let config: tokio_postgres::Config = self
-            .url
-            .parse()
-            .map_err(|e| self.store("reading the connection string", e))?;
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
+        // sslmode and sslrootcert as the PostgreSQL sink reads them.
+        let connect = weir_runtime::connectors::postgres::tls::PgConnect::parse(&self.url)
+            .map_err(|e| CatalogError::Store {
+                location: self.location.clone(),
+                what: "reading the connection string".to_owned(),
+                source: e.into(),
+            })?;
+        let (client, driver) = connect
+            .connect()
             .await
             .map_err(|e| self.store("connecting", e))?;
-        let driver = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "catalog connection ended");
-            }
-        });
         let conn = Conn { client, driver };
         let locked: bool = conn
             .client

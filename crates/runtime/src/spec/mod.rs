@@ -1029,7 +1029,7 @@ pub struct PostgresRetrySpec {
     #[serde(default = "default_pg_attempts")]
     #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: u32,
-    /// Wait after the first failure; doubles after each.
+    /// Wait after the first failure; doubles after each (plus jitter, see [`Self::delays`]).
     #[serde(default = "default_pg_initial_backoff")]
     pub initial_backoff: HumanDuration,
     /// Longest wait between attempts.
@@ -1038,9 +1038,18 @@ pub struct PostgresRetrySpec {
 }
 
 impl PostgresRetrySpec {
-    /// The wait after failed attempt `attempt` (0 first).
-    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
-        units::doubling_backoff(self.initial_backoff.0, self.max_backoff.0, attempt)
+    /// The waits between attempts, `max-attempts - 1` of them: `initial-backoff` doubling up
+    /// to `max-backoff`, each plus a random part of up to its own length (backon's jitter), so
+    /// that the subtasks of a sink that lost its database together do not all come back in
+    /// the same millisecond.
+    pub fn delays(&self) -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(self.initial_backoff.0)
+            .with_max_delay(self.max_backoff.0.max(self.initial_backoff.0))
+            .with_max_times(self.max_attempts.saturating_sub(1) as usize)
+            .with_jitter()
+            .build()
     }
 }
 
@@ -1419,4 +1428,36 @@ pub enum Compression {
 pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(JobSpec))
         .expect("a derived JSON Schema always serializes")
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_doubling_delays_with_jitter_up_to_as_much_again() {
+        let retry = PostgresRetrySpec {
+            max_attempts: 6,
+            initial_backoff: HumanDuration::from_millis(100),
+            max_backoff: HumanDuration::from_millis(500),
+        };
+        // Naively: 100, 200, 400, 500, 500 ms, each plus a jitter in [0, itself).
+        let expected = [100u64, 200, 400, 500, 500];
+        let mut seen_jitter = false;
+        for _ in 0..20 {
+            let waits: Vec<_> = retry.delays().collect();
+            assert_eq!(waits.len(), expected.len(), "max-attempts - 1 waits");
+            for (wait, base) in waits.iter().zip(expected) {
+                let base = std::time::Duration::from_millis(base);
+                assert!(*wait >= base && *wait < base * 2, "{wait:?} for {base:?}");
+                seen_jitter |= *wait != base;
+            }
+        }
+        assert!(seen_jitter, "the waits are jittered");
+        let once = PostgresRetrySpec {
+            max_attempts: 1,
+            ..retry
+        };
+        assert_eq!(once.delays().count(), 0, "one attempt: no retry");
+    }
 }

@@ -7,14 +7,6 @@ use std::time::Duration;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Exponential backoff: `initial` doubled `n` times (n from 0), at most `max` (never less than
-/// `initial`). Restarts and sink retries wait this way.
-pub fn doubling_backoff(initial: Duration, max: Duration, n: u32) -> Duration {
-    initial
-        .saturating_mul(1u32 << n.min(20))
-        .min(max.max(initial))
-}
-
 /// A duration written with a unit (`0`, `250us`, `100ms`, `10s`, `5m`, `1h 30m`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct HumanDuration(pub Duration);

@@ -22,7 +22,7 @@ impl Drop for PgConnection {
 
 /// Opens connections for the sink's pool.
 pub struct PgManager {
-    pub config: tokio_postgres::Config,
+    pub connect: super::tls::PgConnect,
 }
 
 impl Manager for PgManager {
@@ -30,12 +30,7 @@ impl Manager for PgManager {
     type Error = tokio_postgres::Error;
 
     async fn connect(&self) -> Result<PgConnection, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
-        let driver = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "postgres connection ended");
-            }
-        });
+        let (client, driver) = self.connect.connect().await?;
         let conn = PgConnection { client, driver };
         // Timestamps are written as UTC wall-clock times; a `timestamptz` column must read
         // them as UTC whatever the server's default zone.

@@ -43,6 +43,7 @@
 
 mod client;
 mod encode;
+pub mod tls;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -113,7 +114,7 @@ struct Shared {
     batch_rows: usize,
     flush_interval: Duration,
     retry: PostgresRetrySpec,
-    config: tokio_postgres::Config,
+    connect: tls::PgConnect,
     pool_size: usize,
     acquire_timeout: Duration,
     connect_timeout: Duration,
@@ -146,10 +147,7 @@ impl PostgresSinkFactory {
     /// `input` is the schema of the rows the sink receives (checked by the planner: every
     /// column has a type the sink can write, and every key column exists).
     pub fn new(spec: &PostgresSinkSpec, input: SchemaRef) -> Result<Self, String> {
-        let config: tokio_postgres::Config = spec
-            .connection
-            .parse()
-            .map_err(|e| format!("the connection string is not valid: {e}"))?;
+        let connect = tls::PgConnect::parse(&spec.connection)?;
         let qualify = |name: &str| match &spec.schema {
             Some(s) => format!("{}.{}", ident(s), ident(name)),
             None => ident(name),
@@ -218,7 +216,7 @@ impl PostgresSinkFactory {
                 batch_rows: spec.batch_size as usize,
                 flush_interval: spec.flush_interval.0,
                 retry: spec.retry.clone(),
-                config,
+                connect,
                 pool_size: spec.pool.max_size as usize,
                 acquire_timeout: spec.pool.acquire_timeout.0,
                 connect_timeout: spec.pool.connect_timeout.0,
@@ -239,7 +237,8 @@ impl Shared {
     }
 
     /// Runs `op` on a pooled connection until it succeeds, fails permanently, or has failed
-    /// transiently `max-attempts` times, with exponential backoff in between. `op` receives
+    /// transiently `max-attempts` times, with exponential backoff and jitter in between
+    /// ([`PostgresRetrySpec::delays`]). `op` receives
     /// the attempt number (0 first), so a retry can undo what an ambiguous failure may have
     /// left. A connection that failed transiently is marked broken, so the pool replaces it.
     async fn with_retries<T, F>(&self, what: &str, mut op: F) -> Result<T, PgFailure>
@@ -249,6 +248,7 @@ impl Shared {
         let pool = self
             .pool()
             .map_err(|e| PgFailure::permanent(e.to_string()))?;
+        let mut delays = self.retry.delays();
         let mut attempt = 0;
         loop {
             let result = match pool.acquire().await {
@@ -268,8 +268,19 @@ impl Shared {
                     }
                     return Ok(v);
                 }
-                Err(f) if f.transient && attempt + 1 < self.retry.max_attempts => {
-                    let wait = self.retry.backoff(attempt);
+                Err(f) if f.transient => {
+                    let Some(wait) = delays.next() else {
+                        // Still a failure that may pass: the job restarts (with its own
+                        // backoff) where the sink's retries end.
+                        return Err(PgFailure {
+                            message: format!(
+                                "gave up after {} attempts: {}",
+                                attempt + 1,
+                                f.message
+                            ),
+                            transient: true,
+                        });
+                    };
                     tracing::warn!(
                         table = %self.table_name,
                         what,
@@ -281,14 +292,6 @@ impl Shared {
                     );
                     tokio::time::sleep(wait).await;
                     attempt += 1;
-                }
-                Err(f) if f.transient => {
-                    // Still a failure that may pass: the job restarts (with its own backoff)
-                    // where the sink's retries end.
-                    return Err(PgFailure {
-                        message: format!("gave up after {} attempts: {}", attempt + 1, f.message),
-                        transient: true,
-                    });
                 }
                 Err(f) => return Err(f),
             }
@@ -421,10 +424,10 @@ impl SinkFactory for PostgresSinkFactory {
         let restored = restore.map(|r| r.transactions.clone());
         Box::pin(async move {
             let shared = &self.shared;
-            let mut manager_config = shared.config.clone();
-            manager_config.connect_timeout(shared.connect_timeout);
+            let mut connect = shared.connect.clone();
+            connect.config.connect_timeout(shared.connect_timeout);
             let pool = Pool::builder(PgManager {
-                config: manager_config,
+                connect,
             })
             .max_size(shared.pool_size)
             .acquire_timeout(shared.acquire_timeout)

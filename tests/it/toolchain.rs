@@ -1,0 +1,75 @@
+//! The workspace's `rust-version` is true: no dependency in the lock file needs a newer Rust.
+//! (weir's own code is held to it by clippy's `incompatible_msrv` lint, which `make test` runs
+//! with warnings as errors: it flags any standard-library API newer than `rust-version`.)
+
+use std::process::Command;
+
+/// `1.88` or `1.88.0` as (major, minor, patch).
+fn version(text: &str) -> (u64, u64, u64) {
+    let mut parts = text
+        .split('.')
+        .map(|p| p.parse::<u64>().expect("a numeric version part"));
+    (
+        parts.next().expect("a major version"),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}
+
+#[test]
+fn rust_version_is_at_least_what_every_locked_dependency_needs() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let members: Vec<&str> = meta["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    let resolved: Vec<&str> = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["id"].as_str())
+        .collect();
+    let packages = meta["packages"].as_array().unwrap();
+    let ours: Vec<(u64, u64, u64)> = packages
+        .iter()
+        .filter(|p| members.contains(&p["id"].as_str().unwrap_or_default()))
+        .map(|p| {
+            version(
+                p["rust_version"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{} states a rust-version", p["name"])),
+            )
+        })
+        .collect();
+    assert!(!ours.is_empty());
+    assert!(
+        ours.iter().all(|v| *v == ours[0]),
+        "every crate of the workspace states the workspace's rust-version: {ours:?}"
+    );
+    let ours = ours[0];
+    let needed = packages
+        .iter()
+        .filter(|p| resolved.contains(&p["id"].as_str().unwrap_or_default()))
+        .filter_map(|p| Some((version(p["rust_version"].as_str()?), p["name"].clone())))
+        .max_by_key(|(v, _)| *v)
+        .expect("some dependency states a rust-version");
+    assert!(
+        ours >= needed.0,
+        "rust-version {ours:?} is older than {} needs ({:?}): raise it in Cargo.toml",
+        needed.1,
+        needed.0
+    );
+}
