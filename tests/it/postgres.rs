@@ -432,13 +432,16 @@ fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
         .unwrap_or_else(|e| panic!("{table}: {e}"));
         assert_eq!(cluster.q5_rows(table), expected, "{table}");
     };
-    let on = |rest: &str| format!("host=127.0.0.1 port={port} user=postgres dbname=postgres {rest}");
+    let on =
+        |rest: &str| format!("host=127.0.0.1 port={port} user=postgres dbname=postgres {rest}");
     // Only TLS gets in, so every run that writes its rows used it.
     write("full", on(&format!("sslmode=verify-full sslrootcert={ca}")));
     // verify-ca checks the chain, not the name: `localhost` is not on the certificate.
     write(
         "ca",
-        format!("postgresql://postgres@localhost:{port}/postgres?sslmode=verify-ca&sslrootcert={ca}"),
+        format!(
+            "postgresql://postgres@localhost:{port}/postgres?sslmode=verify-ca&sslrootcert={ca}"
+        ),
     );
     // require encrypts without checking; prefer (the default) uses TLS when offered.
     write("required", on("sslmode=require"));
@@ -458,7 +461,14 @@ fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
     let other = tempfile::tempdir().unwrap();
     let other_ca = other.path().join("ca.pem");
     let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
         .args(["-nodes", "-days", "1", "-subj", "/CN=another CA", "-keyout"])
         .arg(other.path().join("ca.key"))
         .arg("-out")
@@ -469,7 +479,10 @@ fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
     assert!(made.success());
     let e = failure(&[format!(
         "sinks.out.connection={}",
-        on(&format!("sslmode=verify-full sslrootcert={}", other_ca.display()))
+        on(&format!(
+            "sslmode=verify-full sslrootcert={}",
+            other_ca.display()
+        ))
     )]);
     assert!(
         e.contains("UnknownIssuer") || e.to_lowercase().contains("unknown issuer"),

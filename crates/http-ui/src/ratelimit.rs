@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use governor::Quota;
 use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 
 /// Clients remembered at once.
@@ -23,7 +24,8 @@ const OVERFLOW: &str = "";
 
 /// Rate limits by client.
 pub struct RateLimiter<C: Clock = DefaultClock> {
-    limiter: governor::RateLimiter<String, DashMapStateStore<String>, C>,
+    limiter:
+        governor::RateLimiter<String, DashMapStateStore<String>, C, NoOpMiddleware<C::Instant>>,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -116,7 +118,11 @@ mod tests {
         for i in 0..MAX_CLIENTS + 10 {
             let _ = limiter.take(&format!("c{i}"));
         }
-        assert!(limiter.clients() <= MAX_CLIENTS + 1, "{}", limiter.clients());
+        assert!(
+            limiter.clients() <= MAX_CLIENTS + 1,
+            "{}",
+            limiter.clients()
+        );
         // Full of busy clients: a newcomer shares the overflow bucket, which is spent now.
         assert!(limiter.take("new").is_err(), "the overflow bucket is spent");
         // Once they have all had a second to refill, they are forgotten to make room.

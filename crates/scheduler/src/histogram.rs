@@ -121,12 +121,25 @@ mod tests {
     #[test]
     fn buckets_hold_their_values_and_do_not_overlap() {
         let mut h = Histogram::new();
-        let values = [0u64, 1, 31, 32, 33, 1_000, 45_700, 461_000_000, u64::MAX / 2];
+        let values = [
+            0u64,
+            1,
+            31,
+            32,
+            33,
+            1_000,
+            45_700,
+            461_000_000,
+            u64::MAX / 2,
+        ];
         for v in values {
             h.record(v);
         }
         let buckets: Vec<Bucket> = h.buckets().collect();
-        assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), values.len() as u64);
+        assert_eq!(
+            buckets.iter().map(|b| b.count).sum::<u64>(),
+            values.len() as u64
+        );
         for v in values {
             assert!(
                 buckets.iter().any(|b| b.low <= v && v <= b.high),

@@ -426,13 +426,11 @@ impl SinkFactory for PostgresSinkFactory {
             let shared = &self.shared;
             let mut connect = shared.connect.clone();
             connect.config.connect_timeout(shared.connect_timeout);
-            let pool = Pool::builder(PgManager {
-                connect,
-            })
-            .max_size(shared.pool_size)
-            .acquire_timeout(shared.acquire_timeout)
-            .connect_timeout(shared.connect_timeout)
-            .build();
+            let pool = Pool::builder(PgManager { connect })
+                .max_size(shared.pool_size)
+                .acquire_timeout(shared.acquire_timeout)
+                .connect_timeout(shared.connect_timeout)
+                .build();
             let old = shared
                 .pool
                 .lock()

@@ -20,8 +20,8 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
@@ -78,8 +78,8 @@ impl PgConnect {
     /// Reads `connection` (key/value or URL). Errors say what is wrong without repeating the
     /// string, which may hold a password.
     pub fn parse(connection: &str) -> Result<Self, String> {
-        let (mut config, mode, root) = settings(connection)
-            .map_err(|e| format!("the connection string is not valid: {e}"))?;
+        let (mut config, mode, root) =
+            settings(connection).map_err(|e| format!("the connection string is not valid: {e}"))?;
         let mode = match (mode, &root) {
             (Some(SslMode::Require), Some(_)) => SslMode::VerifyCa,
             (Some(mode), _) => mode,
@@ -92,10 +92,9 @@ impl PgConnect {
         });
         let tls = match mode {
             SslMode::Disable => None,
-            _ => Some(tokio_postgres_rustls::MakeRustlsConnect::new(client_config(
-                mode,
-                root.as_deref(),
-            )?)),
+            _ => Some(tokio_postgres_rustls::MakeRustlsConnect::new(
+                client_config(mode, root.as_deref())?,
+            )),
         };
         Ok(Self { config, mode, tls })
     }
@@ -137,7 +136,9 @@ fn settings(
     connection: &str,
 ) -> Result<(tokio_postgres::Config, Option<SslMode>, Option<String>), String> {
     let (rest, mode, root) = split_tls_settings(connection)?;
-    let config = rest.parse().map_err(|e: tokio_postgres::Error| e.to_string())?;
+    let config = rest
+        .parse()
+        .map_err(|e: tokio_postgres::Error| e.to_string())?;
     Ok((config, mode, root))
 }
 
@@ -250,9 +251,7 @@ fn client_config(mode: SslMode, root: Option<&str>) -> Result<rustls::ClientConf
                 .build()
                 .map_err(|e| format!("TLS: {e}"))?;
             if mode == SslMode::VerifyFull {
-                builder
-                    .with_webpki_verifier(verifier)
-                    .with_no_client_auth()
+                builder.with_webpki_verifier(verifier).with_no_client_auth()
             } else {
                 builder
                     .dangerous()
@@ -421,7 +420,10 @@ mod tests {
         assert_eq!(mode, Some(SslMode::Require));
         assert_eq!(root.as_deref(), Some("/ca.pem"));
         let (rest, mode, _) = split_tls_settings("postgres://db/app?sslmode=disable").unwrap();
-        assert_eq!((rest.as_str(), mode), ("postgres://db/app", Some(SslMode::Disable)));
+        assert_eq!(
+            (rest.as_str(), mode),
+            ("postgres://db/app", Some(SslMode::Disable))
+        );
     }
 
     #[test]
@@ -444,10 +446,16 @@ mod tests {
     #[test]
     fn bad_settings_are_named_and_the_password_is_not_repeated() {
         let e = PgConnect::parse("host=db password=hunter2 sslmode=always").unwrap_err();
-        assert!(e.contains("sslmode `always`") && e.contains("verify-full"), "{e}");
+        assert!(
+            e.contains("sslmode `always`") && e.contains("verify-full"),
+            "{e}"
+        );
         assert!(!e.contains("hunter2"), "{e}");
         let e = PgConnect::parse("host=db password='hunter2").unwrap_err();
-        assert!(e.contains("no closing quote") && !e.contains("hunter2"), "{e}");
+        assert!(
+            e.contains("no closing quote") && !e.contains("hunter2"),
+            "{e}"
+        );
         let e = PgConnect::parse("host=db password").unwrap_err();
         assert!(e.contains("`password` has no `=`"), "{e}");
     }
