@@ -143,29 +143,29 @@ pub fn submit(server: &ServerArgs, job: &Path, args: &SubmitArgs) -> ExitCode {
         let text = std::fs::read(job).with_context(|| format!("reading {}", job.display()))?;
         let client = Client::new(&server.server);
         let (status, v) = client.call("POST", &args.path(), Some(("application/yaml", text)))?;
-        if status == 400 {
-            if let Some(problems) = v.get("problems").and_then(Value::as_array) {
-                let n = problems.len();
-                eprintln!(
-                    "{} has {n} problem{}:",
-                    job.display(),
-                    if n == 1 { "" } else { "s" }
-                );
-                for p in problems {
-                    let at = match (p["line"].as_u64(), p["column"].as_u64()) {
-                        (Some(l), Some(c)) => format!(":{l}:{c}"),
-                        _ => String::new(),
-                    };
-                    let key = p["key"].as_str().unwrap_or_default();
-                    let text = p["message"].as_str().unwrap_or_default();
-                    if key.is_empty() {
-                        eprintln!("  {}{at}: {text}", job.display());
-                    } else {
-                        eprintln!("  {}{at}: {key}: {text}", job.display());
-                    }
+        if status == 400
+            && let Some(problems) = v.get("problems").and_then(Value::as_array)
+        {
+            let n = problems.len();
+            eprintln!(
+                "{} has {n} problem{}:",
+                job.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            for p in problems {
+                let at = match (p["line"].as_u64(), p["column"].as_u64()) {
+                    (Some(l), Some(c)) => format!(":{l}:{c}"),
+                    _ => String::new(),
+                };
+                let key = p["key"].as_str().unwrap_or_default();
+                let text = p["message"].as_str().unwrap_or_default();
+                if key.is_empty() {
+                    eprintln!("  {}{at}: {text}", job.display());
+                } else {
+                    eprintln!("  {}{at}: {key}: {text}", job.display());
                 }
-                bail!("the job was not submitted");
             }
+            bail!("the job was not submitted");
         }
         if status != 201 {
             bail!("{} (HTTP {status})", message(&v));

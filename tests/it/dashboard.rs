@@ -72,10 +72,10 @@ async fn connect(driver: &Driver) -> Client {
 /// Polls a script's result until `done` holds (bounded: 30 s).
 async fn wait_js(c: &Client, script: &str, done: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..300 {
-        if let Ok(v) = c.execute(script, vec![]).await {
-            if done(&v) {
-                return v;
-            }
+        if let Ok(v) = c.execute(script, vec![]).await
+            && done(&v)
+        {
+            return v;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

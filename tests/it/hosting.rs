@@ -464,11 +464,11 @@ fn weir_run_listen_serves_the_jobs_metrics_and_a_read_only_api() {
     };
     let mut metrics = String::new();
     for _ in 0..300 {
-        if let Some((200, text)) = get("/metrics") {
-            if text.contains("weir_job_uptime_seconds{") {
-                metrics = text;
-                break;
-            }
+        if let Some((200, text)) = get("/metrics")
+            && text.contains("weir_job_uptime_seconds{")
+        {
+            metrics = text;
+            break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }

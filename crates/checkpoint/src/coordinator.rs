@@ -313,10 +313,10 @@ impl Coordinator {
                 if !self.queued.is_empty() {
                     return self.skip(reply, "a savepoint is waiting".into());
                 }
-                if let Some(last) = self.last_finished {
-                    if last.elapsed() < self.config.min_pause {
-                        return self.skip(reply, "the minimum pause has not elapsed".into());
-                    }
+                if let Some(last) = self.last_finished
+                    && last.elapsed() < self.config.min_pause
+                {
+                    return self.skip(reply, "the minimum pause has not elapsed".into());
                 }
                 if self.retaining {
                     return self.skip(reply, "old checkpoints are being removed".into());

@@ -565,10 +565,10 @@ impl CheckpointStorage for ObjectStorage {
                 Err(e) => {
                     // A range past the end is a truncated object: say so, so that a restore
                     // treats it as corrupt (and falls back) rather than as a storage outage.
-                    if let Ok(meta) = self.store.head(&path).await {
-                        if meta.size < range.end {
-                            return Err(short(meta.size));
-                        }
+                    if let Ok(meta) = self.store.head(&path).await
+                        && meta.size < range.end
+                    {
+                        return Err(short(meta.size));
                     }
                     Err(self.error("reading", &key, e))
                 }
@@ -641,13 +641,13 @@ impl CheckpointStorage for ObjectStorage {
             let mut out = Vec::new();
             while let Some(meta) = listing.next().await {
                 let meta = meta.map_err(|e| self.error("listing", &prefix, e))?;
-                if let Some(key) = self.key_of(&meta.location) {
-                    if key.starts_with(&prefix) {
-                        out.push(ObjectInfo {
-                            key,
-                            size: meta.size,
-                        });
-                    }
+                if let Some(key) = self.key_of(&meta.location)
+                    && key.starts_with(&prefix)
+                {
+                    out.push(ObjectInfo {
+                        key,
+                        size: meta.size,
+                    });
                 }
             }
             out.sort_by(|a, b| a.key.cmp(&b.key));

@@ -512,7 +512,7 @@ impl<S: CombinedState> Combiner<S> {
             state.apply(action, follow_ups);
         }
         loop {
-            if run.spent(&self.config, run.applied % Self::CLOCK_EVERY == 0) {
+            if run.spent(&self.config, run.applied.is_multiple_of(Self::CLOCK_EVERY)) {
                 return self.limit_or_drained();
             }
             let Some(action) = self.queue.pop(consumer) else {

@@ -473,10 +473,10 @@ impl<M: Manager> Shared<M> {
                             shared: Arc::clone(self),
                             broken: false,
                         };
-                        if let Err(Ok(mut conn)) = reply.send(Ok(conn)) {
-                            if let Some(live) = conn.live.take() {
-                                more.extend(self.exec.submit(Action::Return { live }));
-                            }
+                        if let Err(Ok(mut conn)) = reply.send(Ok(conn))
+                            && let Some(live) = conn.live.take()
+                        {
+                            more.extend(self.exec.submit(Action::Return { live }));
                         }
                     }
                     FollowUp::Fail { reply, error } => {

@@ -317,19 +317,18 @@ impl<M: Manager> PoolState<M> {
         if self.closed {
             return;
         }
-        if let Some(limit) = self.limits.max_lifetime {
-            if self
+        if let Some(limit) = self.limits.max_lifetime
+            && self
                 .idle
                 .iter()
                 .any(|live| now.saturating_duration_since(live.created) >= limit)
-            {
-                let idle = std::mem::take(&mut self.idle);
-                for live in idle {
-                    if live.expired(now, Some(limit)) {
-                        self.close(live, follow_ups);
-                    } else {
-                        self.idle.push_back(live);
-                    }
+        {
+            let idle = std::mem::take(&mut self.idle);
+            for live in idle {
+                if live.expired(now, Some(limit)) {
+                    self.close(live, follow_ups);
+                } else {
+                    self.idle.push_back(live);
                 }
             }
         }

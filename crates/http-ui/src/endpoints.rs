@@ -495,12 +495,10 @@ impl AddressGuard for Guard {
         }
         let addresses =
             (self.lookup.0)(&name, 0).map_err(|e| format!("cannot resolve `{host}`: {e}"))?;
-        if !trusted {
-            if let Some(ip) = addresses.iter().find(|ip| is_link_local_or_metadata(**ip)) {
-                return Err(format!(
-                    "`{host}` now resolves to {ip}, a link-local or cloud metadata address, which this server's jobs may not reach"
-                ));
-            }
+        if !trusted && let Some(ip) = addresses.iter().find(|ip| is_link_local_or_metadata(**ip)) {
+            return Err(format!(
+                "`{host}` now resolves to {ip}, a link-local or cloud metadata address, which this server's jobs may not reach"
+            ));
         }
         Ok(addresses)
     }
@@ -559,22 +557,21 @@ pub fn check(source: &SpecSource, spec: &JobSpec, endpoints: &Endpoints) -> Vec<
             ),
         ));
     }
-    if let Some(region) = &config.region {
-        if region.is_empty()
+    if let Some(region) = &config.region
+        && (region.is_empty()
             || !region
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
-            problems.push(source.at_value(
-                "/checkpoint/storage/region",
-                format!("the region `{region}` may only use letters, digits and `-`"),
-            ));
-        }
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        problems.push(source.at_value(
+            "/checkpoint/storage/region",
+            format!("the region `{region}` may only use letters, digits and `-`"),
+        ));
     }
-    if let Some(endpoint) = &config.endpoint {
-        if let Some(why) = endpoints.refusal(endpoint) {
-            problems.push(source.at_value("/checkpoint/storage/endpoint", why));
-        }
+    if let Some(endpoint) = &config.endpoint
+        && let Some(why) = endpoints.refusal(endpoint)
+    {
+        problems.push(source.at_value("/checkpoint/storage/endpoint", why));
     }
     problems
 }

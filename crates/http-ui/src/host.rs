@@ -683,17 +683,16 @@ impl Host {
         self.config
             .limits
             .admit(crate::limits::subtasks(&plan.spec), running)?;
-        if plan.spec.checkpoint.enabled() {
-            if let Some(other) = live
+        if plan.spec.checkpoint.enabled()
+            && let Some(other) = live
                 .iter()
                 .find(|j| j.name == plan.name() && Some(j.id) != restarting)
-            {
-                return Err(ApiError::Conflict(format!(
-                    "job `{}` is already running as job {}: two running copies of a checkpointed job would share its checkpoints",
-                    plan.name(),
-                    other.id
-                )));
-            }
+        {
+            return Err(ApiError::Conflict(format!(
+                "job `{}` is already running as job {}: two running copies of a checkpointed job would share its checkpoints",
+                plan.name(),
+                other.id
+            )));
         }
         Ok(())
     }

@@ -836,10 +836,9 @@ fn recovered_metrics(plan: &Plan, summary: Option<&JobSummary>) -> Arc<JobMetric
     // The run's input units, all on the first source (per-source figures are not kept).
     if let (Some(summary), Some(source)) =
         (summary, nodes.iter().find(|n| n.role == NodeRole::Source))
+        && let Some(first) = source.subtasks.first()
     {
-        if let Some(first) = source.subtasks.first() {
-            first.events.store(summary.events, Relaxed);
-        }
+        first.events.store(summary.events, Relaxed);
     }
     Arc::new(JobMetrics {
         job: plan.name().to_owned(),

@@ -82,17 +82,17 @@ impl JobLimits {
                 ),
             ));
         }
-        if let Some(interval) = spec.checkpoint.interval {
-            if interval.0 < self.min_checkpoint_interval {
-                problems.push(source.at_value(
-                    "/checkpoint/interval",
-                    format!(
-                        "this server checkpoints a job at most every {} \
+        if let Some(interval) = spec.checkpoint.interval
+            && interval.0 < self.min_checkpoint_interval
+        {
+            problems.push(source.at_value(
+                "/checkpoint/interval",
+                format!(
+                    "this server checkpoints a job at most every {} \
                          (--min-checkpoint-interval), not every {interval}",
-                        HumanDuration(self.min_checkpoint_interval)
-                    ),
-                ));
-            }
+                    HumanDuration(self.min_checkpoint_interval)
+                ),
+            ));
         }
         if spec.batch_size > self.max_batch_size {
             problems.push(source.at_value(

@@ -235,10 +235,10 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     }
     // As written, comments and layout kept, if that hides every secret.
     let masked = secrets.mask_yaml(text);
-    if let Ok(back) = serde_yaml::from_str::<Value>(&masked) {
-        if !secrets.left_in(&back) {
-            return Cow::Owned(masked);
-        }
+    if let Ok(back) = serde_yaml::from_str::<Value>(&masked)
+        && !secrets.left_in(&back)
+    {
+        return Cow::Owned(masked);
     }
     // A secret spelt otherwise than its value (escapes, folding): from the parsed form.
     let mut value = value;

@@ -480,10 +480,10 @@ struct InFlightGuard {
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.entry.running.store(false, Ordering::SeqCst);
-        if self.entry.rerun.swap(false, Ordering::SeqCst) {
-            if let Some(shared) = self.shared.upgrade() {
-                shared.queue_fire_now(&self.entry, Instant::now());
-            }
+        if self.entry.rerun.swap(false, Ordering::SeqCst)
+            && let Some(shared) = self.shared.upgrade()
+        {
+            shared.queue_fire_now(&self.entry, Instant::now());
         }
     }
 }

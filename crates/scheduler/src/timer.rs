@@ -189,7 +189,7 @@ impl Precision {
     fn record_wake(&mut self, late: Duration) -> bool {
         self.recent[self.recorded % WINDOW] = late;
         self.recorded += 1;
-        if self.recorded % MARGIN_EVERY != 0 {
+        if !self.recorded.is_multiple_of(MARGIN_EVERY) {
             return false;
         }
         let n = self.recorded.min(WINDOW);

@@ -278,15 +278,15 @@ impl StateReader {
                 state: self.state.clone(),
                 message,
             })?;
-            if filter(group, key, ns) {
-                if let Some(value) = self.live(v, now) {
-                    found.entries.push(QueryEntry {
-                        group,
-                        key: key.to_vec(),
-                        namespace: ns.to_vec(),
-                        value,
-                    });
-                }
+            if filter(group, key, ns)
+                && let Some(value) = self.live(v, now)
+            {
+                found.entries.push(QueryEntry {
+                    group,
+                    key: key.to_vec(),
+                    namespace: ns.to_vec(),
+                    value,
+                });
             }
             it.next();
         }
@@ -486,10 +486,8 @@ impl KeyedStateBackend {
             let due = store
                 .written_through(name)
                 .is_some_and(|at| now.saturating_sub(at.load(Ordering::Acquire)) >= *max_ms);
-            if due {
-                if let Some(&i) = self.names.get(name.as_str()) {
-                    self.tables[i].table.flush(Some(store))?;
-                }
+            if due && let Some(&i) = self.names.get(name.as_str()) {
+                self.tables[i].table.flush(Some(store))?;
             }
         }
         Ok(())
@@ -703,7 +701,7 @@ mod tests {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            if rng % 7 == 0 {
+            if rng.is_multiple_of(7) {
                 b.flush().unwrap();
             }
         }

@@ -151,11 +151,12 @@ impl<T: StateValue> Table<T> {
         store: Option<&Store>,
         slot: SlotRef<'_>,
     ) -> Result<&mut Entry<T>, StateError> {
-        if let Some(store) = store {
-            if self.cache.len() >= self.capacity && self.cache.get(slot).is_none() {
-                self.flush(Some(store))?;
-                self.cache.clear();
-            }
+        if let Some(store) = store
+            && self.cache.len() >= self.capacity
+            && self.cache.get(slot).is_none()
+        {
+            self.flush(Some(store))?;
+            self.cache.clear();
         }
         let may_be_stored = store.is_some() && self.written.may_contain(slot);
         let (entry, inserted) = self.cache.get_or_insert_flagged(slot, || Entry {
@@ -163,30 +164,31 @@ impl<T: StateValue> Table<T> {
             dirty: false,
             written: 0,
         });
-        if inserted && may_be_stored {
-            if let Some(store) = store {
-                entry_key(
-                    KeyRef::new(slot.group, slot.key),
-                    slot.ns,
-                    &mut self.scratch,
-                );
-                if let Some(bytes) = store.get(&self.name, &self.scratch)? {
-                    let (written, payload) = if self.ttl.is_some() {
-                        let (t, rest) = bytes.split_at(8.min(bytes.len()));
-                        (
-                            <[u8; 8]>::try_from(t).map(i64::from_le_bytes).unwrap_or(0),
-                            rest,
-                        )
-                    } else {
-                        (0, &bytes[..])
-                    };
-                    entry.value =
-                        Some(T::from_bytes(payload).map_err(|message| StateError::Codec {
-                            state: self.name.clone(),
-                            message,
-                        })?);
-                    entry.written = written;
-                }
+        if inserted
+            && may_be_stored
+            && let Some(store) = store
+        {
+            entry_key(
+                KeyRef::new(slot.group, slot.key),
+                slot.ns,
+                &mut self.scratch,
+            );
+            if let Some(bytes) = store.get(&self.name, &self.scratch)? {
+                let (written, payload) = if self.ttl.is_some() {
+                    let (t, rest) = bytes.split_at(8.min(bytes.len()));
+                    (
+                        <[u8; 8]>::try_from(t).map(i64::from_le_bytes).unwrap_or(0),
+                        rest,
+                    )
+                } else {
+                    (0, &bytes[..])
+                };
+                entry.value =
+                    Some(T::from_bytes(payload).map_err(|message| StateError::Codec {
+                        state: self.name.clone(),
+                        message,
+                    })?);
+                entry.written = written;
             }
         }
         Ok(entry)

@@ -107,11 +107,11 @@ impl FileSink {
                 .map_err(|e| self.io_error("creating", &path, e))?;
             self.file = Some((path, file));
         }
-        if let Some((path, file)) = self.file.as_mut() {
-            if let Err(e) = file.write_all(&self.buffer).await {
-                let path = path.clone();
-                return Err(self.io_error("writing", &path, e));
-            }
+        if let Some((path, file)) = self.file.as_mut()
+            && let Err(e) = file.write_all(&self.buffer).await
+        {
+            let path = path.clone();
+            return Err(self.io_error("writing", &path, e));
         }
         self.buffer.clear();
         Ok(())

@@ -170,12 +170,10 @@ impl Run {
                     .as_ref()
                     .and_then(|(h, _)| h.stats().snapshot().latest_completed)
                     .filter(|r| r.kind == SnapshotKind::Savepoint && by_savepoint)
-                {
-                    if let weir_checkpoint::coordinator::Outcome::Completed { location, .. } =
+                    && let weir_checkpoint::coordinator::Outcome::Completed { location, .. } =
                         sp.outcome
-                    {
-                        summary.snapshot = Some(location);
-                    }
+                {
+                    summary.snapshot = Some(location);
                 }
             }
             Some((handle, _)) => {

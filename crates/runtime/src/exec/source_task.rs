@@ -258,10 +258,10 @@ impl WatermarkGenerator {
 
     /// Takes in the event times of a batch read from `port`.
     fn observe(&mut self, port: usize, batch: &RecordBatch) {
-        if let Some(Some(col)) = self.columns.get(port) {
-            if let Some(t) = max_event_time(batch.column(*col).as_ref()) {
-                self.max_seen = self.max_seen.max(t);
-            }
+        if let Some(Some(col)) = self.columns.get(port)
+            && let Some(t) = max_event_time(batch.column(*col).as_ref())
+        {
+            self.max_seen = self.max_seen.max(t);
         }
     }
 

@@ -287,10 +287,10 @@ impl Run {
 
     pub(super) fn remove_work_dir(&self) {
         let dir = self.work_dir();
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not remove the run's working directory");
-            }
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove the run's working directory");
         }
         // The job's directory too, once no run of it is left.
         if let Some(parent) = dir.parent() {

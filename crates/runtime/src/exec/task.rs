@@ -140,10 +140,10 @@ impl Task {
                         chain.run(Work::Batch(head, input, batch)).await?;
                     }
                     GateEvent::Watermark(w) => {
-                        if let Some(m) = &head_metrics {
-                            if let Ok(mut inputs) = m.input_watermarks.lock() {
-                                *inputs = gate.input_watermarks();
-                            }
+                        if let Some(m) = &head_metrics
+                            && let Ok(mut inputs) = m.input_watermarks.lock()
+                        {
+                            *inputs = gate.input_watermarks();
                         }
                         chain.run(Work::Watermark(head, w)).await?;
                     }

@@ -114,12 +114,11 @@ pub(crate) fn compile(
     if matches!(function.args, FunctionArguments::None) && function.over.is_none() {
         // sqlparser reads some bare words (`user`, `current_user`) as calls without
         // parentheses; a column of that name wins.
-        if let [part] = function.name.0.as_slice() {
-            if let Some(ident) = part.as_ident() {
-                if let Ok(column) = columns::resolve(compiler.schema, &ident.value, origin) {
-                    return Ok(column);
-                }
-            }
+        if let [part] = function.name.0.as_slice()
+            && let Some(ident) = part.as_ident()
+            && let Ok(column) = columns::resolve(compiler.schema, &ident.value, origin)
+        {
+            return Ok(column);
         }
     }
     if name.is_empty() {

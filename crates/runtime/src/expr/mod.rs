@@ -327,17 +327,16 @@ fn syntax_error(sql: &str, error: ParserError) -> ExprError {
             };
         }
     };
-    if let Some((text, position)) = message.rsplit_once(" at Line: ") {
-        if let Some((line, column)) = position.split_once(", Column: ") {
-            if let (Ok(line), Ok(column)) = (line.trim().parse(), column.trim().parse()) {
-                let (line, column) = known(line, column);
-                return ExprError::Syntax {
-                    message: text.to_owned(),
-                    line,
-                    column,
-                };
-            }
-        }
+    if let Some((text, position)) = message.rsplit_once(" at Line: ")
+        && let Some((line, column)) = position.split_once(", Column: ")
+        && let (Ok(line), Ok(column)) = (line.trim().parse(), column.trim().parse())
+    {
+        let (line, column) = known(line, column);
+        return ExprError::Syntax {
+            message: text.to_owned(),
+            line,
+            column,
+        };
     }
     let message = message.replace("found: EOF", "found: end of expression");
     let (line, column) = end_position(sql);

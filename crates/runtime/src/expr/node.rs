@@ -83,10 +83,8 @@ impl Node {
         let children = op.children();
         let foldable =
             !children.is_empty() && children.iter().all(|child| child.as_literal().is_some());
-        if foldable {
-            if let Some(literal) = fold(&op, ty, &sql) {
-                return Self::literal(literal, ty, sql);
-            }
+        if foldable && let Some(literal) = fold(&op, ty, &sql) {
+            return Self::literal(literal, ty, sql);
         }
         let fallible = op.can_fail() || children.iter().any(|child| child.fallible);
         Self {

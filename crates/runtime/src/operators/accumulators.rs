@@ -211,14 +211,14 @@ impl AggCall {
                 if arity == 1 { "" } else { "s" }
             ));
         }
-        if func == AggFn::Count {
-            if let [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] = args.as_slice() {
-                return Ok(AggCall {
-                    func: AggFn::CountStar,
-                    args: Vec::new(),
-                    data_type: DataType::Int64,
-                });
-            }
+        if func == AggFn::Count
+            && let [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] = args.as_slice()
+        {
+            return Ok(AggCall {
+                func: AggFn::CountStar,
+                args: Vec::new(),
+                data_type: DataType::Int64,
+            });
         }
         let mut compiled = Vec::new();
         for a in args {

@@ -197,10 +197,11 @@ mod tests {
             let mut f = Vec::new();
             let mut s = Vec::new();
             for _ in 0..rows {
-                let key = (rng.next() % 10 != 0).then(|| (rng.next() % 25) as i64);
-                let val = (rng.next() % 5 != 0).then(|| (rng.next() % 2001) as i64 - 1000);
-                let fl = (rng.next() % 7 != 0).then(|| (rng.next() % 1000) as f64 / 8.0);
-                let st = (rng.next() % 3 != 0).then(|| format!("s{}", rng.next() % 50));
+                let key = (!rng.next().is_multiple_of(10)).then(|| (rng.next() % 25) as i64);
+                let val =
+                    (!rng.next().is_multiple_of(5)).then(|| (rng.next() % 2001) as i64 - 1000);
+                let fl = (!rng.next().is_multiple_of(7)).then(|| (rng.next() % 1000) as f64 / 8.0);
+                let st = (!rng.next().is_multiple_of(3)).then(|| format!("s{}", rng.next() % 50));
                 let n = naive.entry(key).or_default();
                 n.count_star += 1;
                 if let Some(x) = val {
@@ -208,10 +209,10 @@ mod tests {
                     n.sum_v = Some(n.sum_v.unwrap_or(0) + x);
                     n.min_v = Some(n.min_v.map_or(x, |m| m.min(x)));
                 }
-                if let Some(x) = &st {
-                    if n.max_s.as_ref().is_none_or(|m| x > m) {
-                        n.max_s = Some(x.clone());
-                    }
+                if let Some(x) = &st
+                    && n.max_s.as_ref().is_none_or(|m| x > m)
+                {
+                    n.max_s = Some(x.clone());
                 }
                 if let Some(x) = fl {
                     n.avg_f.0 += x;

@@ -693,13 +693,13 @@ fn nats_source(
             ),
         ));
     }
-    if let Some(s) = n.subjects.as_deref() {
-        if s.split('.').any(str::is_empty) || s.chars().any(char::is_whitespace) {
-            return Err((
-                "subjects",
-                format!("`{s}` is not a subject filter: tokens separated by `.`, no blanks"),
-            ));
-        }
+    if let Some(s) = n.subjects.as_deref()
+        && (s.split('.').any(str::is_empty) || s.chars().any(char::is_whitespace))
+    {
+        return Err((
+            "subjects",
+            format!("`{s}` is not a subject filter: tokens separated by `.`, no blanks"),
+        ));
     }
     let ports = format.ports(&n.metadata);
     let factory = crate::connectors::nats::source::NatsSourceFactory::new(n, format, node);
@@ -717,22 +717,22 @@ fn nats_sink(
     n.auth().check()?;
     crate::connectors::nats::server_addrs(&n.servers).map_err(|m| ("servers", m))?;
     let template = parse_template(&n.subject).map_err(|m| ("subject", m))?;
-    if template.len() == 1 {
-        if let TemplatePart::Text(literal) = &template[0] {
-            if literal.split('.').any(str::is_empty)
-                || literal
-                    .chars()
-                    .any(|c| c.is_whitespace() || c == '*' || c == '>')
-            {
-                return Err((
-                    "subject",
-                    format!(
-                        "`{literal}` is not a subject to publish to: tokens separated by `.`, no blanks or wildcards"
-                    ),
-                ));
-            }
-            return Ok(Subjects::Literal(literal.clone()));
+    if template.len() == 1
+        && let TemplatePart::Text(literal) = &template[0]
+    {
+        if literal.split('.').any(str::is_empty)
+            || literal
+                .chars()
+                .any(|c| c.is_whitespace() || c == '*' || c == '>')
+        {
+            return Err((
+                "subject",
+                format!(
+                    "`{literal}` is not a subject to publish to: tokens separated by `.`, no blanks or wildcards"
+                ),
+            ));
         }
+        return Ok(Subjects::Literal(literal.clone()));
     }
     if n.delivery == Delivery::ExactlyOnce && n.stream.is_none() {
         return Err((

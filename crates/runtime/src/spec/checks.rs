@@ -72,29 +72,29 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
                 "the partition discovery interval",
             );
         }
-        if let SourceSpec::Nats(n) = s {
-            if let Some(idle) = n.event_time.idle_timeout {
-                at_least(
-                    problems,
-                    &pointer(&["sources", name, "event-time", "idle-timeout"]),
-                    idle,
-                    HumanDuration::from_millis(1),
-                    "an idle timeout",
-                );
-            }
+        if let SourceSpec::Nats(n) = s
+            && let Some(idle) = n.event_time.idle_timeout
+        {
+            at_least(
+                problems,
+                &pointer(&["sources", name, "event-time", "idle-timeout"]),
+                idle,
+                HumanDuration::from_millis(1),
+                "an idle timeout",
+            );
         }
-        if let SourceSpec::Jsonl(j) = s {
-            if j.chunk_size.0 < MIN_CHUNK_SIZE {
-                problems.push(src.at_value(
-                    &pointer(&["sources", name, "chunk-size"]),
-                    format!(
-                        "a chunk must be at least {} (each chunk is a split with a position in \
+        if let SourceSpec::Jsonl(j) = s
+            && j.chunk_size.0 < MIN_CHUNK_SIZE
+        {
+            problems.push(src.at_value(
+                &pointer(&["sources", name, "chunk-size"]),
+                format!(
+                    "a chunk must be at least {} (each chunk is a split with a position in \
                          every checkpoint), not {}",
-                        super::ByteSize(MIN_CHUNK_SIZE),
-                        j.chunk_size
-                    ),
-                ));
-            }
+                    super::ByteSize(MIN_CHUNK_SIZE),
+                    j.chunk_size
+                ),
+            ));
         }
     }
 }

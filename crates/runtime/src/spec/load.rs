@@ -371,10 +371,10 @@ impl Prune {
         let segs = segments(&pointer);
         match segs.as_slice() {
             [] => {
-                if let Some(key) = required {
-                    if let Some(v) = neutral(&key) {
-                        root.insert(key, v);
-                    }
+                if let Some(key) = required
+                    && let Some(v) = neutral(&key)
+                {
+                    root.insert(key, v);
                 }
             }
             [section, name, rest @ ..] if SECTIONS.contains(&section.as_str()) => {

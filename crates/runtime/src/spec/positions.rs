@@ -166,10 +166,10 @@ impl Limits {
                 }
             }
             Event::MappingEnd | Event::SequenceEnd => {
-                if let Some((anchor, before)) = self.open.pop() {
-                    if anchor != 0 {
-                        self.anchored.insert(anchor, self.expanded - before);
-                    }
+                if let Some((anchor, before)) = self.open.pop()
+                    && anchor != 0
+                {
+                    self.anchored.insert(anchor, self.expanded - before);
                 }
             }
             _ => {}

@@ -161,7 +161,9 @@ fn once_a_drop_returns_the_trigger_never_runs_again_while_others_go_on() {
                     violations.fetch_add(1, Ordering::SeqCst);
                 }
                 // Every other tick has a waiting part, for cancel to abort.
-                (t.seq % 2 == 0).then(|| Box::pin(tokio::task::yield_now()) as BoxFuture)
+                t.seq
+                    .is_multiple_of(2)
+                    .then(|| Box::pin(tokio::task::yield_now()) as BoxFuture)
             }
         };
         let every = Duration::from_micros(100 + i as u64);

@@ -28,7 +28,9 @@ fn the_delay_histogram_counts_every_fired_tick_and_no_tick_starts_early() {
                 v.push(format!("p{i} tick {} out of order", t.seq));
             }
             // Every other tick has a waiting part.
-            (t.seq % 2 == 0).then(|| Box::pin(tokio::task::yield_now()) as BoxFuture)
+            t.seq
+                .is_multiple_of(2)
+                .then(|| Box::pin(tokio::task::yield_now()) as BoxFuture)
         };
         leases.push(
             s.register(format!("p{i}"), Duration::from_millis(ms), trigger)

@@ -179,12 +179,12 @@ impl RocksTimers {
     }
 
     fn release_hold(&mut self, hold: Option<i64>) {
-        if let Some(h) = hold {
-            if let Some(n) = self.holds.get_mut(&h) {
-                *n -= 1;
-                if *n == 0 {
-                    self.holds.remove(&h);
-                }
+        if let Some(h) = hold
+            && let Some(n) = self.holds.get_mut(&h)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.holds.remove(&h);
             }
         }
     }

@@ -159,10 +159,10 @@ impl ProducerContext for Deliveries {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            if let Ok(mut failed) = self.failed.lock() {
-                failed.get_or_insert_with(|| e.to_string());
-            }
+        if let Err((e, _)) = result
+            && let Ok(mut failed) = self.failed.lock()
+        {
+            failed.get_or_insert_with(|| e.to_string());
         }
     }
 }

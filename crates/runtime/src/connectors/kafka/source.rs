@@ -667,10 +667,9 @@ impl Reader {
             if let Some(Offset::Offset(pos)) = positions
                 .find_partition(&part.topic, part.partition)
                 .map(|e| e.offset())
+                && part.end.is_some_and(|end| pos >= end)
             {
-                if part.end.is_some_and(|end| pos >= end) {
-                    self.finish_part(i);
-                }
+                self.finish_part(i);
             }
         }
     }
