@@ -435,17 +435,17 @@ fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
     let on =
         |rest: &str| format!("host=127.0.0.1 port={port} user=postgres dbname=postgres {rest}");
     // Only TLS gets in, so every run that writes its rows used it.
-    write("full", on(&format!("sslmode=verify-full sslrootcert={ca}")));
+    write("tls_full", on(&format!("sslmode=verify-full sslrootcert={ca}")));
     // verify-ca checks the chain, not the name: `localhost` is not on the certificate.
     write(
-        "ca",
+        "tls_ca",
         format!(
             "postgresql://postgres@localhost:{port}/postgres?sslmode=verify-ca&sslrootcert={ca}"
         ),
     );
     // require encrypts without checking; prefer (the default) uses TLS when offered.
-    write("required", on("sslmode=require"));
-    write("preferred", on(""));
+    write("tls_required", on("sslmode=require"));
+    write("tls_preferred", on(""));
 
     // Refused: no TLS at all (the server's pg_hba.conf), the wrong name under verify-full,
     // and a certificate no trusted authority signed.
