@@ -435,7 +435,10 @@ fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
     let on =
         |rest: &str| format!("host=127.0.0.1 port={port} user=postgres dbname=postgres {rest}");
     // Only TLS gets in, so every run that writes its rows used it.
-    write("tls_full", on(&format!("sslmode=verify-full sslrootcert={ca}")));
+    write(
+        "tls_full",
+        on(&format!("sslmode=verify-full sslrootcert={ca}")),
+    );
     // verify-ca checks the chain, not the name: `localhost` is not on the certificate.
     write(
         "tls_ca",

@@ -28,7 +28,8 @@
 //! - a Kafka client's `properties` may not name files, commands, libraries or URLs
 //!   (`ssl.key.location`, `sasl.kerberos.kinit.cmd`, `plugin.library.paths`,
 //!   `sasl.oauthbearer.token.endpoint.url`, ...): librdkafka would read, run, load or call them
-//!   on the server's machine.
+//!   on the server's machine; for the same reason a NATS `creds-file` and a PostgreSQL
+//!   `sslrootcert` are refused in submitted jobs.
 //!
 //! Hosts are compared as the S3 client's URL parser reads them (the WHATWG rules of the `url`
 //! crate, which `reqwest` uses; brokers' and databases' hosts are read by the same rules), so
@@ -504,6 +505,11 @@ impl AddressGuard for Guard {
     }
 }
 
+/// Why a setting that names a file on the server is refused in a submitted job (`{what}` is
+/// the setting and its client).
+const FILE_SETTING: &str =
+    "{what} on the server's machine: a submitted job may not set it (`weir run` may)";
+
 /// librdkafka properties a submitted job may not set on a server: each makes the client read
 /// a file, run a command, load a library or call a URL on the server's machine. Any key
 /// ending in `.location`, `.path`, `.paths`, `.cmd`, `.url` or `.file` is refused as well.
@@ -610,7 +616,21 @@ fn connector_problems(
                 &k.properties,
                 problems,
             ),
-            SourceSpec::Nats(n) => nats(pointer(&["sources", name]), &n.servers, problems),
+            SourceSpec::Nats(n) => {
+                let at = pointer(&["sources", name]);
+                if n.creds_file.as_ref().is_some_and(|f| !f.is_empty()) {
+                    problems.push(
+                        source.at_value(
+                            &format!("{at}/creds-file"),
+                            FILE_SETTING.replace(
+                                "{what}",
+                                "`creds-file` makes the NATS client read a file",
+                            ),
+                        ),
+                    );
+                }
+                nats(at, &n.servers, problems);
+            }
             _ => {}
         }
     }
@@ -618,10 +638,33 @@ fn connector_problems(
         let at = pointer(&["sinks", name]);
         match s {
             SinkSpec::Kafka(k) => kafka(at, &k.bootstrap_servers, &k.properties, problems),
-            SinkSpec::Nats(n) => nats(at, &n.servers, problems),
+            SinkSpec::Nats(n) => {
+                if n.creds_file.as_ref().is_some_and(|f| !f.is_empty()) {
+                    problems.push(
+                        source.at_value(
+                            &format!("{at}/creds-file"),
+                            FILE_SETTING.replace(
+                                "{what}",
+                                "`creds-file` makes the NATS client read a file",
+                            ),
+                        ),
+                    );
+                }
+                nats(at, &n.servers, problems);
+            }
             SinkSpec::Postgres(p) => {
                 if let Some(why) = endpoints.database_refusal(&p.connection) {
                     problems.push(source.at_value(&format!("{at}/connection"), why));
+                } else if weir_runtime::connectors::postgres::tls::root_certificate_file(
+                    &p.connection,
+                )
+                .is_some()
+                {
+                    problems.push(source.at_value(
+                        &format!("{at}/connection"),
+                        FILE_SETTING.replace("{what}", "`sslrootcert` makes the PostgreSQL client read a file")
+                            + "; `sslmode=verify-full` without it verifies against the system's roots",
+                    ));
                 }
             }
             _ => {}
@@ -953,6 +996,37 @@ mod tests {
                 .unwrap_or_else(|| panic!("{refused} allowed"));
             assert!(!why.contains("hunter2"), "the password leaked: {why}");
         }
+    }
+
+    #[test]
+    fn settings_that_read_files_on_the_server_are_refused_at_their_key() {
+        let text = "name: files\n\
+            sources:\n  in: {kind: nats, servers: 127.0.0.1, stream: s, creds-file: /etc/shadow}\n\
+            sinks:\n  db:\n    kind: postgres\n    from: in\n    table: t\n    \
+            connection: host=127.0.0.1 sslmode=verify-full sslrootcert=/etc/shadow\n";
+        let loaded = weir_runtime::spec::load::parse_str("job.yaml", text, &[]).unwrap();
+        let e = listed(&["nats://127.0.0.1:4222", "postgres://127.0.0.1:5432"]);
+        let problems = check(&loaded.source, &loaded.spec, &e);
+        let at = |path: &str| {
+            problems
+                .iter()
+                .find(|p| p.path == path)
+                .unwrap_or_else(|| panic!("no problem at {path}: {problems:?}"))
+                .message
+                .clone()
+        };
+        assert!(at("sources.in.creds-file").contains("`creds-file`"));
+        let why = at("sinks.db.connection");
+        assert!(
+            why.contains("`sslrootcert`") && why.contains("`weir run` may"),
+            "{why}"
+        );
+        // Without the file, the same database is fine.
+        let text = text
+            .replace(" sslrootcert=/etc/shadow", "")
+            .replace(", creds-file: /etc/shadow", "");
+        let loaded = weir_runtime::spec::load::parse_str("job.yaml", &text, &[]).unwrap();
+        assert_eq!(check(&loaded.source, &loaded.spec, &e), vec![]);
     }
 
     #[test]

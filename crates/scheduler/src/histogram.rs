@@ -17,6 +17,8 @@ const SIGFIG: u8 = 1;
 #[derive(Debug, Clone)]
 pub struct Histogram {
     inner: hdrhistogram::Histogram<u64>,
+    /// The exact largest value recorded: HdrHistogram's own is its bucket's top.
+    max: u64,
 }
 
 impl Default for Histogram {
@@ -27,7 +29,7 @@ impl Default for Histogram {
 
 impl PartialEq for Histogram {
     fn eq(&self, other: &Self) -> bool {
-        self.inner == other.inner
+        self.inner == other.inner && self.max == other.max
     }
 }
 
@@ -47,11 +49,12 @@ impl Histogram {
     pub fn new() -> Self {
         let inner = hdrhistogram::Histogram::new(SIGFIG)
             .expect("one significant digit is within HdrHistogram's range");
-        Self { inner }
+        Self { inner, max: 0 }
     }
 
     /// Counts one value, in nanoseconds.
     pub fn record(&mut self, ns: u64) {
+        self.max = self.max.max(ns);
         // Auto-resizing, so every u64 fits; saturate rather than lose a count if not.
         if self.inner.record(ns).is_err() {
             let top = self.inner.high();
@@ -71,7 +74,7 @@ impl Histogram {
 
     /// The largest value recorded (ns), 0 if none.
     pub fn max(&self) -> u64 {
-        self.inner.max()
+        self.max
     }
 
     /// The value at quantile `q` (0.0–1.0) in ns: the highest value of the bucket holding the
@@ -82,22 +85,29 @@ impl Histogram {
         }
         self.inner
             .value_at_quantile(q.clamp(0.0, 1.0))
-            .min(self.inner.max())
+            .min(self.max)
     }
 
     /// Adds every count of `other` to this one.
     pub fn merge(&mut self, other: &Histogram) {
         // Both auto-resize, so adding cannot overflow the range.
         let _ = self.inner.add(&other.inner);
+        self.max = self.max.max(other.max);
     }
 
-    /// What was recorded after `earlier`, a past copy of this histogram.
+    /// What was recorded after `earlier`, a past copy of this histogram. The maximum is the top
+    /// of the difference's highest bucket, capped by this histogram's exact maximum.
     pub fn since(&self, earlier: &Histogram) -> Histogram {
         let mut diff = self.clone();
         // An `earlier` that is not a past copy (a count above ours) leaves ours unchanged.
         if diff.inner.subtract(&earlier.inner).is_err() {
             return self.clone();
         }
+        diff.max = if diff.inner.is_empty() {
+            0
+        } else {
+            diff.inner.max().min(self.max)
+        };
         diff
     }
 

@@ -131,6 +131,13 @@ pub fn driver_config(connection: &str) -> Result<tokio_postgres::Config, String>
     settings(connection).map(|(config, _, _)| config)
 }
 
+/// The `sslrootcert` file `connection` names, if it names one (and reads).
+pub fn root_certificate_file(connection: &str) -> Option<String> {
+    split_tls_settings(connection)
+        .ok()
+        .and_then(|(_, _, root)| root)
+}
+
 /// The driver's settings of `connection`, and its `sslmode` and `sslrootcert`.
 fn settings(
     connection: &str,
