@@ -766,3 +766,62 @@ fn concurrent_clients_get_answers_and_leave_job_results_unchanged() {
     }
     runtime.block_on(background.stop()).unwrap();
 }
+
+/// `/metrics` read by a real Prometheus text-format parser (openmetrics-parser's, a pest
+/// grammar of the exposition format): every family parses with its type and help, and the
+/// scheduler's delay summary carries its quantiles, `_sum` and `_count`, the sum equal to the
+/// scheduler API's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_as_the_prometheus_text_format() {
+    use openmetrics_parser::{PrometheusType, PrometheusValue};
+    let dir = RelativeDir::new("metrics-parse");
+    let (host, app) = app(Access::open());
+    let job = format!(
+        "name: scraped\n\
+         sources:\n  nexmark: {{kind: nexmark, rate: 20000}}\n\
+         transforms:\n  by-auction: {{kind: key-by, from: nexmark.bid, keys: [auction]}}\n  \
+         counts: {{kind: aggregate, from: by-auction, aggregates: {{bids: count(*)}}}}\n\
+         sinks:\n  out: {{kind: blackhole, from: counts}}\n\
+         checkpoint: {{interval: 100ms, storage: {}}}\n",
+        dir.0
+    );
+    let submitted = call(&app, "POST", "/api/v1/jobs", job).await;
+    assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.text);
+    let id = submitted.json()["id"].as_str().unwrap().to_owned();
+    wait_for(&app, &format!("/api/v1/jobs/{id}/checkpoints"), |v| {
+        v["completed"].as_u64().is_some_and(|c| c >= 3)
+    })
+    .await;
+    let text = call(&app, "GET", "/metrics", Body::empty()).await.text;
+    let exposition = openmetrics_parser::prometheus::parse_prometheus(&text)
+        .unwrap_or_else(|e| panic!("{e:?} in\n{text}"));
+    for (name, family) in &exposition.families {
+        assert!(!family.help.is_empty(), "{name} has no HELP");
+    }
+    for name in [
+        "weir_jobs",
+        "weir_job_events_total",
+        "weir_scheduler_delay_seconds",
+    ] {
+        assert!(
+            exposition.families.contains_key(name),
+            "no family {name}: {:?}",
+            exposition.families.keys().collect::<Vec<_>>()
+        );
+    }
+    let delay = &exposition.families["weir_scheduler_delay_seconds"];
+    assert_eq!(delay.family_type, PrometheusType::Summary);
+    let summary = delay
+        .iter_samples()
+        .find_map(|s| match &s.value {
+            PrometheusValue::Summary(v) => Some(v.clone()),
+            _ => None,
+        })
+        .expect("a summary sample");
+    assert_eq!(summary.quantiles.len(), 2, "{summary:?}");
+    let count = summary.count.expect("a _count");
+    let sum = summary.sum.expect("a _sum").as_f64();
+    assert!(count >= 3, "{summary:?}");
+    assert!(sum > 0.0, "{summary:?}");
+    host.shutdown(Duration::from_secs(10)).await;
+}

@@ -480,6 +480,11 @@ pub fn render(host: &Host) -> String {
         out.sample("weir_scheduler_delay_seconds", &[("quantile", q)], v / 1e6);
     }
     out.sample(
+        "weir_scheduler_delay_seconds_sum",
+        &[],
+        scheduler.delay.sum_us / 1e6,
+    );
+    out.sample(
         "weir_scheduler_delay_seconds_count",
         &[],
         scheduler.delay.count as f64,

@@ -19,6 +19,8 @@ pub struct Histogram {
     inner: hdrhistogram::Histogram<u64>,
     /// The exact largest value recorded: HdrHistogram's own is its bucket's top.
     max: u64,
+    /// The exact sum of the values recorded (ns, saturating), for a summary's `_sum`.
+    sum: u64,
 }
 
 impl Default for Histogram {
@@ -29,7 +31,7 @@ impl Default for Histogram {
 
 impl PartialEq for Histogram {
     fn eq(&self, other: &Self) -> bool {
-        self.inner == other.inner && self.max == other.max
+        self.inner == other.inner && self.max == other.max && self.sum == other.sum
     }
 }
 
@@ -49,12 +51,17 @@ impl Histogram {
     pub fn new() -> Self {
         let inner = hdrhistogram::Histogram::new(SIGFIG)
             .expect("one significant digit is within HdrHistogram's range");
-        Self { inner, max: 0 }
+        Self {
+            inner,
+            max: 0,
+            sum: 0,
+        }
     }
 
     /// Counts one value, in nanoseconds.
     pub fn record(&mut self, ns: u64) {
         self.max = self.max.max(ns);
+        self.sum = self.sum.saturating_add(ns);
         // Auto-resizing, so every u64 fits; saturate rather than lose a count if not.
         if self.inner.record(ns).is_err() {
             let top = self.inner.high();
@@ -70,6 +77,11 @@ impl Histogram {
     /// Values recorded.
     pub fn count(&self) -> u64 {
         self.inner.len()
+    }
+
+    /// The sum of the values recorded (ns), exact unless it passed `u64::MAX` (584 years).
+    pub fn sum(&self) -> u64 {
+        self.sum
     }
 
     /// The largest value recorded (ns), 0 if none.
@@ -93,6 +105,7 @@ impl Histogram {
         // Both auto-resize, so adding cannot overflow the range.
         let _ = self.inner.add(&other.inner);
         self.max = self.max.max(other.max);
+        self.sum = self.sum.saturating_add(other.sum);
     }
 
     /// What was recorded after `earlier`, a past copy of this histogram. The maximum is the top
@@ -103,6 +116,7 @@ impl Histogram {
         if diff.inner.subtract(&earlier.inner).is_err() {
             return self.clone();
         }
+        diff.sum = self.sum.saturating_sub(earlier.sum);
         diff.max = if diff.inner.is_empty() {
             0
         } else {
@@ -202,6 +216,7 @@ mod tests {
         h.record(20);
         let d = h.since(&before);
         assert_eq!(d.count(), 2);
+        assert_eq!(d.sum(), 70_020);
         assert_eq!(d.buckets().map(|b| b.count).sum::<u64>(), 2);
         assert!(d.max() >= 70_000 && d.max() <= 70_000 + 70_000 / 16);
         let mut m = before.clone();

@@ -49,6 +49,8 @@ pub struct PipelineMetrics {
 pub struct DelaySummary {
     /// Ticks counted: equal to the fired ticks.
     pub count: u64,
+    /// The delays added up (µs).
+    pub sum_us: f64,
     pub p50_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
@@ -87,6 +89,7 @@ impl From<&Histogram> for DelaySummary {
     fn from(h: &Histogram) -> Self {
         DelaySummary {
             count: h.count(),
+            sum_us: us(h.sum()),
             p50_us: us(h.quantile(0.5)),
             p99_us: us(h.quantile(0.99)),
             max_us: us(h.max()),
