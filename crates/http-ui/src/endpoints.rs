@@ -603,9 +603,18 @@ fn connector_problems(
             }
         }
     };
-    let nats = |at: String, servers: &str, problems: &mut Vec<Problem>| {
+    let nats = |at: String,
+                servers: &str,
+                creds_file: &Option<String>,
+                problems: &mut Vec<Problem>| {
         if let Some(why) = endpoints.nats_refusal(servers) {
             problems.push(source.at_value(&format!("{at}/servers"), why));
+        }
+        if creds_file.as_ref().is_some_and(|f| !f.is_empty()) {
+            problems.push(source.at_value(
+                &format!("{at}/creds-file"),
+                FILE_SETTING.replace("{what}", "`creds-file` makes the NATS client read a file"),
+            ));
         }
     };
     for (name, s) in &spec.sources {
@@ -616,21 +625,12 @@ fn connector_problems(
                 &k.properties,
                 problems,
             ),
-            SourceSpec::Nats(n) => {
-                let at = pointer(&["sources", name]);
-                if n.creds_file.as_ref().is_some_and(|f| !f.is_empty()) {
-                    problems.push(
-                        source.at_value(
-                            &format!("{at}/creds-file"),
-                            FILE_SETTING.replace(
-                                "{what}",
-                                "`creds-file` makes the NATS client read a file",
-                            ),
-                        ),
-                    );
-                }
-                nats(at, &n.servers, problems);
-            }
+            SourceSpec::Nats(n) => nats(
+                pointer(&["sources", name]),
+                &n.servers,
+                &n.creds_file,
+                problems,
+            ),
             _ => {}
         }
     }
@@ -638,20 +638,7 @@ fn connector_problems(
         let at = pointer(&["sinks", name]);
         match s {
             SinkSpec::Kafka(k) => kafka(at, &k.bootstrap_servers, &k.properties, problems),
-            SinkSpec::Nats(n) => {
-                if n.creds_file.as_ref().is_some_and(|f| !f.is_empty()) {
-                    problems.push(
-                        source.at_value(
-                            &format!("{at}/creds-file"),
-                            FILE_SETTING.replace(
-                                "{what}",
-                                "`creds-file` makes the NATS client read a file",
-                            ),
-                        ),
-                    );
-                }
-                nats(at, &n.servers, problems);
-            }
+            SinkSpec::Nats(n) => nats(at, &n.servers, &n.creds_file, problems),
             SinkSpec::Postgres(p) => {
                 if let Some(why) = endpoints.database_refusal(&p.connection) {
                     problems.push(source.at_value(&format!("{at}/connection"), why));
