@@ -144,8 +144,9 @@ fn registry() -> &'static Mutex<HashMap<u64, Weak<JobLog>>> {
     LOGS.get_or_init(Default::default)
 }
 
-/// The key a job's span carries, kept in the span's extensions.
-struct LogKey(u64);
+/// The log a job's span names, found in the registry once when the span is made and kept in
+/// its extensions: an event then reaches its log without the registry's lock.
+struct LogRef(Weak<JobLog>);
 
 /// The `tracing` layer that copies each job's lines into its [`JobLog`]. Add it beside the
 /// stderr layer; give it no filter of its own coarser than `info` (it filters per job).
@@ -162,8 +163,14 @@ where
         }
         let mut visitor = KeyVisitor(None);
         attrs.record(&mut visitor);
-        if let (Some(key), Some(span)) = (visitor.0, ctx.span(id)) {
-            span.extensions_mut().insert(LogKey(key));
+        let Some(key) = visitor.0 else { return };
+        let log = registry()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let (Some(log), Some(span)) = (log, ctx.span(id)) {
+            span.extensions_mut().insert(LogRef(log));
         }
     }
 
@@ -175,18 +182,13 @@ where
         let Some(scope) = ctx.event_scope(event) else {
             return;
         };
-        let Some(key) = scope
+        let Some(log) = scope
             .from_root()
-            .find_map(|span| span.extensions().get::<LogKey>().map(|k| k.0))
+            .find_map(|span| span.extensions().get::<LogRef>().map(|l| l.0.clone()))
+            .and_then(|weak| weak.upgrade())
         else {
             return;
         };
-        let log = registry()
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .and_then(Weak::upgrade);
-        let Some(log) = log else { return };
         if level == Level::INFO && !log.info_wanted() {
             return;
         }
