@@ -769,8 +769,7 @@ fn concurrent_clients_get_answers_and_leave_job_results_unchanged() {
 
 /// `/metrics` read by a real Prometheus text-format parser (openmetrics-parser's, a pest
 /// grammar of the exposition format): every family parses with its type and help, and the
-/// scheduler's delay summary carries its quantiles, `_sum` and `_count`, the sum equal to the
-/// scheduler API's.
+/// scheduler's delay histogram has cumulative buckets ending in `+Inf`, a `_sum` and a `_count`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_parse_as_the_prometheus_text_format() {
     use openmetrics_parser::{PrometheusType, PrometheusValue};
@@ -810,18 +809,28 @@ async fn metrics_parse_as_the_prometheus_text_format() {
         );
     }
     let delay = &exposition.families["weir_scheduler_delay_seconds"];
-    assert_eq!(delay.family_type, PrometheusType::Summary);
-    let summary = delay
+    assert_eq!(delay.family_type, PrometheusType::Histogram);
+    let histogram = delay
         .iter_samples()
         .find_map(|s| match &s.value {
-            PrometheusValue::Summary(v) => Some(v.clone()),
+            PrometheusValue::Histogram(v) => Some(v.clone()),
             _ => None,
         })
-        .expect("a summary sample");
-    assert_eq!(summary.quantiles.len(), 2, "{summary:?}");
-    let count = summary.count.expect("a _count");
-    let sum = summary.sum.expect("a _sum").as_f64();
-    assert!(count >= 3, "{summary:?}");
-    assert!(sum > 0.0, "{summary:?}");
+        .expect("a histogram sample");
+    let count = histogram.count.expect("a _count");
+    let sum = histogram.sum.expect("a _sum").as_f64();
+    assert!(count >= 3, "{histogram:?}");
+    assert!(sum > 0.0, "{histogram:?}");
+    // Cumulative buckets: never decreasing, the last (`+Inf`) holding every delay.
+    let counts: Vec<f64> = histogram.buckets.iter().map(|b| b.count.as_f64()).collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{histogram:?}");
+    let last = histogram.buckets.last().expect("buckets");
+    assert!(last.upper_bound.is_infinite(), "{histogram:?}");
+    assert_eq!(last.count.as_f64(), count as f64, "{histogram:?}");
+    // The scheduler's own API, read after the scrape, has fired at least as many ticks.
+    let api = call(&app, "GET", "/api/v1/scheduler", Body::empty())
+        .await
+        .json();
+    assert!(api["fired"].as_u64().unwrap() >= count, "{api}");
     host.shutdown(Duration::from_secs(10)).await;
 }

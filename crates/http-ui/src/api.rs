@@ -633,7 +633,7 @@ async fn scheduler(State(host): State<Arc<Host>>) -> Json<weir_scheduler::Schedu
 async fn metrics(State(host): State<Arc<Host>>) -> Response {
     (
         [(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)],
-        prometheus::render(&host),
+        prometheus::render(host),
     )
         .into_response()
 }
