@@ -522,6 +522,7 @@ fn routes(doc: &mut Builder) {
             422,
             doc.error("The job could not start from that snapshot."),
         )
+        .answers(429, doc.error("The server hosts as many jobs as it may."))
         .answers(
             503,
             doc.error("The job's checkpoint storage could not be read: retry."),
@@ -536,6 +537,7 @@ fn routes(doc: &mut Builder) {
         .answers(404, doc.no_job())
         .answers(409, doc.error("The job is not running, or does not checkpoint."))
         .answers(422, doc.error("The job could not start again."))
+        .answers(429, doc.error("The server hosts as many jobs as it may."))
         .answers(503, doc.error("The savepoint did not complete: the job runs on as it was."));
     doc.add(op);
 
