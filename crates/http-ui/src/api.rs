@@ -6,7 +6,6 @@
 //! answer with ([`crate::openapi`]), and shown by the viewer at `/api/v1/docs`.
 
 use std::marker::PhantomData;
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -426,7 +426,10 @@ fn routes(doc: &mut Builder) {
                 "The job could not start (its snapshot is unusable, its files cannot be created).",
             ),
         )
-        .answers(429, doc.error("The server hosts as many jobs as it may."));
+        .answers(
+            429,
+            doc.error("The server runs as many jobs at once as it may."),
+        );
     doc.add(op);
     let op = Op::new("post", "/api/v1/jobs/validate", "validateJob", "jobs")
         .says(
@@ -522,10 +525,9 @@ fn routes(doc: &mut Builder) {
             422,
             doc.error("The job could not start from that snapshot."),
         )
-        .answers(429, doc.error("The server hosts as many jobs as it may."))
         .answers(
-            503,
-            doc.error("The job's checkpoint storage could not be read: retry."),
+            429,
+            doc.error("The server runs as many jobs at once as it may."),
         );
     doc.add(op);
     let op = Op::new("post", "/api/v1/jobs/{id}/rescale", "rescaleJob", "jobs")
@@ -537,7 +539,7 @@ fn routes(doc: &mut Builder) {
         .answers(404, doc.no_job())
         .answers(409, doc.error("The job is not running, or does not checkpoint."))
         .answers(422, doc.error("The job could not start again."))
-        .answers(429, doc.error("The server hosts as many jobs as it may."))
+        .answers(429, doc.error("The server runs as many jobs at once as it may."))
         .answers(503, doc.error("The savepoint did not complete: the job runs on as it was."));
     doc.add(op);
 
