@@ -32,6 +32,8 @@
 //!   `weir state` against a real server.
 //! - `serve`: `weir serve`'s API in-process: submit, inspect, cancel, savepoints, restarts,
 //!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
+//! - `serve_openapi`: every route's real answers (successes and errors) validated against the
+//!   OpenAPI document the server generates, which must list exactly the router's routes.
 //! - `serve_hardening`: what `weir serve` refuses to be made to do: hold half-sent requests,
 //!   reach endpoints it does not allow, hand back secrets (aliases included), read `+1` as 1.
 //! - `s3`: checkpoints on an S3-compatible server (moto_server, started per test by
@@ -59,6 +61,7 @@ mod recovery;
 mod s3;
 mod serve;
 mod serve_hardening;
+mod serve_openapi;
 mod serve_views;
 mod spec_errors;
 mod support;

@@ -594,6 +594,8 @@ async fn off_loopback_every_api_route_needs_the_token() {
     // The document and the dashboard's files hold no data: no token needed.
     let doc = call(&app, "GET", "/api/v1/openapi.json", Body::empty()).await;
     assert_eq!(doc.status, StatusCode::OK);
+    let viewer = call(&app, "GET", "/api/v1/docs", Body::empty()).await;
+    assert_eq!(viewer.status, StatusCode::OK);
     let page = call(&app, "GET", "/", Body::empty()).await;
     assert_eq!(page.status, StatusCode::OK);
     host.shutdown(Duration::from_secs(10)).await;
@@ -605,29 +607,22 @@ async fn the_openapi_document_lists_every_route_and_the_dashboard_is_embedded() 
     let doc = call(&app, "GET", "/api/v1/openapi.json", Body::empty())
         .await
         .json();
-    assert_eq!(doc["openapi"], "3.0.3");
-    let paths = doc["paths"].as_object().unwrap();
-    for route in [
-        "/api/v1/jobs",
-        "/api/v1/jobs/validate",
-        "/api/v1/jobs/{id}",
-        "/api/v1/jobs/{id}/spec",
-        "/api/v1/jobs/{id}/cancel",
-        "/api/v1/jobs/{id}/stop",
-        "/api/v1/jobs/{id}/restart",
-        "/api/v1/jobs/{id}/rescale",
-        "/api/v1/jobs/{id}/savepoints",
-        "/api/v1/jobs/{id}/savepoints/{request}",
-        "/api/v1/jobs/{id}/checkpoints",
-        "/api/v1/jobs/{id}/checkpoints/{checkpoint}",
-        "/api/v1/jobs/{id}/exceptions",
-        "/api/v1/jobs/{id}/state/{operator}/{state}",
-        "/api/v1/scheduler",
-        "/api/v1/openapi.json",
-        "/metrics",
-    ] {
-        assert!(paths.contains_key(route), "{route} is not documented");
+    assert_eq!(doc["openapi"], "3.1.0");
+    // Exactly the routes of `router_with` but the dashboard's files, each with its methods.
+    let mut documented: Vec<String> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+        }
     }
+    documented.sort();
+    let mut expected = crate::serve_openapi::ROUTES
+        .iter()
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect::<Vec<_>>();
+    expected.sort();
+    assert_eq!(documented, expected);
+    let paths = doc["paths"].as_object().unwrap();
     // Every documented GET without parameters answers.
     for (path, ops) in paths {
         if ops.get("get").is_some() && !path.contains('{') {
@@ -640,6 +635,10 @@ async fn the_openapi_document_lists_every_route_and_the_dashboard_is_embedded() 
         ("/index.html", "text/html"),
         ("/app.js", "text/javascript"),
         ("/style.css", "text/css"),
+        ("/api/v1/docs", "text/html"),
+        ("/docs.js", "text/javascript"),
+        ("/swagger-ui-bundle.js", "text/javascript"),
+        ("/swagger-ui.css", "text/css"),
     ] {
         let a = call(&app, "GET", file, Body::empty()).await;
         assert_eq!(a.status, StatusCode::OK, "{file}");
@@ -647,6 +646,15 @@ async fn the_openapi_document_lists_every_route_and_the_dashboard_is_embedded() 
             a.content_type.starts_with(kind),
             "{file}: {}",
             a.content_type
+        );
+    }
+    // The viewer loads only from this server: its page and script name no other.
+    for file in ["/api/v1/docs", "/docs.js"] {
+        let a = call(&app, "GET", file, Body::empty()).await;
+        assert!(
+            !a.text.contains("http:") && !a.text.contains("https:"),
+            "{file} may load from elsewhere: {}",
+            a.text
         );
     }
     for file in ["/secret.txt", "/..%2FCargo.toml", "/%2E%2E/Cargo.toml"] {

@@ -84,7 +84,7 @@ fn lookup_load(
                 let fresh: Vec<String> = a
                     .entries
                     .iter()
-                    .filter_map(|e| e["key"].as_object()?.values().next().map(key_text))
+                    .filter_map(|e| e.key.values().next().map(key_text))
                     .collect();
                 if !fresh.is_empty() {
                     keys = fresh;

@@ -27,7 +27,7 @@ pub const MAX_METADATA_BYTES: u64 = 64 << 20;
 const SHARED_PREFIX: &str = "../shared/";
 
 /// What a snapshot is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SnapshotKind {
     /// Periodic, owned by the engine: retained N at a time, may share files with others.
@@ -52,7 +52,7 @@ impl SnapshotKind {
 
 /// A stored file: its key relative to the snapshot's directory (`../shared/...` for files
 /// shared between checkpoints), size and checksum.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileRef {
     pub path: String,
     pub size: u64,
@@ -102,7 +102,7 @@ impl FileRef {
 }
 
 /// A byte range of one of the merged operator-state files.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StateRange {
     /// Which merged file ([`CheckpointMetadata::operator_state`]) holds the range; metadata
     /// written before there could be several has none (the only file, 0).
@@ -115,7 +115,7 @@ pub struct StateRange {
 }
 
 /// How a keyed snapshot is laid out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum KeyedFormat {
     /// weir's backend-independent file of entries by key group (heap checkpoints, savepoints).
@@ -125,7 +125,7 @@ pub enum KeyedFormat {
 }
 
 /// A state of a keyed snapshot: its name and time to live.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StateInfo {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,7 +133,7 @@ pub struct StateInfo {
 }
 
 /// One subtask's keyed state: a backend snapshot's files.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KeyedHandle {
     pub format: KeyedFormat,
     /// The key groups `[start, end)` the subtask owned.
@@ -152,7 +152,7 @@ impl KeyedHandle {
 }
 
 /// One subtask's state.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubtaskState {
     pub subtask: u32,
     /// Non-keyed state (source positions, pending sink transactions, operator fields, the
@@ -165,7 +165,7 @@ pub struct SubtaskState {
 }
 
 /// One node of the job and the state of each of its subtasks.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeState {
     pub name: String,
     /// The node's `kind` (`window-aggregate`, `nexmark`, ...): a restore into a node of another
@@ -176,7 +176,7 @@ pub struct NodeState {
 }
 
 /// A completed checkpoint, savepoint or final snapshot.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct CheckpointMetadata {
     pub version: u32,

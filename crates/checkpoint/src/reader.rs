@@ -66,7 +66,9 @@ impl Default for ReaderConfig {
 
 /// The counters of one restore's reads: logged in one line when a snapshot is opened and kept
 /// by the runtime with the job (`JobControl::restore_stats`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct RestoreStats {
     /// Ranges the restore needed (operator states of subtasks).

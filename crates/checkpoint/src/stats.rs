@@ -35,7 +35,9 @@ pub struct Record {
 }
 
 /// One subtask's acknowledgement of a snapshot.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub struct SubtaskAck {
     /// The node's name.

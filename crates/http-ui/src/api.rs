@@ -1,28 +1,38 @@
 //! The router: the REST API under `/api/v1`, `/metrics`, and the dashboard's files.
 //!
 //! [`router`] is a plain function of the host and the access rule, so tests drive it with
-//! `tower::ServiceExt::oneshot` without a socket. Every route of the API is listed in the
-//! OpenAPI document served at `/api/v1/openapi.json` (`openapi.json` beside this file).
+//! `tower::ServiceExt::oneshot` without a socket. Every route of the API is described by the
+//! OpenAPI document served at `/api/v1/openapi.json`, generated from the types the handlers
+//! answer with ([`crate::openapi`]), and shown by the viewer at `/api/v1/docs`.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, FromRequest, Path, Query, RawQuery, Request, State};
+use axum::extract::{
+    ConnectInfo, FromRequest, FromRequestParts, Path, Query, RawQuery, Request, State,
+};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Access};
+use crate::error::ErrorBody;
 use crate::host::{Host, SubmitOptions};
 use crate::job::HostedJob;
 use crate::redact::Secrets;
+use crate::view::{
+    CheckpointDetail, ExceptionList, JobDetail, JobList, JobOverview, LogPage, SavepointAccepted,
+    SavepointList, SnapshotList, SnapshotMetadata, TailSubtask, TailView, Validation,
+};
 use crate::{ApiError, assets, prometheus};
 
 /// How a submitted job file is named in messages.
@@ -30,9 +40,6 @@ const SUBMITTED: &str = "job.yaml";
 
 /// Largest request body accepted (a job file): larger ones get 413.
 pub const MAX_BODY: usize = 1 << 20;
-
-/// The OpenAPI 3 document of the API.
-pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// How long a client has to send a request's whole body, once its headers are in (the
 /// headers have their own limit: [`crate::Timeouts`]).
@@ -78,6 +85,7 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
     Router::new()
         .merge(protected)
         .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/docs", get(|| assets::serve("docs.html")))
         .route("/", get(|| assets::serve("index.html")))
         .route(
             "/{file}",
@@ -127,9 +135,9 @@ async fn read_body_within(deadline: Duration, request: Request, next: Next) -> R
             (
                 StatusCode::REQUEST_TIMEOUT,
                 [(header::CONNECTION, "close")],
-                Json(serde_json::json!({
-                    "error": format!("the request's body did not arrive within {deadline:?}")
-                })),
+                Json(ErrorBody::new(format!(
+                    "the request's body did not arrive within {deadline:?}"
+                ))),
             )
                 .into_response()
         }
@@ -141,28 +149,63 @@ async fn not_found() -> ApiError {
 }
 
 async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document(),
+    )
+        .into_response()
 }
 
-async fn list_jobs(State(host): State<Arc<Host>>) -> Result<Json<serde_json::Value>, ApiError> {
-    let jobs = host
-        .jobs()
-        .iter()
-        .map(|j| masked(j, j.overview()).map(|Json(v)| v))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Json(serde_json::json!({ "jobs": jobs })))
+/// A view of type `T` as JSON, with its job's secrets masked in every string: what the
+/// document says the route answers is `T`, masking changes no shape.
+pub(crate) struct Masked<T>(serde_json::Value, PhantomData<T>);
+
+impl<T> IntoResponse for Masked<T> {
+    fn into_response(self) -> Response {
+        Json(self.0).into_response()
+    }
 }
 
 /// `view` as JSON with `job`'s secrets masked in every string ([`crate::redact`]): a
 /// description, an operator's expression or an error message may quote one.
-fn masked(
-    job: &HostedJob,
-    view: impl serde::Serialize,
-) -> Result<Json<serde_json::Value>, ApiError> {
+fn masked<T: Serialize>(job: &HostedJob, view: T) -> Result<Masked<T>, ApiError> {
     let mut value = serde_json::to_value(view)
         .map_err(|e| ApiError::Internal(format!("writing job {} as JSON: {e}", job.id)))?;
     job.secrets.mask_json(&mut value);
-    Ok(Json(value))
+    Ok(Masked(value, PhantomData))
+}
+
+/// A query string read into `T`, refused with a JSON 400 ([`ApiError::BadRequest`]) like
+/// every other bad request (axum's own `Query` answers in plain text).
+pub(crate) struct ApiQuery<T>(T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(t)| ApiQuery(t))
+            .map_err(|e| ApiError::BadRequest(e.body_text()))
+    }
+}
+
+async fn list_jobs(State(host): State<Arc<Host>>) -> Result<Masked<JobList>, ApiError> {
+    let jobs = host.jobs();
+    let list = JobList {
+        jobs: jobs.iter().map(|j| j.overview()).collect(),
+    };
+    let mut value = serde_json::to_value(list)
+        .map_err(|e| ApiError::Internal(format!("writing the jobs list as JSON: {e}")))?;
+    // Each job's overview masked with that job's secrets.
+    if let Some(overviews) = value.get_mut("jobs").and_then(|v| v.as_array_mut()) {
+        for (job, overview) in jobs.iter().zip(overviews) {
+            job.secrets.mask_json(overview);
+        }
+    }
+    Ok(Masked(value, PhantomData))
 }
 
 fn text(body: &Bytes) -> Result<&str, ApiError> {
@@ -222,7 +265,7 @@ async fn validate(
     State(host): State<Arc<Host>>,
     RawQuery(query): RawQuery,
     body: Bytes,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Validation>, ApiError> {
     let text = text(&body)?;
     let options = submit_options(query.as_deref())?;
     let mut overrides = options.overrides;
@@ -233,18 +276,18 @@ async fn validate(
     let plan = Host::check_isolated(SUBMITTED, text, &overrides, host.config())
         .await
         .map_err(|e| Secrets::of(text).mask_error(e))?;
-    Ok(Json(serde_json::json!({
-        "valid": true,
-        "name": plan.name(),
-        "nodes": plan.nodes.len(),
-        "checkpointing": plan.spec.checkpoint.enabled(),
-    })))
+    Ok(Json(Validation {
+        valid: true,
+        name: plan.name().to_string(),
+        nodes: plan.nodes.len(),
+        checkpointing: plan.spec.checkpoint.enabled(),
+    }))
 }
 
 async fn job_detail(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<JobDetail>, ApiError> {
     let job = host.job(&id)?;
     let every = u64::try_from(host.config().sample_every.as_millis()).unwrap_or(u64::MAX);
     masked(&job, job.detail(every))
@@ -252,16 +295,17 @@ async fn job_detail(
 
 /// The query of the spec route: `view=submitted` (the default: the file as submitted) or
 /// `view=effective` (the job as it runs: overrides applied, defaults filled in).
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SpecParams {
+pub(crate) struct SpecParams {
+    /// `submitted` (the default) or `effective`.
     view: Option<String>,
 }
 
 async fn job_spec(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-    Query(params): Query<SpecParams>,
+    ApiQuery(params): ApiQuery<SpecParams>,
 ) -> Result<Response, ApiError> {
     let job = host.job(&id)?;
     let text = match params.view.as_deref() {
@@ -290,18 +334,20 @@ async fn job_spec(
 
 /// The query of the logs route: lines after `after` (a `seq`); `info=true` captures the
 /// job's `info` lines too for the next minute.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LogParams {
+pub(crate) struct LogParams {
+    /// Only lines with a greater `seq` (the last one the client has).
     after: Option<u64>,
+    /// `true` captures the job's `info` lines too, for the next minute.
     info: Option<bool>,
 }
 
 async fn logs(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-    Query(params): Query<LogParams>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    ApiQuery(params): ApiQuery<LogParams>,
+) -> Result<Masked<LogPage>, ApiError> {
     let job = host.job(&id)?;
     if params.info == Some(true) {
         job.log.want_info();
@@ -309,12 +355,12 @@ async fn logs(
     let (lines, dropped) = job.log.lines_after(params.after.unwrap_or(0));
     masked(
         &job,
-        serde_json::json!({
-            "lines": lines,
-            "dropped": dropped,
-            "info": job.log.info_wanted(),
-            "capacity": crate::logs::LINES,
-        }),
+        LogPage {
+            lines,
+            dropped,
+            info: job.log.info_wanted(),
+            capacity: crate::logs::LINES,
+        },
     )
 }
 
@@ -323,10 +369,10 @@ async fn logs(
 async fn snapshots(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<SnapshotList>, ApiError> {
     let job = host.job(&id)?;
-    let list = crate::host::list_snapshots(&job.plan(), &host.config().endpoints).await?;
-    masked(&job, serde_json::json!({ "snapshots": list }))
+    let snapshots = crate::host::list_snapshots(&job.plan(), &host.config().endpoints).await?;
+    masked(&job, SnapshotList { snapshots })
 }
 
 /// How long one tail request keeps a node's subtasks recording their output.
@@ -338,7 +384,7 @@ const TAIL_WATCH_MS: i64 = 5_000;
 async fn tail(
     State(host): State<Arc<Host>>,
     Path((id, node)): Path<(String, String)>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<TailView>, ApiError> {
     let job = host.job(&id)?;
     let metrics = job.lock().metrics.clone();
     let Some(n) = metrics.nodes.iter().find(|n| n.name == node) else {
@@ -358,32 +404,32 @@ async fn tail(
                 .encode(&batch, &mut out)
                 .map_err(|e| ApiError::Internal(format!("encoding rows of `{node}`: {e}")))?;
             for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                let row: serde_json::Value = serde_json::from_slice(line)
+                let row: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line)
                     .map_err(|e| ApiError::Internal(format!("encoding rows of `{node}`: {e}")))?;
                 rows.push(row);
             }
         }
-        subtasks.push(serde_json::json!({ "subtask": k, "rows": rows }));
+        subtasks.push(TailSubtask { subtask: k, rows });
     }
     masked(
         &job,
-        serde_json::json!({
-            "node": node,
-            "watching": live,
-            "watch-ms": TAIL_WATCH_MS,
-            "rows-per-subtask": weir_runtime::api::TAIL_ROWS,
-            "subtasks": subtasks,
-        }),
+        TailView {
+            node,
+            watching: live,
+            watch_ms: TAIL_WATCH_MS,
+            rows_per_subtask: weir_runtime::api::TAIL_ROWS,
+            subtasks,
+        },
     )
 }
 
 async fn cancel(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Masked<JobOverview>), ApiError> {
     let job = host.job(&id)?;
     host.cancel(&job).map_err(|e| job.secrets.mask_error(e))?;
-    Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
+    Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?))
 }
 
 /// An optional JSON body: empty means all defaults.
@@ -394,9 +440,11 @@ fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Re
     serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("bad JSON body: {e}")))
 }
 
-#[derive(Default, Deserialize)]
+/// The body of a savepoint request (optional: empty means `{"stop": false}`).
+#[derive(Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SavepointRequest {
+pub(crate) struct SavepointRequest {
+    /// Stop the job once the savepoint is complete.
     #[serde(default)]
     stop: bool,
 }
@@ -408,7 +456,10 @@ fn savepoint_accepted(id: &str, request: u64) -> Response {
             header::LOCATION,
             format!("/api/v1/jobs/{id}/savepoints/{request}"),
         )],
-        Json(serde_json::json!({ "id": request, "status": "in-progress" })),
+        Json(SavepointAccepted {
+            id: request,
+            status: "in-progress",
+        }),
     )
         .into_response()
 }
@@ -437,10 +488,10 @@ async fn stop(State(host): State<Arc<Host>>, Path(id): Path<String>) -> Result<R
 async fn list_savepoints(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<SavepointList>, ApiError> {
     let job = host.job(&id)?;
-    let list: Vec<_> = job.lock().savepoints.values().cloned().collect();
-    masked(&job, serde_json::json!({ "savepoints": list }))
+    let savepoints = job.lock().savepoints.values().cloned().collect();
+    masked(&job, SavepointList { savepoints })
 }
 
 async fn savepoint(
@@ -456,9 +507,10 @@ async fn savepoint(
     Ok(masked(&job, status)?.into_response())
 }
 
-#[derive(Default, Deserialize)]
+/// The body of a restart (optional: empty means `{"from": "latest"}`).
+#[derive(Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RestartRequest {
+pub(crate) struct RestartRequest {
     /// `latest`, `none`, `sp-<id>`, `chk-<id>` or `final-<id>`.
     #[serde(default)]
     from: Option<String>,
@@ -477,9 +529,11 @@ async fn restart(
     Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
 }
 
-#[derive(Deserialize)]
+/// The body of a rescale.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RescaleRequest {
+pub(crate) struct RescaleRequest {
+    /// The job's new parallelism (of every node that does not set its own), at least 1.
     parallelism: u32,
 }
 
@@ -503,7 +557,7 @@ async fn rescale(
 async fn checkpoints(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<crate::view::CheckpointsView>, ApiError> {
     let job = host.job(&id)?;
     masked(&job, job.checkpoints(&host.scheduler().metrics()))
 }
@@ -511,7 +565,7 @@ async fn checkpoints(
 async fn checkpoint(
     State(host): State<Arc<Host>>,
     Path((id, checkpoint)): Path<(String, String)>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<CheckpointDetail>, ApiError> {
     let job = host.job(&id)?;
     let record = crate::host::parse_id(&checkpoint)
         .and_then(|c| job.checkpoint(c))
@@ -522,35 +576,47 @@ async fn checkpoint(
         Some(location) => {
             match weir_runtime::exec::restore::snapshot_at(std::path::Path::new(location)) {
                 Ok(snapshot) => match snapshot.metadata().await {
-                    Ok(m) => serde_json::to_value(m).ok(),
-                    Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
+                    Ok(m) => Some(SnapshotMetadata::Read(m)),
+                    Err(e) => Some(SnapshotMetadata::Unreadable {
+                        error: e.to_string(),
+                    }),
                 },
-                Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
+                Err(e) => Some(SnapshotMetadata::Unreadable {
+                    error: e.to_string(),
+                }),
             }
         }
         None => None,
     };
     masked(
         &job,
-        serde_json::json!({ "checkpoint": view, "acks": record.acks, "metadata": metadata }),
+        CheckpointDetail {
+            checkpoint: view,
+            acks: record.acks,
+            metadata,
+        },
     )
 }
 
 async fn exceptions(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Masked<ExceptionList>, ApiError> {
     let job = host.job(&id)?;
-    let list: Vec<_> = job.lock().exceptions.iter().rev().cloned().collect();
-    masked(&job, serde_json::json!({ "exceptions": list }))
+    let exceptions = job.lock().exceptions.iter().rev().cloned().collect();
+    masked(&job, ExceptionList { exceptions })
 }
 
 /// The query string of a state lookup.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LookupParams {
+pub(crate) struct LookupParams {
+    /// The key as text: the key column's value (`42`, `alice`), or for several key columns a
+    /// JSON array (`["alice", 3]`).
     key: Option<String>,
+    /// Every key whose first column starts with this (a bounded scan).
     prefix: Option<String>,
+    /// Most entries to answer with.
     limit: Option<usize>,
     /// `direct` or `ordered`, instead of the state's declared path.
     path: Option<String>,
@@ -575,7 +641,7 @@ fn client_of(request: &Request) -> String {
 async fn state_lookup(
     State(host): State<Arc<Host>>,
     Path((id, operator, state)): Path<(String, String, String)>,
-    Query(params): Query<LookupParams>,
+    ApiQuery(params): ApiQuery<LookupParams>,
     request: Request,
 ) -> Result<Json<weir_runtime::query::LookupAnswer>, ApiError> {
     if let Err(wait) = host.lookups().take(&client_of(&request)) {

@@ -30,6 +30,33 @@ const FILES: &[(&str, &str, &str)] = &[
         "text/css; charset=utf-8",
         include_str!("../../../web/style.css"),
     ),
+    // The API's viewer (`/api/v1/docs` serves `docs.html`): Swagger UI (Apache-2.0), vendored
+    // from npm's swagger-ui-dist, so that the page works without reaching any other server.
+    (
+        "docs.html",
+        "text/html; charset=utf-8",
+        include_str!("../../../web/docs.html"),
+    ),
+    (
+        "docs.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../../web/docs.js"),
+    ),
+    (
+        "swagger-ui-bundle.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../../web/vendor/swagger-ui-bundle.js"),
+    ),
+    (
+        "swagger-ui-bundle.js.LICENSE.txt",
+        "text/plain; charset=utf-8",
+        include_str!("../../../web/vendor/swagger-ui-bundle.js.LICENSE.txt"),
+    ),
+    (
+        "swagger-ui.css",
+        "text/css; charset=utf-8",
+        include_str!("../../../web/vendor/swagger-ui.css"),
+    ),
 ];
 
 /// The embedded file `name`, or 404.

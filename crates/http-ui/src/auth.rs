@@ -94,9 +94,9 @@ pub async fn require(State(access): State<Access>, request: Request, next: Next)
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
-        axum::Json(serde_json::json!({
-            "error": "this server needs `Authorization: Bearer <token>` (the token `weir serve` was started with)"
-        })),
+        axum::Json(crate::error::ErrorBody::new(
+            "this server needs `Authorization: Bearer <token>` (the token `weir serve` was started with)",
+        )),
     )
         .into_response()
 }

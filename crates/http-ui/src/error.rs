@@ -1,7 +1,7 @@
 //! What can go wrong, grouped by what the caller should do.
 //!
 //! [`ApiError`] is the error of every handler: each variant is one HTTP status, and its JSON
-//! body says what to do (`{"error": "...", "problems": [...]}`). Internal errors are logged with
+//! body ([`ErrorBody`]) says what to do (`{"error": "...", "problems": [...]}`). Internal errors are logged with
 //! their cause and answered with a short message. [`ServeError`] is what stops `weir serve`
 //! from starting.
 
@@ -75,14 +75,36 @@ impl ApiError {
     }
 }
 
-/// One problem of a job file as the API reports it: `key` is the dotted path of the key.
-#[derive(Debug, serde::Serialize)]
+/// The body of every error answer: what went wrong and what to do, and for a job file with
+/// problems, each problem with its place.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    pub error: String,
+    /// Only for a job file with problems (400): every problem found, not just the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problems: Option<Vec<ProblemView>>,
+}
+
+impl ErrorBody {
+    /// An answer with only a message.
+    pub fn new(error: impl Into<String>) -> Self {
+        ErrorBody {
+            error: error.into(),
+            problems: None,
+        }
+    }
+}
+
+/// One problem of a job file as the API reports it.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-struct ProblemView<'a> {
-    key: &'a str,
-    line: Option<usize>,
-    column: Option<usize>,
-    message: &'a str,
+pub struct ProblemView {
+    /// The dotted path of the key (`sources.gen.events`).
+    pub key: String,
+    /// Where in the file, from 1; `null` when the value came from a `set` override.
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub message: String,
 }
 
 impl IntoResponse for ApiError {
@@ -92,16 +114,21 @@ impl IntoResponse for ApiError {
             tracing::error!(%cause, "request failed");
         }
         let body = match &self {
-            ApiError::Invalid { message, problems } => serde_json::json!({
-                "error": message,
-                "problems": problems.iter().map(|p| ProblemView {
-                    key: &p.path,
-                    line: p.line,
-                    column: p.column,
-                    message: &p.message,
-                }).collect::<Vec<_>>(),
-            }),
-            other => serde_json::json!({ "error": other.to_string() }),
+            ApiError::Invalid { message, problems } => ErrorBody {
+                error: message.clone(),
+                problems: Some(
+                    problems
+                        .iter()
+                        .map(|p| ProblemView {
+                            key: p.path.clone(),
+                            line: p.line,
+                            column: p.column,
+                            message: p.message.clone(),
+                        })
+                        .collect(),
+                ),
+            },
+            other => ErrorBody::new(other.to_string()),
         };
         let retry_after = match &self {
             ApiError::RateLimited { retry_after, .. } => Some(*retry_after),

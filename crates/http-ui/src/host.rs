@@ -775,7 +775,7 @@ pub async fn resolve_snapshot(
 }
 
 /// A snapshot a job can restart from, as the snapshots route lists it.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct SnapshotEntry {
     /// What `from` takes: `chk-12`, `sp-3`, `final-4`.

@@ -28,7 +28,7 @@ pub const SAVEPOINTS: usize = 32;
 pub const SAVEPOINTS_IN_FLIGHT: usize = 4;
 
 /// Where a hosted job is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum JobState {
     Running,
@@ -159,7 +159,7 @@ impl Sample {
 }
 
 /// Something that went wrong in a job, for the exceptions list.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Exception {
     /// Epoch ms.
@@ -174,7 +174,7 @@ pub struct Exception {
 }
 
 /// A savepoint request and how it ended.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct SavepointStatus {
     pub id: u64,

@@ -10,7 +10,8 @@
 //!   watermarks), cancel, savepoints (an id to poll), stop with a savepoint, restart from a
 //!   snapshot, checkpoint history and details, recent exceptions, the scheduler's metrics,
 //!   lookups of queryable state by key (rate-limited per client);
-//!   described by the OpenAPI document at `/api/v1/openapi.json`;
+//!   described by the OpenAPI document at `/api/v1/openapi.json` (generated from the views'
+//!   types), shown by the viewer at `/api/v1/docs`;
 //! - `/metrics` in the Prometheus text format;
 //! - the dashboard (`web/`, embedded) at `/`.
 //!
@@ -24,6 +25,7 @@
 //! - [`job`]: [`HostedJob`]: one job's state machine, samples, savepoints, exceptions.
 //! - [`view`]: the JSON views of jobs, operators, edges and checkpoints.
 //! - [`api`]: [`router`]: the routes and their handlers.
+//! - [`openapi`]: the API's OpenAPI document, generated from the views' types.
 //! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
 //! - [`catalog`]: [`catalog::Catalog`]: the jobs kept across restarts of the server (SQLite
 //!   or PostgreSQL).
@@ -60,6 +62,7 @@ pub mod host;
 pub mod job;
 pub mod limits;
 pub mod logs;
+pub mod openapi;
 pub mod paths;
 pub mod prometheus;
 pub mod ratelimit;

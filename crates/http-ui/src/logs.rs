@@ -36,7 +36,7 @@ pub const LINE_BYTES: usize = 4096;
 pub const INFO_FOR_MS: i64 = 60_000;
 
 /// One captured log line.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct LogLine {
     /// Counted from 1 per job: a client asks for lines after the last it has.

@@ -1,9 +1,12 @@
 //! What the API answers: plain serializable views of hosted jobs, built under each job's lock
 //! from its live metrics and samples. Keys are kebab-case, as in job files and the scheduler's
-//! metrics.
+//! metrics. Every answer is a type here (or one these hold) deriving its JSON schema, from
+//! which [`crate::openapi`] builds the API's document: a field added to a view is documented
+//! by that alone.
 
 use std::sync::atomic::Ordering;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use weir_checkpoint::coordinator::{Outcome, Record};
 use weir_checkpoint::metadata::SnapshotKind;
@@ -14,7 +17,7 @@ use weir_scheduler::{DelaySummary, PipelineMetrics};
 use crate::job::{HostedJob, JobInner, JobState, Sample, now_ms, rate};
 
 /// A job in the jobs list (and the head of its detail).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct JobOverview {
     pub id: String,
@@ -50,7 +53,7 @@ pub struct JobOverview {
 pub const OVERVIEW_POINTS: usize = 30;
 
 /// One operator of the DAG.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct NodeView {
     pub id: usize,
@@ -116,7 +119,7 @@ pub const SKEWED: f64 = 2.0;
 pub const SUBTASK_POINTS: usize = 30;
 
 /// One subtask of a node.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct SubtaskView {
     pub subtask: usize,
@@ -142,7 +145,7 @@ pub struct SubtaskView {
     pub history: SubtaskHistory,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct SubtaskHistory {
     pub rate_in: Vec<f64>,
@@ -152,7 +155,7 @@ pub struct SubtaskHistory {
 }
 
 /// Where a source subtask is in one partition.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct PartitionView {
     pub topic: String,
@@ -166,7 +169,7 @@ pub struct PartitionView {
 }
 
 /// One queryable state of a node.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct QueryableView {
     pub state: String,
@@ -175,7 +178,7 @@ pub struct QueryableView {
     pub max_staleness_ms: Option<i64>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct NodeHistory {
     pub rate_in: Vec<f64>,
@@ -184,7 +187,7 @@ pub struct NodeHistory {
 }
 
 /// An edge of the DAG.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct EdgeView {
     pub from: usize,
@@ -196,7 +199,7 @@ pub struct EdgeView {
 }
 
 /// Everything about one job.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct JobDetail {
     #[serde(flatten)]
@@ -218,7 +221,7 @@ pub struct JobDetail {
 }
 
 /// The gauges and counters of one sink's connection pool.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct PoolView {
     /// The sink node.
@@ -267,7 +270,7 @@ impl PoolView {
 }
 
 /// One checkpoint, savepoint or final snapshot.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct CheckpointView {
     pub id: u64,
@@ -309,7 +312,7 @@ impl From<&Record> for CheckpointView {
 }
 
 /// A job's checkpoints and what the shared scheduler measured for it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct CheckpointsView {
     pub enabled: bool,
@@ -330,7 +333,7 @@ pub struct CheckpointsView {
 }
 
 /// The shared scheduler's counters for one job's trigger.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct TriggerView {
     pub fired: u64,
@@ -701,4 +704,103 @@ fn last_two(s: &JobInner) -> Option<(&Sample, &Sample)> {
 /// A watermark worth showing: not "none yet" and not "end of input".
 fn known(w: i64) -> Option<i64> {
     (w != BEGINNING_OF_TIME && w != END_OF_TIME).then_some(w)
+}
+
+/// `GET /api/v1/jobs`: every hosted job.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobOverview>,
+}
+
+/// `POST /api/v1/jobs/validate`: the file is valid (problems are a 400 instead), and what it
+/// would run.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Validation {
+    /// Always `true`.
+    pub valid: bool,
+    pub name: String,
+    /// Nodes of the planned DAG (sources, transforms, sinks).
+    pub nodes: usize,
+    pub checkpointing: bool,
+}
+
+/// A page of a job's captured log lines.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LogPage {
+    /// The lines after the one asked for, oldest first.
+    pub lines: Vec<crate::logs::LogLine>,
+    /// Lines that fell out of the buffer before they were read.
+    pub dropped: u64,
+    /// Whether `info` lines are being captured now (`info=true` asks for a minute of them).
+    pub info: bool,
+    /// Lines the buffer keeps.
+    pub capacity: usize,
+}
+
+/// The snapshots a job can restart from, newest first.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SnapshotList {
+    pub snapshots: Vec<crate::host::SnapshotEntry>,
+}
+
+/// The last rows a node emitted (a sink: received), per subtask.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct TailView {
+    pub node: String,
+    /// Whether the subtasks are recording (the job is live): asking keeps them at it for
+    /// `watch-ms` more.
+    pub watching: bool,
+    pub watch_ms: i64,
+    /// Rows kept per subtask (the newest).
+    pub rows_per_subtask: usize,
+    pub subtasks: Vec<TailSubtask>,
+}
+
+/// One subtask's recorded rows.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TailSubtask {
+    pub subtask: usize,
+    /// Oldest first, each as the JSON-lines format writes it: column name to value.
+    pub rows: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// A savepoint was requested: poll `/api/v1/jobs/{id}/savepoints/{id}` (the `Location`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SavepointAccepted {
+    /// The request's id.
+    pub id: u64,
+    /// Always `in-progress`.
+    pub status: &'static str,
+}
+
+/// A job's remembered savepoint requests (at most [`crate::job::SAVEPOINTS`]), by id.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SavepointList {
+    pub savepoints: Vec<crate::job::SavepointStatus>,
+}
+
+/// One snapshot in detail: its record, each subtask's acknowledgement and its metadata.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckpointDetail {
+    pub checkpoint: CheckpointView,
+    /// Empty for failed snapshots.
+    pub acks: Vec<weir_checkpoint::stats::SubtaskAck>,
+    /// The snapshot's metadata as stored; `null` for a failed snapshot.
+    pub metadata: Option<SnapshotMetadata>,
+}
+
+/// A completed snapshot's metadata, or why it could not be read (retention may have removed
+/// it since).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum SnapshotMetadata {
+    Read(weir_checkpoint::metadata::CheckpointMetadata),
+    Unreadable { error: String },
+}
+
+/// A job's exceptions, newest first.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExceptionList {
+    pub exceptions: Vec<crate::job::Exception>,
 }

@@ -5,7 +5,7 @@ use serde::Serialize;
 use crate::histogram::Histogram;
 
 /// Everything the scheduler measures, at one moment.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct SchedulerMetrics {
     /// Threads the scheduler owns: constant, whatever the number of leases.
@@ -25,7 +25,7 @@ pub struct SchedulerMetrics {
 }
 
 /// The metrics of one lease.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct PipelineMetrics {
     pub name: String,
@@ -44,7 +44,7 @@ pub struct PipelineMetrics {
 }
 
 /// A scheduling-delay histogram, summarised and bucketed for plotting.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct DelaySummary {
     /// Ticks counted: equal to the fired ticks.
@@ -59,7 +59,7 @@ pub struct DelaySummary {
 }
 
 /// One bucket of a delay histogram: `count` delays between `low_us` and `high_us` inclusive.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct DelayBucket {
     pub low_us: f64,
@@ -69,7 +69,7 @@ pub struct DelayBucket {
 
 /// The timer thread's cost of sub-millisecond precision: it sleeps until shortly before a due
 /// time, then busy-waits the rest.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct PrecisionMetrics {
     /// CPU time spent busy-waiting since start (µs).

@@ -217,7 +217,9 @@ impl SubtaskMetrics {
 }
 
 /// What kind of node a metrics entry describes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeRole {
     Source,

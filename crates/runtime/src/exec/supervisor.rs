@@ -29,7 +29,7 @@ use crate::api::error::Retry;
 use crate::plan::Plan;
 
 /// The latest restore of a job: which snapshot, and how its operator state was read.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RestoreReport {
     pub location: String,
     /// The attempt it started (0 for the first).

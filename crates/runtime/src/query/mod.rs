@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use weir_state::key_groups::KeyGroupRange;
@@ -120,7 +121,7 @@ pub struct LookupRequest {
 }
 
 /// How fresh an answer is.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct Freshness {
     /// The answer holds every write the operator made before this time (epoch ms): for
@@ -133,17 +134,58 @@ pub struct Freshness {
 }
 
 /// The answer to a lookup.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub struct LookupAnswer {
     pub job: String,
     pub operator: String,
     pub state: String,
     pub path: QueryPath,
-    pub entries: Vec<serde_json::Value>,
+    /// In key order (then window order).
+    pub entries: Vec<LookupEntry>,
     /// Whether the limit (or a scan's budget) cut the answer short.
     pub truncated: bool,
     pub freshness: Freshness,
+}
+
+/// One key (and window) of a state, as a lookup answers it.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct LookupEntry {
+    /// The key's columns by name.
+    pub key: serde_json::Map<String, serde_json::Value>,
+    /// The window the entry belongs to for a state kept per window (`windows`); `null`
+    /// otherwise (a `sessions` state gives each session's window in `value`). Always sent, so
+    /// that every entry has the same keys.
+    pub window: Option<WindowBounds>,
+    pub value: EntryValue,
+    /// The subtask that holds the key.
+    pub subtask: usize,
+}
+
+/// A window's bounds, epoch ms: `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct WindowBounds {
+    pub start: i64,
+    pub end: i64,
+}
+
+/// What a state holds for one key.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum EntryValue {
+    /// The aggregates by name (`accumulators` and `windows` states).
+    Aggregates(serde_json::Map<String, serde_json::Value>),
+    /// The key's open sessions, oldest first (`sessions` states).
+    Sessions(Vec<SessionEntry>),
+}
+
+/// One open session of a key.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct SessionEntry {
+    pub window: WindowBounds,
+    /// The session's aggregates by name.
+    pub value: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Why a lookup has no answer; each variant says what the caller can do.
