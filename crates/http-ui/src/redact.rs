@@ -677,6 +677,30 @@ mod tests {
     }
 
     #[test]
+    fn comments_and_layout_survive_masking_of_block_and_plain_scalars() {
+        let text = "# job: j\nname: j # the name\nsinks:\n  db:\n    password: hunter2 # rotate\n    \
+                    notes: |\n      ask for hunter2\n      at the desk\n    kind: postgres\n# end\n";
+        let out = redact(text);
+        assert!(!out.contains("hunter2"), "{out}");
+        for kept in [
+            "# job: j",
+            "# the name",
+            "# rotate",
+            "# end",
+            "    kind: postgres\n",
+        ] {
+            assert!(out.contains(kept), "{kept:?} lost:\n{out}");
+        }
+        let back: Value = serde_yaml::from_str(&out).expect("still YAML");
+        assert_eq!(back["sinks"]["db"]["password"], MASK);
+        assert_eq!(
+            back["sinks"]["db"]["notes"],
+            format!("ask for {MASK}\nat the desk\n")
+        );
+        assert_eq!(back["sinks"]["db"]["kind"], "postgres");
+    }
+
+    #[test]
     fn a_text_that_is_not_yaml_is_withheld() {
         assert!(redact("a: [unclosed").starts_with("# withheld"));
     }

@@ -1001,6 +1001,210 @@ sinks:
         assert!(p[1].message.contains("whole number"), "{}", p[1].message);
     }
 
+    /// GOOD with its first `from` replaced by `to`.
+    fn problems_in_good(from: &str, to: &str) -> Vec<Problem> {
+        assert!(GOOD.contains(from), "{from}");
+        problems(&GOOD.replacen(from, to, 1))
+    }
+
+    fn good_with(from: &str, to: &str) -> JobSpec {
+        assert!(GOOD.contains(from), "{from}");
+        let loaded = parse_str("job.yaml", &GOOD.replacen(from, to, 1), &[]).unwrap();
+        assert!(loaded.problems.is_empty(), "{:#?}", loaded.problems);
+        loaded.spec
+    }
+
+    fn events(spec: &JobSpec) -> Option<u64> {
+        match &spec.sources["gen"] {
+            super::super::SourceSpec::Nexmark(n) => n.events,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_with_a_position() {
+        let p = problems(&format!("{GOOD}name: again\n"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("duplicate"), "{}", p[0].message);
+        assert!(p[0].line.is_some(), "{p:#?}");
+        let p = problems_in_good("  gen:\n", "  gen: {kind: blackhole}\n  gen:\n");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("duplicate"), "{}", p[0].message);
+        assert!(p[0].line.is_some(), "{p:#?}");
+    }
+
+    #[test]
+    fn a_merge_key_is_an_ordinary_unknown_key_not_a_merge() {
+        // YAML 1.1's `<<` is not applied: the job means what its keys say.
+        let p = problems_in_good(
+            "  out:\n    kind: blackhole\n    from: cheap\n",
+            "  out:\n    kind: blackhole\n    <<: {from: cheap}\n",
+        );
+        assert_eq!(p.len(), 2, "{p:#?}");
+        let merge = p.iter().find(|p| p.path == "sinks.out.<<").expect("`<<`");
+        assert!(merge.message.starts_with("unknown key `<<`"), "{p:#?}");
+        assert_eq!((merge.line, merge.column), (Some(14), Some(5)));
+        assert!(
+            p.iter()
+                .any(|p| p.message == "missing required key `from`" && p.path == "sinks.out"),
+            "{p:#?}"
+        );
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_are_strings() {
+        for word in ["yes", "no", "on", "off", "y", "n", "Yes", "ON"] {
+            let p = problems_in_good("name: demo", &format!("name: demo\nchaining: {word}"));
+            assert_eq!(p.len(), 1, "{word}: {p:#?}");
+            assert_eq!(p[0].path, "chaining");
+            assert_eq!(
+                p[0].message,
+                format!("expected a boolean, found `{word}`"),
+                "{word}"
+            );
+            assert_eq!((p[0].line, p[0].column), (Some(2), Some(11)), "{word}");
+            assert_eq!(good_with("name: demo", &format!("name: {word}")).name, word);
+        }
+        for (word, value) in [
+            ("true", true),
+            ("True", true),
+            ("FALSE", false),
+            ("false", false),
+        ] {
+            let spec = good_with("name: demo", &format!("name: demo\nchaining: {word}"));
+            assert_eq!(spec.chaining, value, "{word}");
+        }
+        assert_eq!(good_with("name: demo", "name: 'true'").name, "true");
+    }
+
+    #[test]
+    fn scalars_mean_what_they_meant() {
+        assert_eq!(events(&good_with("events: 1000", "events: 0x10")), Some(16));
+        assert_eq!(events(&good_with("events: 1000", "events: 0o10")), Some(8));
+        assert_eq!(events(&good_with("events: 1000", "events: +7")), Some(7));
+        assert_eq!(events(&good_with("events: 1000", "events: ~")), None);
+        assert_eq!(events(&good_with("events: 1000", "events: null")), None);
+        assert_eq!(events(&good_with("events: 1000", "events:")), None);
+        // A leading zero makes a string (YAML 1.2), as do quotes and `_` separators.
+        assert_eq!(good_with("name: demo", "name: 010").name, "010");
+        assert_eq!(good_with("name: demo", "name: '5'").name, "5");
+        assert_eq!(good_with("name: demo", "name: \"1.5\"").name, "1.5");
+        assert_eq!(
+            good_with("name: demo", "name: 2024-01-01").name,
+            "2024-01-01"
+        );
+        assert_eq!(
+            good_with("name: demo", "name: |\n  two\n  lines\n").name,
+            "two\nlines\n"
+        );
+        for (value, found) in [
+            ("1_000", "`1_000`"),
+            ("'5'", "`5`"),
+            ("5.5", "`5.5`"),
+            ("[1]", "a list"),
+            ("-1", "-1 is less than the minimum of 0"),
+        ] {
+            let p = problems_in_good("events: 1000", &format!("events: {value}"));
+            assert_eq!(p.len(), 1, "{value}: {p:#?}");
+            assert_eq!(p[0].path, "sources.gen.events", "{value}");
+            assert!(p[0].message.contains(found), "{value}: {p:#?}");
+            assert_eq!((p[0].line, p[0].column), (Some(5), Some(13)), "{value}");
+        }
+        for (value, found) in [
+            ("5", "`5`"),
+            ("1.5", "`1.5`"),
+            ("true", "`true`"),
+            ("~", "nothing (null)"),
+            // No JSON number: infinity reads as null, as it did.
+            (".inf", "nothing (null)"),
+        ] {
+            let p = problems_in_good("name: demo", &format!("name: {value}"));
+            assert!(!p.is_empty(), "{value}");
+            assert_eq!(p[0].path, "name", "{value}");
+            assert!(
+                p[0].message.contains("expected a string"),
+                "{value}: {p:#?}"
+            );
+            assert!(p[0].message.contains(found), "{value}: {p:#?}");
+        }
+    }
+
+    #[test]
+    fn core_tags_are_applied_and_other_tags_are_refused() {
+        assert_eq!(good_with("name: demo", "name: !!str 5").name, "5");
+        assert_eq!(
+            events(&good_with("events: 1000", "events: !!int '12'")),
+            Some(12)
+        );
+        let p = problems_in_good("name: demo", "name: !custom demo");
+        assert!(!p.is_empty());
+        assert!(p[0].path.starts_with("name"), "{p:#?}");
+        assert_eq!(p[0].line, Some(1), "{p:#?}");
+        let p = problems_in_good("events: 1000", "events: !!int many");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].line, Some(5), "{p:#?}");
+    }
+
+    #[test]
+    fn one_document_with_its_markers_is_fine_and_a_second_even_empty_is_not() {
+        assert!(problems(&format!("---\n{GOOD}...\n")).is_empty());
+        assert!(problems(&format!("# a job\n--- # begins\n{GOOD}")).is_empty());
+        let p = problems(&format!("{GOOD}---\n"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("one YAML document"), "{p:#?}");
+        assert_eq!(p[0].line, Some(15));
+    }
+
+    #[test]
+    fn empty_and_non_mapping_files_are_refused() {
+        for text in ["", "# only a comment\n", "---\n", "~\n"] {
+            let p = problems(text);
+            assert_eq!(p.len(), 1, "{text:?}: {p:#?}");
+            assert_eq!(p[0].message, "the job file is empty", "{text:?}");
+        }
+        for text in ["- a\n", "just text\n", "5\n"] {
+            let p = problems(text);
+            assert_eq!(p.len(), 1, "{text:?}: {p:#?}");
+            assert!(
+                p[0].message.contains("a job file is a mapping"),
+                "{text:?}: {p:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn problems_in_flow_and_block_lists_have_their_positions() {
+        let p = problems_in_good("from: gen.bid", "from: [gen.bid, 5]");
+        assert!(!p.is_empty());
+        let p = problems_in_good("events: 1000", "events: 1000\n    seed: [1, 2]");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "sources.gen.seed");
+        assert_eq!((p[0].line, p[0].column), (Some(6), Some(11)));
+        let p = problems_in_good("    events: 1000\n", "    events:\n      - 1\n");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!((p[0].line, p[0].column), (Some(6), Some(7)), "{p:#?}");
+    }
+
+    #[test]
+    fn override_values_are_read_as_in_the_file() {
+        let set = |s: &str| s.parse::<Override>().expect("an override");
+        let job = parse_str(
+            "job.yaml",
+            GOOD,
+            &[set("name=yes"), set("sources.gen.events=0x10")],
+        )
+        .unwrap();
+        assert!(job.problems.is_empty(), "{:#?}", job.problems);
+        assert_eq!(job.spec.name, "yes");
+        assert_eq!(events(&job.spec), Some(16));
+        let loaded = parse_str("job.yaml", GOOD, &[set("chaining=on")]).unwrap();
+        assert_eq!(loaded.problems.len(), 1, "{:#?}", loaded.problems);
+        assert_eq!(loaded.problems[0].message, "expected a boolean, found `on`");
+        // Text that is not YAML on its own is refused, with the reason.
+        let e = "name=a: b: c".parse::<Override>().unwrap_err();
+        assert!(e.starts_with("the value of `name`: not valid YAML"), "{e}");
+    }
+
     #[test]
     fn an_override_value_is_held_to_the_same_limits() {
         let value = format!("{}1{}", "[".repeat(100), "]".repeat(100));
