@@ -60,7 +60,9 @@ impl Secrets {
     pub fn of_job(text: &str, overrides: &[Override]) -> Self {
         let mut secrets = Self::of(text);
         for o in overrides {
-            let tree = o.path.iter().rev().fold(o.value.clone(), |value, key| {
+            // The override as serde_yaml's tree, which the rest of this module still reads.
+            let value = serde_yaml::to_value(&o.value).unwrap_or(Value::Null);
+            let tree = o.path.iter().rev().fold(value, |value, key| {
                 Value::Mapping(std::iter::once((Value::String(key.clone()), value)).collect())
             });
             secrets.values.extend(Self::in_value(&tree).values);

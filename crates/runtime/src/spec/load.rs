@@ -1,6 +1,8 @@
 //! YAML text → [`JobSpec`], reporting every problem at once.
 //!
-//! 1. serde_yaml parses the text (a syntax error stops here, with its position);
+//! 1. one YAML pass ([`super::yaml`]) reads the text into a tree and the position of every
+//!    node; a syntax error, a key written twice, an unknown tag or a text past the limits
+//!    (depth, size, one document) stops here, with its position;
 //! 2. `--set key=value` overrides replace values in the parsed tree, then `${VAR}` references
 //!    in string values are replaced from the environment ([`super::env`]);
 //! 3. the tree is validated against the JSON Schema of [`JobSpec`] (the one `weir schema`
@@ -24,7 +26,7 @@ use serde_json::Value;
 use super::JobSpec;
 use super::env::{Environment, ProcessEnv, substitute};
 use super::positions::{PositionIndex, escape_segment};
-use super::problems::{Problem, SpecError, SpecSource};
+use super::problems::{Problem, SpecError, SpecSource, dotted_path};
 
 /// A parsed job with the text positions its later problems are reported at.
 ///
@@ -66,7 +68,7 @@ impl Dropped {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Override {
     pub path: Vec<String>,
-    pub value: serde_yaml::Value,
+    pub value: Value,
 }
 
 impl FromStr for Override {
@@ -82,11 +84,10 @@ impl FromStr for Override {
                 "`{key}` is not a key path (e.g. sources.gen.events)"
             ));
         }
-        if let Err(refusal) = PositionIndex::build_checked(value) {
-            return Err(format!("the value of `{key}`: {}", refusal.message));
-        }
-        let value = serde_yaml::from_str(value)
-            .unwrap_or_else(|_| serde_yaml::Value::String(value.to_string()));
+        // Read as the file's values are, with the same limits.
+        let value = super::yaml::parse(value)
+            .map_err(|refusal| format!("the value of `{key}`: {}", refusal.message))?
+            .value;
         Ok(Override { path, value })
     }
 }
@@ -160,13 +161,12 @@ pub fn parse_str_in(
     overrides: &[Override],
     env: &dyn Environment,
 ) -> Result<LoadedJob, SpecError> {
-    // First, and in a loop: everything after this recurses per level and copies aliases.
-    let index = match PositionIndex::build_checked(text) {
-        Ok(index) => index,
+    let document = match super::yaml::parse(text) {
+        Ok(document) => document,
         Err(refusal) => {
             return Err(
                 SpecSource::indexed(file, PositionIndex::default()).error(vec![Problem {
-                    path: String::new(),
+                    path: dotted_path(&refusal.pointer),
                     line: Some(refusal.position.line),
                     column: Some(refusal.position.column),
                     message: refusal.message,
@@ -175,40 +175,14 @@ pub fn parse_str_in(
             );
         }
     };
-    let mut source = SpecSource::indexed(file, index);
-    let mut tree: serde_yaml::Value = match serde_yaml::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            let (line, column) = e
-                .location()
-                .map_or((None, None), |l| (Some(l.line()), Some(l.column())));
-            let message = e.to_string();
-            let (path, message) = match out_of_range_integer(&message) {
-                Some((path, number)) => (
-                    path.to_owned(),
-                    format!(
-                        "{number} is out of range: a number here lies between {} and {}",
-                        i64::MIN,
-                        u64::MAX
-                    ),
-                ),
-                None => (String::new(), format!("not valid YAML: {message}")),
-            };
-            return Err(source.error(vec![Problem {
-                path,
-                line,
-                column,
-                message,
-                origin: None,
-            }]));
-        }
-    };
-    if tree.is_null() {
+    let mut source = SpecSource::indexed(file, document.index);
+    let mut json = document.value;
+    if json.is_null() {
         return Err(source.error(vec![source.at_value("", "the job file is empty")]));
     }
     let mut problems = Vec::new();
     for o in overrides {
-        match apply_override(&mut tree, o) {
+        match apply_override(&mut json, o) {
             Ok(pointer) => source.overridden.push(pointer),
             Err(message) => problems.push(Problem {
                 path: o.path.join("."),
@@ -220,18 +194,11 @@ pub fn parse_str_in(
         }
     }
     // After the overrides, so that a `--set` value may hold references too.
-    let substituted = substitute(&mut tree, env);
+    let substituted = substitute(&mut json, env);
     for (pointer, message) in substituted.problems {
         problems.push(source.at_value(&pointer, message));
     }
     let env_values = substituted.values;
-    let mut json = match serde_json::to_value(&tree) {
-        Ok(v) => v,
-        Err(e) => {
-            problems.push(source.at_value("", format!("not a job: {e}")));
-            return Err(source.error(problems));
-        }
-    };
     if !json.is_object() {
         problems.push(source.at_value("", "a job file is a mapping of keys (name, sources, ...)"));
         return Err(source.error(problems));
@@ -290,7 +257,7 @@ fn whole_numbers_written_as_floats(json: &Value, source: &SpecSource, problems: 
                 if f.fract() != 0.0 || !f.is_finite() {
                     continue; // not whole: the schema says "expected an integer".
                 }
-                // 2^64 and -2^63: the bounds of what serde_yaml reads as an integer.
+                // 2^64 and -2^63: the bounds of what the YAML pass reads as an integer.
                 let message =
                     if !(-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0).contains(&f) {
                         format!(
@@ -310,14 +277,6 @@ fn whole_numbers_written_as_floats(json: &Value, source: &SpecSource, problems: 
             _ => {}
         }
     }
-}
-
-/// serde_yaml's "`path`: invalid type: integer `N` as u128, expected any YAML value" for an
-/// integer beyond 64 bits: the path and the number.
-fn out_of_range_integer(message: &str) -> Option<(&str, &str)> {
-    let (path, rest) = message.split_once(": invalid type: integer `")?;
-    let (number, rest) = rest.split_once('`')?;
-    (rest.starts_with(" as u128") || rest.starts_with(" as i128")).then_some((path, number))
 }
 
 /// What to remove from a document so that the rest can still be decoded and checked after a
@@ -451,7 +410,7 @@ fn drop_undecodable_nodes(json: &mut Value, dropped: &mut Dropped) {
 }
 
 /// Sets the value at `o.path`, creating mappings on the way; returns its JSON pointer.
-fn apply_override(tree: &mut serde_yaml::Value, o: &Override) -> Result<String, String> {
+fn apply_override(tree: &mut Value, o: &Override) -> Result<String, String> {
     let mut node = tree;
     let mut pointer = String::new();
     for (i, segment) in o.path.iter().enumerate() {
@@ -459,16 +418,15 @@ fn apply_override(tree: &mut serde_yaml::Value, o: &Override) -> Result<String, 
         pointer.push('/');
         pointer.push_str(&escape_segment(segment));
         node = match node {
-            serde_yaml::Value::Mapping(map) => {
-                let key = serde_yaml::Value::String(segment.clone());
+            Value::Object(map) => {
                 if last {
-                    map.insert(key, o.value.clone());
+                    map.insert(segment.clone(), o.value.clone());
                     return Ok(pointer);
                 }
-                map.entry(key)
-                    .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()))
+                map.entry(segment.clone())
+                    .or_insert_with(|| Value::Object(Default::default()))
             }
-            serde_yaml::Value::Sequence(seq) => {
+            Value::Array(seq) => {
                 let index: usize = segment
                     .parse()
                     .map_err(|_| format!("`{segment}` must be an index: its parent is a list"))?;
@@ -1025,12 +983,17 @@ sinks:
     fn a_duplicate_key_is_refused_with_a_position() {
         let p = problems(&format!("{GOOD}name: again\n"));
         assert_eq!(p.len(), 1, "{p:#?}");
-        assert!(p[0].message.contains("duplicate"), "{}", p[0].message);
-        assert!(p[0].line.is_some(), "{p:#?}");
+        assert_eq!(
+            p[0].message,
+            "the key `name` is written twice in one mapping (first at line 1, column 1)"
+        );
+        assert_eq!(p[0].path, "name");
+        assert_eq!((p[0].line, p[0].column), (Some(15), Some(1)), "the second");
         let p = problems_in_good("  gen:\n", "  gen: {kind: blackhole}\n  gen:\n");
         assert_eq!(p.len(), 1, "{p:#?}");
-        assert!(p[0].message.contains("duplicate"), "{}", p[0].message);
-        assert!(p[0].line.is_some(), "{p:#?}");
+        assert!(p[0].message.contains("written twice"), "{}", p[0].message);
+        assert_eq!(p[0].path, "sources.gen");
+        assert_eq!((p[0].line, p[0].column), (Some(4), Some(3)), "the second");
     }
 
     #[test]
@@ -1137,7 +1100,8 @@ sinks:
             Some(12)
         );
         let p = problems_in_good("name: demo", "name: !custom demo");
-        assert!(!p.is_empty());
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("`!custom` means nothing"), "{p:#?}");
         assert!(p[0].path.starts_with("name"), "{p:#?}");
         assert_eq!(p[0].line, Some(1), "{p:#?}");
         let p = problems_in_good("events: 1000", "events: !!int many");
