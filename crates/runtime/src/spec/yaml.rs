@@ -755,6 +755,104 @@ fn digits_but_not_number(text: &str) -> bool {
     digits.len() > 1 && digits.starts_with('0') && digits[1..].bytes().all(|b| b.is_ascii_digit())
 }
 
+/// `value` as block-style YAML that reads back ([`parse`]) as `value`: for showing a job as it
+/// runs (the API's effective view). Strings are written plain where that reads back as the
+/// same string, double-quoted (as JSON writes them, which YAML reads) otherwise. Recursive:
+/// for trees of a fixed shape (a serialised `JobSpec`), not for a user's text.
+pub fn to_string(value: &Value) -> String {
+    let mut out = String::new();
+    match value {
+        Value::Object(map) if !map.is_empty() => block(value, 0, &mut out),
+        Value::Array(items) if !items.is_empty() => block(value, 0, &mut out),
+        other => {
+            out.push_str(&scalar_text(other));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The entries of a non-empty mapping or list, each on its own line at `indent`; the first
+/// one's indentation is already written when `out` does not end a line.
+fn block(value: &Value, indent: usize, out: &mut String) {
+    let pad = |out: &mut String| {
+        if out.is_empty() || out.ends_with('\n') {
+            out.push_str(&" ".repeat(indent));
+        }
+    };
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                pad(out);
+                out.push_str(&scalar_text(&Value::String(key.clone())));
+                out.push(':');
+                nested(v, indent + 2, out);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                pad(out);
+                out.push('-');
+                match v {
+                    Value::Object(map) if !map.is_empty() => {
+                        out.push(' ');
+                        block(v, indent + 2, out);
+                    }
+                    _ => nested(v, indent + 2, out),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A value after its key's `:` or its item's `-`.
+fn nested(value: &Value, indent: usize, out: &mut String) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            out.push('\n');
+            block(value, indent, out);
+        }
+        Value::Array(items) if !items.is_empty() => {
+            out.push('\n');
+            block(value, indent, out);
+        }
+        other => {
+            out.push(' ');
+            out.push_str(&scalar_text(other));
+            out.push('\n');
+        }
+    }
+}
+
+/// A scalar (or an empty collection) as YAML text.
+fn scalar_text(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if plain_reads_back(s) => s.clone(),
+        Value::Array(_) => "[]".to_owned(),
+        Value::Object(_) => "{}".to_owned(),
+        Value::String(s) => serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned()),
+    }
+}
+
+/// Whether `s` written as a plain scalar in block context reads back as the string `s`.
+fn plain_reads_back(s: &str) -> bool {
+    let (Some(first), Some(last)) = (s.chars().next(), s.chars().last()) else {
+        return false;
+    };
+    !"-?:,[]{}#&*!|>'\"%@`".contains(first)
+        && !first.is_whitespace()
+        && !last.is_whitespace()
+        && last != ':'
+        && !s.contains(": ")
+        && !s.contains(" #")
+        && !s.chars().any(char::is_control)
+        && matches!(plain(s), Ok(Value::String(_)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -853,5 +951,24 @@ mod tests {
         assert_eq!(written[6], ("'q'", "q", false));
         assert_eq!(written[8], ("v", "v", false));
         assert_eq!(written[10], ("'it''s'", "it's", false));
+    }
+
+    #[test]
+    fn written_yaml_reads_back_as_the_same_tree() {
+        let v = json!({
+            "name": "q1", "kind": "nexmark", "empty": "", "yes": "yes", "num": "5",
+            "null-text": "null", "colon": "a: b", "hash": "a #b", "lead": "- x", "star": "*x",
+            "lines": "a\nb", "space": " x", "int": 5, "neg": -3, "float": 1.5, "t": true,
+            "n": null, "list": [1, "two", {"k": "v", "k2": [true]}, [], {}, [[1]]],
+            "map": {"a": {"b": {}}, "c": []}, "sql": "SELECT a, b FROM t WHERE a < 5",
+            "with space": "x", "-key": 1, "010": "010", "uni": "café ☕",
+        });
+        let text = to_string(&v);
+        assert_eq!(value(&text), v, "{text}");
+        assert!(text.contains("name: q1\n"), "{text}");
+        assert!(
+            text.contains("yes: \"yes\"\n") || text.contains("yes: yes\n"),
+            "{text}"
+        );
     }
 }
