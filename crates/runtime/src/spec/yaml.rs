@@ -330,6 +330,16 @@ impl<'t> Builder<'t> {
         span: Span,
     ) -> Result<(), Refusal> {
         self.count(1, text.len() as u64, &span.start)?;
+        // YAML reserves these to start a plain scalar; saphyr-parser lets `|` and `>` start
+        // one inside `[...]` or `{...}`, where libyaml (and so serde_yaml) refused the text.
+        if style == ScalarStyle::Plain
+            && let Some(c) = text.chars().next().filter(|c| "|>%@`".contains(*c))
+        {
+            return Err(Refusal::at(
+                format!("not valid YAML: a plain scalar cannot start with `{c}`; quote it"),
+                position(&span.start),
+            ));
+        }
         let pointer = self.next_pointer();
         if self.spans {
             let start = self.byte_offset(span.start.index());
@@ -912,6 +922,20 @@ mod tests {
         let e = parse(&text).unwrap_err();
         assert!(e.message.contains("bytes of text"), "{}", e.message);
         assert_eq!(e.position.line, 2);
+    }
+
+    #[test]
+    fn reserved_indicators_do_not_start_a_plain_scalar_in_flow_either() {
+        for text in ["a: [|, b]\n", "a: {b: >}\n", "a: [x, `y`]\n", "a: [@x]\n"] {
+            let e = parse(text).unwrap_err();
+            assert!(
+                e.message.starts_with("not valid YAML"),
+                "{text}: {}",
+                e.message
+            );
+            assert_eq!(e.position.line, 1, "{text}");
+        }
+        assert_eq!(value("a: ['|', x|y]\n"), json!({"a": ["|", "x|y"]}));
     }
 
     #[test]
