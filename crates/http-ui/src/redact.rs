@@ -89,8 +89,13 @@ impl Secrets {
         secrets
     }
 
-    /// No empty or already masked values, no duplicates, longest first.
+    /// Values without the line breaks a block scalar ends with (`password: |` gives
+    /// `hunter2` and a line break; `hunter2` is the secret, wherever it appears); no empty or
+    /// already masked values, no duplicates, longest first.
     fn normalise(&mut self) {
+        for v in &mut self.values {
+            v.truncate(v.trim_end_matches(['\n', '\r']).len());
+        }
         self.values.retain(|v| !v.is_empty() && v != MASK);
         self.values
             .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -112,9 +117,10 @@ impl Secrets {
         out
     }
 
-    /// `text` with every flow scalar that holds a secret written anew as a double-quoted
-    /// scalar of its masked value (a JSON string is one), keeping its anchor and tag, and every
-    /// other occurrence of a secret (in a block scalar, a comment) masked as it is.
+    /// `text` with every scalar that holds a secret written anew with its masked value: a flow
+    /// scalar as a double-quoted one (a JSON string is one), keeping its anchor and tag, a
+    /// block scalar as its lines; every other occurrence of a secret (a comment) is masked as
+    /// it is.
     fn mask_text(&self, text: &str, scalars: &[ScalarSpan]) -> String {
         let mut out = String::with_capacity(text.len());
         let mut copied = 0;
@@ -129,9 +135,19 @@ impl Secrets {
                 continue;
             };
             out.push_str(&self.mask(&text[copied..scalar.bytes.start]));
-            if scalar.block {
-                // Its lines as written, masked in place: a block has no escapes, and a quoted
-                // scalar in its place would need the `|` line rewritten too.
+            let line_start = text[..scalar.bytes.start].rfind('\n').map_or(0, |n| n + 1);
+            let indent = &text[line_start..scalar.bytes.start];
+            if scalar.block && indent.bytes().all(|b| b == b' ') {
+                // Its lines written anew at its indentation, under its own `|` or `>` line (a
+                // quoted scalar in its place would need that line rewritten too); the line
+                // breaks after it are kept as written, so its chomping means the same.
+                out.push_str(
+                    &masked
+                        .trim_end_matches('\n')
+                        .replace('\n', &format!("\n{indent}")),
+                );
+                out.push_str(&written[written.trim_end().len()..]);
+            } else if scalar.block {
                 out.push_str(&self.mask(written));
             } else {
                 match serde_json::to_string(&masked) {
@@ -641,6 +657,21 @@ mod tests {
             format!("ask for {MASK}\nat the desk\n")
         );
         assert_eq!(back["sinks"]["db"]["kind"], "postgres");
+    }
+
+    #[test]
+    fn a_secret_written_as_a_block_scalar_is_masked_with_the_layout_kept() {
+        let text = "sinks:\n  db:\n    password: |\n      hunter2\n    kind: postgres # pg\n    \
+                    token: >-\n      two\n      words\n    table: t\ndescription: hunter2 rotates\n";
+        let out = redact(text);
+        assert!(!out.starts_with("# withheld"), "{out}");
+        assert!(!out.contains("hunter2") && !out.contains("words"), "{out}");
+        assert!(out.contains("    kind: postgres # pg\n"), "{out}");
+        let back = yaml::parse(&out).expect("still YAML").value;
+        assert_eq!(back["sinks"]["db"]["password"], format!("{MASK}\n"));
+        assert_eq!(back["sinks"]["db"]["token"], MASK);
+        assert_eq!(back["sinks"]["db"]["table"], "t");
+        assert_eq!(back["description"], format!("{MASK} rotates"));
     }
 
     #[test]
