@@ -82,8 +82,7 @@ fn schema_prints_a_json_schema_of_job_files() {
 /// Whether the job file, read as YAML, validates against `schema` (structure only).
 fn jsonschema_accepts(schema: &Value, job: &str) -> bool {
     let text = std::fs::read_to_string(repo().join(job)).unwrap();
-    let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    let instance = serde_json::to_value(yaml).unwrap();
+    let instance = weir_runtime::spec::yaml::parse(&text).unwrap().value;
     jsonschema::validator_for(schema)
         .unwrap()
         .is_valid(&instance)

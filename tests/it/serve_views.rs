@@ -271,7 +271,7 @@ async fn the_effective_job_has_the_overrides_and_the_defaults_and_masks_secrets(
         "{text}"
     );
     // The value that runs is the override's, and defaults nobody wrote are filled in.
-    let spec: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
+    let spec = weir_runtime::spec::yaml::parse(text).unwrap().value;
     assert_eq!(spec["sources"]["nexmark"]["rate"].as_u64(), Some(1234));
     assert!(spec["batch-size"].as_u64().is_some(), "{text}");
     assert!(spec["channel-capacity"].as_u64().is_some(), "{text}");

@@ -312,7 +312,8 @@ async fn job_spec(
         None | Some("submitted") => crate::redact::redact(&job.text).into_owned(),
         Some("effective") => {
             let plan = job.plan();
-            let yaml = serde_yaml::to_string(&plan.spec)
+            let yaml = serde_json::to_value(&plan.spec)
+                .map(|spec| weir_runtime::spec::yaml::to_string(&spec))
                 .map_err(|e| ApiError::Internal(format!("writing job {} as YAML: {e}", job.id)))?;
             let mut text = String::from(
                 "# The job as it runs: overrides applied, every default filled in, secrets masked.\n",

@@ -16,16 +16,18 @@
 //! about a job, and the server's log lines ([`MaskedStderr`], through the [`registry`] of every
 //! hosted job's secrets).
 //!
-//! The text of `/spec` keeps its comments and layout: the values are masked in the text as
-//! written. The masked text is then parsed again and checked; where a secret was written so
-//! that its value does not appear literally (escapes in a double-quoted scalar, a folded
-//! block), the text is instead re-serialised from its masked parsed form, which drops comments.
+//! The text of `/spec` keeps its comments and layout: each scalar that holds a secret is
+//! replaced where it is written (its span, from the loader's YAML pass) by a quoted scalar of
+//! its masked value, so a secret spelt otherwise than its value (escapes in a double-quoted
+//! scalar, a folded block) is masked too; any other occurrence (a comment) is masked as it is.
+//! The masked text is then parsed again and checked, and withheld whole if a secret is left.
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock, RwLock, Weak};
 
-use serde_yaml::Value;
+use serde_json::{Map, Value};
 use weir_runtime::spec::load::Override;
+use weir_runtime::spec::yaml::{self, ScalarSpan};
 
 /// What a masked value reads as.
 pub const MASK: &str = "******";
@@ -43,13 +45,10 @@ impl Secrets {
     /// The secrets of a job file (see the module docs). A text that does not parse as YAML has
     /// none that can be found; [`redact`] withholds such a text whole.
     pub fn of(text: &str) -> Self {
-        // The loader's first pass, before serde_yaml reads anything: a file it refuses (an
-        // alias bomb, deep nesting) was refused before any of its values was shown.
-        if weir_runtime::spec::positions::PositionIndex::build_checked(text).is_err() {
-            return Secrets::default();
-        }
-        match serde_yaml::from_str::<Value>(text) {
-            Ok(value) => Self::in_value(&value),
+        // The loader's own pass: a file it refuses (an alias bomb, deep nesting) was refused
+        // before any of its values was shown.
+        match yaml::parse(text) {
+            Ok(document) => Self::in_value(&document.value),
             Err(_) => Secrets::default(),
         }
     }
@@ -61,7 +60,7 @@ impl Secrets {
         let mut secrets = Self::of(text);
         for o in overrides {
             let tree = o.path.iter().rev().fold(o.value.clone(), |value, key| {
-                Value::Mapping(std::iter::once((Value::String(key.clone()), value)).collect())
+                Value::Object(Map::from_iter([(key.clone(), value)]))
             });
             secrets.values.extend(Self::in_value(&tree).values);
         }
@@ -90,8 +89,13 @@ impl Secrets {
         secrets
     }
 
-    /// No empty or already masked values, no duplicates, longest first.
+    /// Values without the line breaks a block scalar ends with (`password: |` gives
+    /// `hunter2` and a line break; `hunter2` is the secret, wherever it appears); no empty or
+    /// already masked values, no duplicates, longest first.
     fn normalise(&mut self) {
+        for v in &mut self.values {
+            v.truncate(v.trim_end_matches(['\n', '\r']).len());
+        }
         self.values.retain(|v| !v.is_empty() && v != MASK);
         self.values
             .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -113,34 +117,48 @@ impl Secrets {
         out
     }
 
-    /// YAML text with every occurrence of every secret masked, so that it stays YAML: where
-    /// an occurrence starts a plain scalar (`key: hunter2`), the mask is quoted, as a plain
-    /// `******` would read as an alias.
-    fn mask_yaml(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in &self.values {
-            if !out.contains(secret.as_str()) {
+    /// `text` with every scalar that holds a secret written anew with its masked value: a flow
+    /// scalar as a double-quoted one (a JSON string is one), keeping its anchor and tag, a
+    /// block scalar as its lines; every other occurrence of a secret (a comment) is masked as
+    /// it is.
+    fn mask_text(&self, text: &str, scalars: &[ScalarSpan]) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut copied = 0;
+        for scalar in scalars {
+            let Some(written) = text.get(scalar.bytes.clone()) else {
+                continue;
+            };
+            if scalar.bytes.start < copied {
                 continue;
             }
-            let mut next = String::with_capacity(out.len());
-            let mut copied = 0;
-            for (at, _) in out.match_indices(secret.as_str()) {
-                if at < copied {
-                    continue;
+            let Cow::Owned(masked) = self.mask(&scalar.text) else {
+                continue;
+            };
+            out.push_str(&self.mask(&text[copied..scalar.bytes.start]));
+            let line_start = text[..scalar.bytes.start].rfind('\n').map_or(0, |n| n + 1);
+            let indent = &text[line_start..scalar.bytes.start];
+            if scalar.block && indent.bytes().all(|b| b == b' ') {
+                // Its lines written anew at its indentation, under its own `|` or `>` line (a
+                // quoted scalar in its place would need that line rewritten too); the line
+                // breaks after it are kept as written, so its chomping means the same.
+                out.push_str(
+                    &masked
+                        .trim_end_matches('\n')
+                        .replace('\n', &format!("\n{indent}")),
+                );
+                out.push_str(&written[written.trim_end().len()..]);
+            } else if scalar.block {
+                out.push_str(&self.mask(written));
+            } else {
+                match serde_json::to_string(&masked) {
+                    Ok(quoted) => out.push_str(&quoted),
+                    Err(_) => out.push_str(&self.mask(written)),
                 }
-                next.push_str(&out[copied..at]);
-                if starts_plain_scalar(&out, at) {
-                    next.push('\'');
-                    next.push_str(MASK);
-                    next.push('\'');
-                } else {
-                    next.push_str(MASK);
-                }
-                copied = at + secret.len();
+                out.push_str(&written[written.trim_end().len()..]);
             }
-            next.push_str(&out[copied..]);
-            out = next;
+            copied = scalar.bytes.end;
         }
+        out.push_str(&self.mask(&text[copied..]));
         out
     }
 
@@ -226,26 +244,20 @@ impl Secrets {
 /// (a job's text always does: it was accepted) is withheld whole rather than returned unmasked.
 pub fn redact(text: &str) -> Cow<'_, str> {
     const WITHHELD: &str = "# withheld: the job's YAML could not be re-read to mask its secrets\n";
-    let Ok(value) = serde_yaml::from_str::<Value>(text) else {
+    let Ok(document) = yaml::parse_with_spans(text) else {
         return Cow::Borrowed(WITHHELD);
     };
-    let secrets = Secrets::in_value(&value);
+    let secrets = Secrets::in_value(&document.value);
     if secrets.is_empty() {
         return Cow::Borrowed(text);
     }
-    // As written, comments and layout kept, if that hides every secret.
-    let masked = secrets.mask_yaml(text);
-    if let Ok(back) = serde_yaml::from_str::<Value>(&masked)
-        && !secrets.left_in(&back)
-    {
-        return Cow::Owned(masked);
-    }
-    // A secret spelt otherwise than its value (escapes, folding): from the parsed form.
-    let mut value = value;
-    mask(&mut value, &secrets);
-    match serde_yaml::to_string(&value) {
-        Ok(out) if !secrets.values.iter().any(|s| out.contains(s.as_str())) => {
-            Cow::Owned(format!("# secrets masked by weir\n{out}"))
+    let masked = secrets.mask_text(text, &document.scalars);
+    match yaml::parse(&masked) {
+        Ok(back)
+            if !secrets.left_in(&back.value)
+                && !secrets.values.iter().any(|s| masked.contains(s.as_str())) =>
+        {
+            Cow::Owned(masked)
         }
         _ => Cow::Borrowed(
             "# withheld: the job's YAML could not be re-written with its secrets masked\n",
@@ -253,43 +265,25 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// Whether the text at `at` starts a plain (unquoted) YAML scalar: it follows a line's
-/// indentation, a `: `, `- ` or `? ` indicator, a flow collection's `[`, `{` or `,`, or an
-/// anchor or a tag. A guess, checked by parsing the result.
-fn starts_plain_scalar(text: &str, at: usize) -> bool {
-    let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
-    let before = &text[line_start..at];
-    let trimmed = before.trim_end_matches([' ', '\t']);
-    let spaced = trimmed.len() < before.len();
-    match trimmed.chars().last() {
-        None | Some('[' | '{' | ',') => true,
-        Some(':' | '-' | '?') => spaced,
-        Some(_) if spaced => trimmed
-            .rsplit([' ', '\t'])
-            .next()
-            .is_some_and(|token| token.starts_with('&') || token.starts_with('!')),
-        Some(_) => false,
-    }
-}
-
 /// Collects secrets: the scalars under sensitive keys, and the passwords of connection strings.
-/// With `every`, collects every scalar and key instead (to check a masked tree).
+/// With `every`, collects every scalar and key instead (to check a masked tree). Recursive: the
+/// tree is at most [`weir_runtime::spec::positions::MAX_DEPTH`] deep, as the YAML pass refuses
+/// deeper ones.
 fn collect(value: &Value, every: bool, out: &mut Vec<String>) {
     match value {
-        Value::Mapping(map) => {
+        Value::Object(map) => {
             for (key, v) in map {
                 if every {
-                    collect(key, true, out);
+                    out.push(key.clone());
                 }
-                if !every && key.as_str().is_some_and(is_sensitive) {
+                if !every && is_sensitive(key) {
                     scalars(v, out);
                 } else {
                     collect(v, every, out);
                 }
             }
         }
-        Value::Sequence(items) => items.iter().for_each(|v| collect(v, every, out)),
-        Value::Tagged(tagged) => collect(&tagged.value, every, out),
+        Value::Array(items) => items.iter().for_each(|v| collect(v, every, out)),
         Value::String(s) if every => out.push(s.clone()),
         Value::String(s) => out.extend(connection_string_passwords(s)),
         Value::Bool(_) | Value::Number(_) if every => {
@@ -302,9 +296,8 @@ fn collect(value: &Value, every: bool, out: &mut Vec<String>) {
 /// Every scalar under a sensitive key, as text.
 fn scalars(value: &Value, out: &mut Vec<String>) {
     match value {
-        Value::Mapping(map) => map.iter().for_each(|(_, v)| scalars(v, out)),
-        Value::Sequence(items) => items.iter().for_each(|v| scalars(v, out)),
-        Value::Tagged(tagged) => scalars(&tagged.value, out),
+        Value::Object(map) => map.iter().for_each(|(_, v)| scalars(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| scalars(v, out)),
         other => out.extend(scalar_text(other)),
     }
 }
@@ -315,40 +308,6 @@ fn scalar_text(value: &Value) -> Option<String> {
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
-    }
-}
-
-/// Masks a parsed tree in place: sensitive keys' values, and every secret in any string.
-fn mask(value: &mut Value, secrets: &Secrets) {
-    match value {
-        Value::Mapping(map) => {
-            let entries = std::mem::take(map);
-            for (key, mut v) in entries {
-                let key = match key {
-                    Value::String(k) => Value::String(secrets.mask(&k).into_owned()),
-                    other => other,
-                };
-                if key.as_str().is_some_and(is_sensitive) && !v.is_null() {
-                    v = Value::String(MASK.to_owned());
-                } else {
-                    mask(&mut v, secrets);
-                }
-                map.insert(key, v);
-            }
-        }
-        Value::Sequence(items) => items.iter_mut().for_each(|v| mask(v, secrets)),
-        Value::Tagged(tagged) => mask(&mut tagged.value, secrets),
-        Value::String(s) => {
-            if let Cow::Owned(masked) = secrets.mask(s) {
-                *s = masked;
-            }
-        }
-        Value::Number(_) | Value::Bool(_) => {
-            if scalar_text(value).is_some_and(|t| secrets.values.contains(&t)) {
-                *value = Value::String(MASK.to_owned());
-            }
-        }
-        Value::Null => {}
     }
 }
 
@@ -543,7 +502,7 @@ mod tests {
         }
         assert!(out.contains("AKIA"), "a key id is not a secret:\n{out}");
         assert!(out.contains("s3://b/p"));
-        let back: Value = serde_yaml::from_str(&out).expect("still YAML");
+        let back = yaml::parse(&out).expect("still YAML").value;
         assert_eq!(back["checkpoint"]["storage"]["secret-access-key"], MASK);
     }
 
@@ -595,7 +554,7 @@ mod tests {
             out.contains("# the job") && out.contains("# rotate monthly"),
             "{out}"
         );
-        let back: Value = serde_yaml::from_str(&out).expect("still YAML");
+        let back = yaml::parse(&out).expect("still YAML").value;
         assert_eq!(back["description"], MASK, "{out}");
     }
 
@@ -613,14 +572,14 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_spelt_with_escapes_is_masked_from_the_parsed_form() {
+    fn a_secret_spelt_with_escapes_is_masked_where_it_is_written() {
         // `\x68` is `h`: the value is hunter2, the text never says so literally.
         let text = "name: j # comment\npassword: \"\\x68unter2\"\ndescription: hunter2 again\n";
         let out = redact(text);
         assert!(!out.contains("hunter2"), "{out}");
         assert!(!out.contains("\\x68unter2"), "{out}");
-        assert!(out.starts_with("# secrets masked by weir"), "{out}");
-        let back: Value = serde_yaml::from_str(&out).expect("still YAML");
+        assert!(out.contains("name: j # comment"), "comments survive: {out}");
+        let back = yaml::parse(&out).expect("still YAML").value;
         assert_eq!(back["password"], MASK);
         assert_eq!(back["description"], format!("{MASK} again"));
     }
@@ -674,6 +633,45 @@ mod tests {
             secrets.mask("in-the-file from-set-1 from-set-2 not-a-secret"),
             format!("{MASK} {MASK} {MASK} not-a-secret")
         );
+    }
+
+    #[test]
+    fn comments_and_layout_survive_masking_of_block_and_plain_scalars() {
+        let text = "# job: j\nname: j # the name\nsinks:\n  db:\n    password: hunter2 # rotate\n    \
+                    notes: |\n      ask for hunter2\n      at the desk\n    kind: postgres\n# end\n";
+        let out = redact(text);
+        assert!(!out.contains("hunter2"), "{out}");
+        for kept in [
+            "# job: j",
+            "# the name",
+            "# rotate",
+            "# end",
+            "    kind: postgres\n",
+        ] {
+            assert!(out.contains(kept), "{kept:?} lost:\n{out}");
+        }
+        let back = yaml::parse(&out).expect("still YAML").value;
+        assert_eq!(back["sinks"]["db"]["password"], MASK);
+        assert_eq!(
+            back["sinks"]["db"]["notes"],
+            format!("ask for {MASK}\nat the desk\n")
+        );
+        assert_eq!(back["sinks"]["db"]["kind"], "postgres");
+    }
+
+    #[test]
+    fn a_secret_written_as_a_block_scalar_is_masked_with_the_layout_kept() {
+        let text = "sinks:\n  db:\n    password: |\n      hunter2\n    kind: postgres # pg\n    \
+                    token: >-\n      two\n      words\n    table: t\ndescription: hunter2 rotates\n";
+        let out = redact(text);
+        assert!(!out.starts_with("# withheld"), "{out}");
+        assert!(!out.contains("hunter2") && !out.contains("words"), "{out}");
+        assert!(out.contains("    kind: postgres # pg\n"), "{out}");
+        let back = yaml::parse(&out).expect("still YAML").value;
+        assert_eq!(back["sinks"]["db"]["password"], format!("{MASK}\n"));
+        assert_eq!(back["sinks"]["db"]["token"], MASK);
+        assert_eq!(back["sinks"]["db"]["table"], "t");
+        assert_eq!(back["description"], format!("{MASK} rotates"));
     }
 
     #[test]

@@ -596,7 +596,8 @@ mod tests {
         let keys = selector(&[("k", DataType::Int64)]);
         let available = [("accumulators", StateShape::Accumulators)];
         let build = |spec: &str, backend| {
-            let spec: QueryableSpec = serde_yaml::from_str(spec).unwrap();
+            let spec: QueryableSpec =
+                serde_json::from_value(crate::spec::yaml::parse(spec).unwrap().value).unwrap();
             QueryableNode::build(
                 "agg",
                 "aggregate",

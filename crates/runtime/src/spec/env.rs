@@ -13,7 +13,7 @@
 //! it anywhere it may write. The values read are kept ([`Substituted::values`]) so that the
 //! server masks them wherever it shows the job, as it masks passwords written in the file.
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 use super::positions::escape_segment;
 
@@ -89,23 +89,16 @@ pub fn substitute(tree: &mut Value, env: &dyn Environment) -> Substituted {
                 Ok(None) => {}
                 Err(message) => out.problems.push((at, message)),
             },
-            Value::Mapping(map) => {
+            Value::Object(map) => {
                 for (k, v) in map.iter_mut() {
-                    let key = match k {
-                        Value::String(s) => s.clone(),
-                        other => serde_yaml::to_string(other)
-                            .map(|s| s.trim_end().to_owned())
-                            .unwrap_or_default(),
-                    };
-                    stack.push((format!("{at}/{}", escape_segment(&key)), v));
+                    stack.push((format!("{at}/{}", escape_segment(k)), v));
                 }
             }
-            Value::Sequence(items) => {
+            Value::Array(items) => {
                 for (i, v) in items.iter_mut().enumerate() {
                     stack.push((format!("{at}/{i}"), v));
                 }
             }
-            Value::Tagged(tagged) => stack.push((at, &mut tagged.value)),
             _ => {}
         }
     }
@@ -232,10 +225,11 @@ mod tests {
 
     #[test]
     fn a_tree_is_substituted_in_values_only_with_problems_at_their_pointers() {
-        let mut tree: Value = serde_yaml::from_str(
+        let mut tree = super::super::yaml::parse(
             "name: ${HOST}\n${TOKEN}: 1\nsinks:\n  out: {password: '${TOKEN}', list: [a, '${NOPE}']}\n",
         )
-        .unwrap();
+        .unwrap()
+        .value;
         let done = substitute(&mut tree, &env());
         assert_eq!(tree["name"], Value::from("nats.local"));
         assert_eq!(tree["sinks"]["out"]["password"], Value::from("s3cret"));

@@ -1,6 +1,8 @@
 //! YAML text → [`JobSpec`], reporting every problem at once.
 //!
-//! 1. serde_yaml parses the text (a syntax error stops here, with its position);
+//! 1. one YAML pass ([`super::yaml`]) reads the text into a tree and the position of every
+//!    node; a syntax error, a key written twice, an unknown tag or a text past the limits
+//!    (depth, size, one document) stops here, with its position;
 //! 2. `--set key=value` overrides replace values in the parsed tree, then `${VAR}` references
 //!    in string values are replaced from the environment ([`super::env`]);
 //! 3. the tree is validated against the JSON Schema of [`JobSpec`] (the one `weir schema`
@@ -24,7 +26,7 @@ use serde_json::Value;
 use super::JobSpec;
 use super::env::{Environment, ProcessEnv, substitute};
 use super::positions::{PositionIndex, escape_segment};
-use super::problems::{Problem, SpecError, SpecSource};
+use super::problems::{Problem, SpecError, SpecSource, dotted_path};
 
 /// A parsed job with the text positions its later problems are reported at.
 ///
@@ -66,7 +68,7 @@ impl Dropped {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Override {
     pub path: Vec<String>,
-    pub value: serde_yaml::Value,
+    pub value: Value,
 }
 
 impl FromStr for Override {
@@ -82,11 +84,10 @@ impl FromStr for Override {
                 "`{key}` is not a key path (e.g. sources.gen.events)"
             ));
         }
-        if let Err(refusal) = PositionIndex::build_checked(value) {
-            return Err(format!("the value of `{key}`: {}", refusal.message));
-        }
-        let value = serde_yaml::from_str(value)
-            .unwrap_or_else(|_| serde_yaml::Value::String(value.to_string()));
+        // Read as the file's values are, with the same limits.
+        let value = super::yaml::parse(value)
+            .map_err(|refusal| format!("the value of `{key}`: {}", refusal.message))?
+            .value;
         Ok(Override { path, value })
     }
 }
@@ -160,13 +161,12 @@ pub fn parse_str_in(
     overrides: &[Override],
     env: &dyn Environment,
 ) -> Result<LoadedJob, SpecError> {
-    // First, and in a loop: everything after this recurses per level and copies aliases.
-    let index = match PositionIndex::build_checked(text) {
-        Ok(index) => index,
+    let document = match super::yaml::parse(text) {
+        Ok(document) => document,
         Err(refusal) => {
             return Err(
                 SpecSource::indexed(file, PositionIndex::default()).error(vec![Problem {
-                    path: String::new(),
+                    path: dotted_path(&refusal.pointer),
                     line: Some(refusal.position.line),
                     column: Some(refusal.position.column),
                     message: refusal.message,
@@ -175,40 +175,14 @@ pub fn parse_str_in(
             );
         }
     };
-    let mut source = SpecSource::indexed(file, index);
-    let mut tree: serde_yaml::Value = match serde_yaml::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            let (line, column) = e
-                .location()
-                .map_or((None, None), |l| (Some(l.line()), Some(l.column())));
-            let message = e.to_string();
-            let (path, message) = match out_of_range_integer(&message) {
-                Some((path, number)) => (
-                    path.to_owned(),
-                    format!(
-                        "{number} is out of range: a number here lies between {} and {}",
-                        i64::MIN,
-                        u64::MAX
-                    ),
-                ),
-                None => (String::new(), format!("not valid YAML: {message}")),
-            };
-            return Err(source.error(vec![Problem {
-                path,
-                line,
-                column,
-                message,
-                origin: None,
-            }]));
-        }
-    };
-    if tree.is_null() {
+    let mut source = SpecSource::indexed(file, document.index);
+    let mut json = document.value;
+    if json.is_null() {
         return Err(source.error(vec![source.at_value("", "the job file is empty")]));
     }
     let mut problems = Vec::new();
     for o in overrides {
-        match apply_override(&mut tree, o) {
+        match apply_override(&mut json, o) {
             Ok(pointer) => source.overridden.push(pointer),
             Err(message) => problems.push(Problem {
                 path: o.path.join("."),
@@ -220,18 +194,11 @@ pub fn parse_str_in(
         }
     }
     // After the overrides, so that a `--set` value may hold references too.
-    let substituted = substitute(&mut tree, env);
+    let substituted = substitute(&mut json, env);
     for (pointer, message) in substituted.problems {
         problems.push(source.at_value(&pointer, message));
     }
     let env_values = substituted.values;
-    let mut json = match serde_json::to_value(&tree) {
-        Ok(v) => v,
-        Err(e) => {
-            problems.push(source.at_value("", format!("not a job: {e}")));
-            return Err(source.error(problems));
-        }
-    };
     if !json.is_object() {
         problems.push(source.at_value("", "a job file is a mapping of keys (name, sources, ...)"));
         return Err(source.error(problems));
@@ -290,7 +257,7 @@ fn whole_numbers_written_as_floats(json: &Value, source: &SpecSource, problems: 
                 if f.fract() != 0.0 || !f.is_finite() {
                     continue; // not whole: the schema says "expected an integer".
                 }
-                // 2^64 and -2^63: the bounds of what serde_yaml reads as an integer.
+                // 2^64 and -2^63: the bounds of what the YAML pass reads as an integer.
                 let message =
                     if !(-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0).contains(&f) {
                         format!(
@@ -310,14 +277,6 @@ fn whole_numbers_written_as_floats(json: &Value, source: &SpecSource, problems: 
             _ => {}
         }
     }
-}
-
-/// serde_yaml's "`path`: invalid type: integer `N` as u128, expected any YAML value" for an
-/// integer beyond 64 bits: the path and the number.
-fn out_of_range_integer(message: &str) -> Option<(&str, &str)> {
-    let (path, rest) = message.split_once(": invalid type: integer `")?;
-    let (number, rest) = rest.split_once('`')?;
-    (rest.starts_with(" as u128") || rest.starts_with(" as i128")).then_some((path, number))
 }
 
 /// What to remove from a document so that the rest can still be decoded and checked after a
@@ -451,7 +410,7 @@ fn drop_undecodable_nodes(json: &mut Value, dropped: &mut Dropped) {
 }
 
 /// Sets the value at `o.path`, creating mappings on the way; returns its JSON pointer.
-fn apply_override(tree: &mut serde_yaml::Value, o: &Override) -> Result<String, String> {
+fn apply_override(tree: &mut Value, o: &Override) -> Result<String, String> {
     let mut node = tree;
     let mut pointer = String::new();
     for (i, segment) in o.path.iter().enumerate() {
@@ -459,16 +418,15 @@ fn apply_override(tree: &mut serde_yaml::Value, o: &Override) -> Result<String, 
         pointer.push('/');
         pointer.push_str(&escape_segment(segment));
         node = match node {
-            serde_yaml::Value::Mapping(map) => {
-                let key = serde_yaml::Value::String(segment.clone());
+            Value::Object(map) => {
                 if last {
-                    map.insert(key, o.value.clone());
+                    map.insert(segment.clone(), o.value.clone());
                     return Ok(pointer);
                 }
-                map.entry(key)
-                    .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()))
+                map.entry(segment.clone())
+                    .or_insert_with(|| Value::Object(Default::default()))
             }
-            serde_yaml::Value::Sequence(seq) => {
+            Value::Array(seq) => {
                 let index: usize = segment
                     .parse()
                     .map_err(|_| format!("`{segment}` must be an index: its parent is a list"))?;
@@ -999,6 +957,216 @@ sinks:
         assert_eq!(p[0].path, "sources.gen.events");
         assert_eq!(p[1].path, "sinks.out.parallelism");
         assert!(p[1].message.contains("whole number"), "{}", p[1].message);
+    }
+
+    /// GOOD with its first `from` replaced by `to`.
+    fn problems_in_good(from: &str, to: &str) -> Vec<Problem> {
+        assert!(GOOD.contains(from), "{from}");
+        problems(&GOOD.replacen(from, to, 1))
+    }
+
+    fn good_with(from: &str, to: &str) -> JobSpec {
+        assert!(GOOD.contains(from), "{from}");
+        let loaded = parse_str("job.yaml", &GOOD.replacen(from, to, 1), &[]).unwrap();
+        assert!(loaded.problems.is_empty(), "{:#?}", loaded.problems);
+        loaded.spec
+    }
+
+    fn events(spec: &JobSpec) -> Option<u64> {
+        match &spec.sources["gen"] {
+            super::super::SourceSpec::Nexmark(n) => n.events,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_with_a_position() {
+        let p = problems(&format!("{GOOD}name: again\n"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(
+            p[0].message,
+            "the key `name` is written twice in one mapping (first at line 1, column 1)"
+        );
+        assert_eq!(p[0].path, "name");
+        assert_eq!((p[0].line, p[0].column), (Some(15), Some(1)), "the second");
+        let p = problems_in_good("  gen:\n", "  gen: {kind: blackhole}\n  gen:\n");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("written twice"), "{}", p[0].message);
+        assert_eq!(p[0].path, "sources.gen");
+        assert_eq!((p[0].line, p[0].column), (Some(4), Some(3)), "the second");
+    }
+
+    #[test]
+    fn a_merge_key_is_an_ordinary_unknown_key_not_a_merge() {
+        // YAML 1.1's `<<` is not applied: the job means what its keys say.
+        let p = problems_in_good(
+            "  out:\n    kind: blackhole\n    from: cheap\n",
+            "  out:\n    kind: blackhole\n    <<: {from: cheap}\n",
+        );
+        assert_eq!(p.len(), 2, "{p:#?}");
+        let merge = p.iter().find(|p| p.path == "sinks.out.<<").expect("`<<`");
+        assert!(merge.message.starts_with("unknown key `<<`"), "{p:#?}");
+        assert_eq!((merge.line, merge.column), (Some(14), Some(5)));
+        assert!(
+            p.iter()
+                .any(|p| p.message == "missing required key `from`" && p.path == "sinks.out"),
+            "{p:#?}"
+        );
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_are_strings() {
+        for word in ["yes", "no", "on", "off", "y", "n", "Yes", "ON"] {
+            let p = problems_in_good("name: demo", &format!("name: demo\nchaining: {word}"));
+            assert_eq!(p.len(), 1, "{word}: {p:#?}");
+            assert_eq!(p[0].path, "chaining");
+            assert_eq!(
+                p[0].message,
+                format!("expected a boolean, found `{word}`"),
+                "{word}"
+            );
+            assert_eq!((p[0].line, p[0].column), (Some(2), Some(11)), "{word}");
+            assert_eq!(good_with("name: demo", &format!("name: {word}")).name, word);
+        }
+        for (word, value) in [
+            ("true", true),
+            ("True", true),
+            ("FALSE", false),
+            ("false", false),
+        ] {
+            let spec = good_with("name: demo", &format!("name: demo\nchaining: {word}"));
+            assert_eq!(spec.chaining, value, "{word}");
+        }
+        assert_eq!(good_with("name: demo", "name: 'true'").name, "true");
+    }
+
+    #[test]
+    fn scalars_mean_what_they_meant() {
+        assert_eq!(events(&good_with("events: 1000", "events: 0x10")), Some(16));
+        assert_eq!(events(&good_with("events: 1000", "events: 0o10")), Some(8));
+        assert_eq!(events(&good_with("events: 1000", "events: +7")), Some(7));
+        assert_eq!(events(&good_with("events: 1000", "events: ~")), None);
+        assert_eq!(events(&good_with("events: 1000", "events: null")), None);
+        assert_eq!(events(&good_with("events: 1000", "events:")), None);
+        // A leading zero makes a string (YAML 1.2), as do quotes and `_` separators.
+        assert_eq!(good_with("name: demo", "name: 010").name, "010");
+        assert_eq!(good_with("name: demo", "name: '5'").name, "5");
+        assert_eq!(good_with("name: demo", "name: \"1.5\"").name, "1.5");
+        assert_eq!(
+            good_with("name: demo", "name: 2024-01-01").name,
+            "2024-01-01"
+        );
+        assert_eq!(
+            good_with("name: demo", "name: |\n  two\n  lines\n").name,
+            "two\nlines\n"
+        );
+        for (value, found) in [
+            ("1_000", "`1_000`"),
+            ("'5'", "`5`"),
+            ("5.5", "`5.5`"),
+            ("[1]", "a list"),
+            ("-1", "-1 is less than the minimum of 0"),
+        ] {
+            let p = problems_in_good("events: 1000", &format!("events: {value}"));
+            assert_eq!(p.len(), 1, "{value}: {p:#?}");
+            assert_eq!(p[0].path, "sources.gen.events", "{value}");
+            assert!(p[0].message.contains(found), "{value}: {p:#?}");
+            assert_eq!((p[0].line, p[0].column), (Some(5), Some(13)), "{value}");
+        }
+        for (value, found) in [
+            ("5", "`5`"),
+            ("1.5", "`1.5`"),
+            ("true", "`true`"),
+            ("~", "nothing (null)"),
+            // No JSON number: infinity reads as null, as it did.
+            (".inf", "nothing (null)"),
+        ] {
+            let p = problems_in_good("name: demo", &format!("name: {value}"));
+            assert!(!p.is_empty(), "{value}");
+            assert_eq!(p[0].path, "name", "{value}");
+            assert!(
+                p[0].message.contains("expected a string"),
+                "{value}: {p:#?}"
+            );
+            assert!(p[0].message.contains(found), "{value}: {p:#?}");
+        }
+    }
+
+    #[test]
+    fn core_tags_are_applied_and_other_tags_are_refused() {
+        assert_eq!(good_with("name: demo", "name: !!str 5").name, "5");
+        assert_eq!(
+            events(&good_with("events: 1000", "events: !!int '12'")),
+            Some(12)
+        );
+        let p = problems_in_good("name: demo", "name: !custom demo");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("`!custom` means nothing"), "{p:#?}");
+        assert!(p[0].path.starts_with("name"), "{p:#?}");
+        assert_eq!(p[0].line, Some(1), "{p:#?}");
+        let p = problems_in_good("events: 1000", "events: !!int many");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].line, Some(5), "{p:#?}");
+    }
+
+    #[test]
+    fn one_document_with_its_markers_is_fine_and_a_second_even_empty_is_not() {
+        assert!(problems(&format!("---\n{GOOD}...\n")).is_empty());
+        assert!(problems(&format!("# a job\n--- # begins\n{GOOD}")).is_empty());
+        let p = problems(&format!("{GOOD}---\n"));
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert!(p[0].message.contains("one YAML document"), "{p:#?}");
+        assert_eq!(p[0].line, Some(15));
+    }
+
+    #[test]
+    fn empty_and_non_mapping_files_are_refused() {
+        for text in ["", "# only a comment\n", "---\n", "~\n"] {
+            let p = problems(text);
+            assert_eq!(p.len(), 1, "{text:?}: {p:#?}");
+            assert_eq!(p[0].message, "the job file is empty", "{text:?}");
+        }
+        for text in ["- a\n", "just text\n", "5\n"] {
+            let p = problems(text);
+            assert_eq!(p.len(), 1, "{text:?}: {p:#?}");
+            assert!(
+                p[0].message.contains("a job file is a mapping"),
+                "{text:?}: {p:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn problems_in_flow_and_block_lists_have_their_positions() {
+        let p = problems_in_good("from: gen.bid", "from: [gen.bid, 5]");
+        assert!(!p.is_empty());
+        let p = problems_in_good("events: 1000", "events: 1000\n    seed: [1, 2]");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "sources.gen.seed");
+        assert_eq!((p[0].line, p[0].column), (Some(6), Some(11)));
+        let p = problems_in_good("    events: 1000\n", "    events:\n      - 1\n");
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!((p[0].line, p[0].column), (Some(6), Some(7)), "{p:#?}");
+    }
+
+    #[test]
+    fn override_values_are_read_as_in_the_file() {
+        let set = |s: &str| s.parse::<Override>().expect("an override");
+        let job = parse_str(
+            "job.yaml",
+            GOOD,
+            &[set("name=yes"), set("sources.gen.events=0x10")],
+        )
+        .unwrap();
+        assert!(job.problems.is_empty(), "{:#?}", job.problems);
+        assert_eq!(job.spec.name, "yes");
+        assert_eq!(events(&job.spec), Some(16));
+        let loaded = parse_str("job.yaml", GOOD, &[set("chaining=on")]).unwrap();
+        assert_eq!(loaded.problems.len(), 1, "{:#?}", loaded.problems);
+        assert_eq!(loaded.problems[0].message, "expected a boolean, found `on`");
+        // Text that is not YAML on its own is refused, with the reason.
+        let e = "name=a: b: c".parse::<Override>().unwrap_err();
+        assert!(e.starts_with("the value of `name`: not valid YAML"), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`load`]: YAML text → [`JobSpec`]: syntax, `--set` overrides, schema validation, decoding.
 //! - [`env`]: `${VAR}` and `${VAR:-default}` in string values, read from the environment.
 //! - [`positions`]: where each key and value sits in the YAML text.
+//! - [`yaml`]: the one YAML pass over a job file: tree, positions and limits together.
 //! - [`problems`]: the error type that lists every problem with its position.
 //! - [`checks`]: well-typed values a run would refuse or choke on (zero intervals, tiny chunks).
 //! - [`kafka`]: the keys of the Kafka source and sink.
@@ -34,6 +35,7 @@ pub mod paths;
 pub mod positions;
 pub mod problems;
 pub mod units;
+pub mod yaml;
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;

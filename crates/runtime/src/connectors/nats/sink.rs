@@ -571,8 +571,12 @@ mod tests {
             ]
         );
         let factory = NatsSinkFactory::new(
-            &serde_yaml::from_str::<NatsSinkSpec>("{from: x, servers: h, subject: s}")
-                .expect("spec"),
+            &serde_json::from_value::<NatsSinkSpec>(
+                crate::spec::yaml::parse("{from: x, servers: h, subject: s}")
+                    .expect("yaml")
+                    .value,
+            )
+            .expect("spec"),
             Subjects::Literal("s".into()),
             "job",
             "out",

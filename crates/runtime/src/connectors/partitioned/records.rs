@@ -302,6 +302,10 @@ mod tests {
     use crate::spec::kafka::KafkaMetadata;
     use arrow_array::{Array, Int64Array, StringArray};
 
+    fn yaml(text: &str) -> serde_json::Value {
+        crate::spec::yaml::parse(text).expect("yaml").value
+    }
+
     fn meta<'a>(partition: i32, offset: i64, key: Option<&'a [u8]>) -> RecordMeta<'a> {
         RecordMeta {
             topic: "bids",
@@ -325,10 +329,10 @@ mod tests {
     #[test]
     fn json_values_get_their_metadata_columns_row_by_row() {
         let layout: JsonLayout =
-            JsonLayout::Single(serde_yaml::from_str("{price: int}").expect("layout"));
-        let metadata: IndexMap<String, KafkaMetadata> = serde_yaml::from_str(
+            JsonLayout::Single(serde_json::from_value(yaml("{price: int}")).expect("layout"));
+        let metadata: IndexMap<String, KafkaMetadata> = serde_json::from_value(yaml(
             "{k: key, p: partition, o: offset, t: timestamp, h: headers, topic: topic}",
-        )
+        ))
         .expect("metadata");
         let mut d = RecordDecoder::new(&ValueFormat::Json(layout), &metadata, &[true], 8);
         assert!(decode(&mut d, Some(br#"{"price": 5}"#), &meta(2, 7, Some(b"a")), 0).expect("row"));
