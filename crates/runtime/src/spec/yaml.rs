@@ -377,22 +377,7 @@ impl<'t> Builder<'t> {
                 },
             );
         }
-        match pointer {
-            Some(pointer) => {
-                self.record_value(&pointer, &span.start);
-                self.place(value);
-                Ok(())
-            }
-            None => {
-                let key = key_text(&value).ok_or_else(|| {
-                    Refusal::at(
-                        format!("a key here is {}; keys are text", describe(&value)),
-                        position(&span.start),
-                    )
-                })?;
-                self.key(key, &span.start)
-            }
-        }
+        self.place_at(pointer, value, &span.start)
     }
 
     /// The pointer a problem with a key written as `text` is reported at.
@@ -420,9 +405,21 @@ impl<'t> Builder<'t> {
                 position(&span.start),
             ));
         };
-        match self.next_pointer() {
+        let pointer = self.next_pointer();
+        self.place_at(pointer, value, &span.start)
+    }
+
+    /// A finished scalar or alias value: a value at `pointer`, or the key of the mapping being
+    /// read when there is none (then it must be text).
+    fn place_at(
+        &mut self,
+        pointer: Option<String>,
+        value: Value,
+        at: &Marker,
+    ) -> Result<(), Refusal> {
+        match pointer {
             Some(pointer) => {
-                self.record_value(&pointer, &span.start);
+                self.record_value(&pointer, at);
                 self.place(value);
                 Ok(())
             }
@@ -430,10 +427,10 @@ impl<'t> Builder<'t> {
                 let key = key_text(&value).ok_or_else(|| {
                     Refusal::at(
                         format!("a key here is {}; keys are text", describe(&value)),
-                        position(&span.start),
+                        position(at),
                     )
                 })?;
-                self.key(key, &span.start)
+                self.key(key, at)
             }
         }
     }
