@@ -1,6 +1,6 @@
 # weir: `make run` builds weir and serves the default job with the dashboard; `make test` checks everything;
-# `make bench` prints the benchmark tables recorded in BENCHMARKS.md; `make fuzz` fuzzes the decoders of
-# untrusted input.
+# `make bench` prints the benchmark tables recorded in BENCHMARKS.md; `make bench-peers` runs Nexmark on
+# Apache Flink beside weir; `make fuzz` fuzzes the decoders of untrusted input.
 #
 # Everything builds with the release profile (tests and lints too), so C/C++ dependencies
 # are compiled once, not once per profile.
@@ -29,7 +29,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # on a free port (scripts/nats-server.sh).
 TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server
 
-.PHONY: run test bench build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
+.PHONY: run test bench bench-peers build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -100,6 +100,19 @@ bench: build
 	$(WEIR) bench serve
 	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then $(WEIR) bench postgres; \
 	else echo "bench postgres skipped: no PostgreSQL server on 127.0.0.1:5432 (start one, or run weir bench postgres --connection '...')"; fi
+
+## Nexmark q0–q9 and q11 on Apache Flink beside weir (issue 26; not part of `make test`): the
+## same JSON-lines file (made once if missing), Flink SQL texts in scripts/peers/flink/ against
+## jobs/nexmark/*-jsonl.yaml. It checks that both engines produce the same rows, then prints
+## the medians of BENCH_PEERS_RUNS interleaved runs with blackhole sinks: Flink's net job
+## runtime, weir's wall time, their ratio, the peak memory of each. Needs Java 11, 17 or 21 and
+## Python 3.9-3.12; installs PyFlink 2.3 (about 850 MB) into ~/.cache/weir/pyflink once.
+## BENCH_PEERS_ARGS passes more options (`--queries q0,q5`, `--skip-check`).
+BENCH_PEERS_RUNS ?= 3
+BENCH_PEERS_ARGS ?=
+bench-peers: build
+	@[ -f data/nexmark.jsonl ] || $(MAKE) --no-print-directory nexmark-data
+	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) $(BENCH_PEERS_ARGS)
 
 ## A JSON-lines Nexmark file for the *-jsonl jobs.
 nexmark-data: build

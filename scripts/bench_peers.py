@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Nexmark on Apache Flink and on weir, side by side (issue 26): `make bench-peers`.
+
+Both engines run each Nexmark query over the same JSON-lines file. For every query the script
+first checks that they produce the same rows (one untimed run each, writing to files), then
+times interleaved runs (Flink, weir, Flink, weir, ...) with each engine's blackhole sink, and
+prints medians: Flink's net job runtime, weir's whole-process wall time, their ratio, and the
+peak memory (maximum resident set) of each.
+
+Layout:
+  * `main` drives everything; it needs only the standard library.
+  * `flink_main` (the `flink` subcommand) runs one query on a fresh Flink local mini-cluster
+    (PyFlink's JVM) and prints one JSON line with its measurements. The driver starts it in the
+    PyFlink virtualenv's Python, once per run, so that no run inherits a warm JVM.
+  * The Flink SQL texts live in scripts/peers/flink/: nexmark.sql declares the file and one view
+    per event type, qN.sql holds the query (after any statements of its own).
+
+scripts/bench-peers.sh installs PyFlink and makes the data file, then runs this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import decimal
+import itertools
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FLINK_SQL = ROOT / "scripts" / "peers" / "flink"
+ALL_QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11"]
+
+# weir's q4 is an upsert stream keyed by category (every change of a category's average is a
+# row); its result is the last row per key. Every other weir job appends.
+WEIR_UPSERT_KEYS = {"q4": ["category"]}
+
+# Timestamps as engines write them in JSON: weir's file sink and Flink's debezium-json format
+# ("2023-11-14 22:13:20.123Z" or ISO 8601 with a T).
+TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?$")
+
+
+class BenchError(Exception):
+    """A failure with a message that says what to do; printed without a traceback."""
+
+
+# --------------------------------------------------------------------------------------------
+# Flink: one query on a local mini-cluster (runs in the PyFlink virtualenv).
+# --------------------------------------------------------------------------------------------
+
+
+def sql_statements(path: Path, replacements: dict[str, str]) -> list[str]:
+    """The `;`-separated statements of a SQL file, without `--` comment lines."""
+    text = path.read_text()
+    for key, value in replacements.items():
+        text = text.replace("${" + key + "}", value)
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def vm_hwm_kib(pid: int) -> int:
+    """The peak resident set (VmHWM) of a live process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise BenchError(f"no VmHWM in /proc/{pid}/status")
+
+
+def flink_main(args: argparse.Namespace) -> None:
+    """Runs one query on Flink and prints {"net_ms", "jvm_peak_kib", "python_peak_kib"}.
+
+    With `--out DIR` the result goes to DIR as debezium-json (every insert, update and delete,
+    so that updating results can be folded into their final table); otherwise to Flink's
+    blackhole connector, which discards rows as weir's blackhole sink does.
+    """
+    # Imported here: the driver runs without PyFlink.
+    from pyflink.java_gateway import get_gateway
+    from pyflink.table import EnvironmentSettings, Schema, TableDescriptor, TableEnvironment
+
+    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    config = t_env.get_config()
+    # Flink's best setting for one file on this machine (issue 26): one subtask per operator,
+    # which with the reader, JIT and GC threads already keeps both cores busy.
+    config.set("parallelism.default", "1")
+    # Windows on TIMESTAMP_LTZ align in the session time zone; weir's align to the epoch.
+    config.set("table.local-time-zone", "UTC")
+    # The settings the Flink Nexmark benchmark runs with (object reuse, mini-batch aggregation),
+    # without its RocksDB backend: weir keeps state on the heap here, so Flink does too.
+    config.set("pipeline.object-reuse", "true")
+    config.set("table.exec.mini-batch.enabled", "true")
+    config.set("table.exec.mini-batch.allow-latency", "2 s")
+    config.set("table.exec.mini-batch.size", "50000")
+    if args.out:
+        # The filesystem sink commits its part files on checkpoints; the final checkpoint at the
+        # end of the bounded input commits the last ones.
+        config.set("execution.checkpointing.interval", "10 s")
+
+    replacements = {"path": str(Path(args.data).resolve())}
+    statements = sql_statements(FLINK_SQL / "nexmark.sql", replacements)
+    statements += sql_statements(FLINK_SQL / f"{args.query}.sql", replacements)
+    for statement in statements[:-1]:
+        t_env.execute_sql(statement)
+    table = t_env.sql_query(statements[-1])
+
+    schema = Schema.new_builder().from_resolved_schema(table.get_resolved_schema()).build()
+    if args.out:
+        sink = (
+            TableDescriptor.for_connector("filesystem")
+            .option("path", str(Path(args.out).resolve()))
+            .format("debezium-json")
+        )
+    else:
+        sink = TableDescriptor.for_connector("blackhole")
+    t_env.create_temporary_table("result", sink.schema(schema).build())
+
+    job = table.execute_insert("result").get_job_client().get_job_execution_result().result()
+    jvm = get_gateway().jvm.java.lang.ProcessHandle.current().pid()
+    print(
+        json.dumps(
+            {
+                "net_ms": job.get_net_runtime(),
+                "jvm_peak_kib": vm_hwm_kib(jvm),
+                "python_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }
+        ),
+        flush=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The driver: check rows, time interleaved runs, print the table.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Engines:
+    """How to start each engine."""
+
+    weir: Path
+    python: Path  # the PyFlink virtualenv's interpreter
+    data: Path
+
+
+@dataclass
+class Timings:
+    """The measurements of one query, one entry per timed run."""
+
+    flink_s: list[float] = field(default_factory=list)
+    weir_s: list[float] = field(default_factory=list)
+    flink_peak_mib: list[float] = field(default_factory=list)
+    weir_peak_mib: list[float] = field(default_factory=list)
+
+
+def run_flink(engines: Engines, query: str, out: Path | None) -> dict:
+    """One Flink run in a fresh process (and JVM); its measurements."""
+    cmd = [str(engines.python), __file__, "flink", query, "--data", str(engines.data)]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-30:])
+        raise BenchError(f"Flink failed on {query} (exit {done.returncode}):\n{tail}")
+    return json.loads(lines[-1])
+
+
+def run_weir(engines: Engines, query: str, out: Path | None) -> tuple[float, float]:
+    """One weir run of jobs/nexmark/<query>-jsonl.yaml: (wall seconds, peak RSS in MiB).
+
+    The peak comes from wait4's rusage of the weir process itself.
+    """
+    cmd = [
+        str(engines.weir), "run", str(ROOT / "jobs" / "nexmark" / f"{query}-jsonl.yaml"),
+        "--set", f"sources.nexmark.path={engines.data}",
+    ]  # fmt: skip
+    if out is not None:
+        cmd += ["--set", f"sinks.out={{kind: file, from: {query}, path: {out}}}"]
+    with tempfile.TemporaryFile() as log:
+        start = time.monotonic()
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.monotonic() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            log.seek(0)
+            tail = "\n".join(log.read().decode(errors="replace").strip().splitlines()[-30:])
+            raise BenchError(f"weir failed on {query} (exit {child.returncode}):\n{tail}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def normalise(value):
+    """A value in a form both engines' JSON agree on: numbers exact, timestamps epoch ms."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, decimal.Decimal)):
+        number = decimal.Decimal(value)
+        # 4146.116000 and 4146.116 are one number; integral values compare as integers.
+        return int(number) if number == number.to_integral_value() else number.normalize()
+    if isinstance(value, str) and TIMESTAMP.match(value):
+        text = value.replace(" ", "T").replace("Z", "+00:00")
+        moment = datetime.datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        return round(moment.timestamp() * 1000)
+    return value
+
+
+def row_key(row: dict) -> tuple:
+    """A row as a hashable tuple, its columns in name order."""
+    return tuple((name, normalise(row[name])) for name in sorted(row))
+
+
+def json_lines(directory: Path):
+    """Every JSON object in the files under a directory (hidden part files included)."""
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        if path.name.endswith(".crc"):
+            continue
+        with path.open() as lines:
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line, parse_float=decimal.Decimal)
+
+
+def flink_rows(directory: Path) -> collections.Counter:
+    """Flink's debezium-json changelog folded into its final multiset of rows."""
+    rows: collections.Counter = collections.Counter()
+    for change in json_lines(directory):
+        if change.get("before") is not None:
+            rows[row_key(change["before"])] -= 1
+        if change.get("after") is not None:
+            rows[row_key(change["after"])] += 1
+    if any(n < 0 for n in rows.values()):
+        raise BenchError(f"Flink's changelog in {directory} retracts rows it never inserted")
+    return +rows
+
+
+def weir_rows(directory: Path, keys: list[str] | None) -> collections.Counter:
+    """weir's rows as a multiset; for an upsert result, the last row of each key."""
+    if keys is None:
+        return collections.Counter(row_key(row) for row in json_lines(directory))
+    last = {}
+    for row in json_lines(directory):
+        last[tuple(normalise(row[k]) for k in keys)] = row_key(row)
+    return collections.Counter(last.values())
+
+
+def check_rows(engines: Engines, query: str, scratch: Path) -> str:
+    """Runs both engines into files and compares their rows; a summary, or BenchError."""
+    flink_dir, weir_dir = scratch / f"{query}-flink", scratch / f"{query}-weir"
+    for d in (flink_dir, weir_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    run_flink(engines, query, flink_dir)
+    run_weir(engines, query, weir_dir)
+    flink, weir = flink_rows(flink_dir), weir_rows(weir_dir, WEIR_UPSERT_KEYS.get(query))
+    if flink == weir:
+        return f"{sum(weir.values()):,} rows"
+    only_flink, only_weir = flink - weir, weir - flink
+
+    def sample(rows: collections.Counter) -> str:
+        return "\n    ".join(str(r) for r in itertools.islice(rows.elements(), 3))
+
+    raise BenchError(
+        f"{query}: the engines' rows differ: Flink {sum(flink.values()):,} rows, "
+        f"weir {sum(weir.values()):,}; {sum(only_flink.values()):,} only in Flink, e.g.\n    "
+        f"{sample(only_flink)}\n  {sum(only_weir.values()):,} only in weir, e.g.\n    "
+        f"{sample(only_weir)}\n  (outputs kept in {scratch})"
+    )
+
+
+def table(results: dict[str, Timings], checks: dict[str, str]) -> str:
+    """The medians as a Markdown table."""
+    lines = [
+        "| query | Flink net s | weir wall s | ratio | Flink peak MiB | weir peak MiB | rows |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for query, t in results.items():
+        flink, weir = statistics.median(t.flink_s), statistics.median(t.weir_s)
+        lines.append(
+            f"| {query} | {flink:.2f} | {weir:.2f} | {flink / weir:.1f}× "
+            f"| {statistics.median(t.flink_peak_mib):,.0f} "
+            f"| {statistics.median(t.weir_peak_mib):,.0f} | {checks.get(query, 'not checked')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> None:
+    engines = Engines(
+        weir=Path(args.weir).resolve(),
+        python=Path(args.python),
+        data=Path(args.data).resolve(),
+    )
+    for what, path in (("weir binary", engines.weir), ("data file", engines.data)):
+        if not path.exists():
+            raise BenchError(f"no {what} at {path}")
+    queries = args.queries.split(",")
+    unknown = [q for q in queries if q not in ALL_QUERIES]
+    if unknown:
+        raise BenchError(f"unknown queries {unknown}; known: {','.join(ALL_QUERIES)}")
+
+    checks: dict[str, str] = {}
+    failed: list[str] = []
+    if not args.skip_check:
+        scratch = Path(tempfile.mkdtemp(prefix="weir-bench-peers-"))
+        for query in queries:
+            try:
+                checks[query] = "same " + check_rows(engines, query, scratch)
+            except BenchError as e:
+                checks[query], failed = "**differ**", failed + [query]
+                print(e, file=sys.stderr)
+            print(f"check {query}: {checks[query]}", file=sys.stderr, flush=True)
+        if not failed:
+            shutil.rmtree(scratch)
+
+    # Interleaved: each run of a query on Flink is followed by one on weir, and every query
+    # gets its first run before any gets its second, so that a slow spell of a shared machine
+    # falls on both engines and on many queries rather than on one cell.
+    results = {q: Timings() for q in queries}
+    for run in range(args.runs):
+        for query in queries:
+            flink = run_flink(engines, query, None)
+            wall, peak = run_weir(engines, query, None)
+            t = results[query]
+            t.flink_s.append(flink["net_ms"] / 1000)
+            t.flink_peak_mib.append(flink["jvm_peak_kib"] / 1024)
+            t.weir_s.append(wall)
+            t.weir_peak_mib.append(peak)
+            print(
+                f"run {run + 1}/{args.runs} {query}: Flink net {flink['net_ms'] / 1000:.2f} s, "
+                f"JVM peak {flink['jvm_peak_kib'] / 1024:,.0f} MiB, Python client "
+                f"{flink['python_peak_kib'] / 1024:,.0f} MiB; weir {wall:.2f} s, {peak:,.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    print(f"\nNexmark, {engines.data.name}, medians of {args.runs} interleaved runs:\n")
+    print(table(results, checks))
+    if failed:
+        raise BenchError(f"rows differ on {','.join(failed)} (see above)")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+
+    flink = sub.add_parser("flink", help="run one query on Flink (in the PyFlink virtualenv)")
+    flink.add_argument("query", choices=ALL_QUERIES)
+    flink.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
+    flink.add_argument("--out", help="write the changelog here (default: blackhole)")
+
+    bench = sub.add_parser("bench", help="check rows and time both engines")
+    bench.add_argument("--weir", required=True, help="the weir binary")
+    bench.add_argument("--python", required=True, help="the PyFlink virtualenv's python")
+    bench.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
+    bench.add_argument("--queries", default=",".join(ALL_QUERIES))
+    bench.add_argument("--runs", type=int, default=3, help="timed runs per engine and query")
+    bench.add_argument("--skip-check", action="store_true", help="time only, compare no rows")
+    args = parser.parse_args()
+    if args.command is None:
+        parser.error("a command is needed: bench or flink")
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    try:
+        flink_main(arguments) if arguments.command == "flink" else main(arguments)
+    except BenchError as error:
+        print(f"bench-peers: {error}", file=sys.stderr)
+        sys.exit(1)
