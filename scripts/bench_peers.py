@@ -9,6 +9,10 @@ peak memory (maximum resident set) of each.
 
 Layout:
   * `main` drives everything; it needs only the standard library.
+  * `check_main` (the `check` subcommand) compares one query's rows. The driver runs it in a
+    process of its own so that it stays small itself: a child's peak RSS as the kernel reports
+    it (wait4's ru_maxrss) includes the parent's at the moment of the fork, and a driver that
+    had held a million rows would inflate weir's figure.
   * `flink_main` (the `flink` subcommand) runs one query on a fresh Flink local mini-cluster
     (PyFlink's JVM) and prints one JSON line with its measurements. The driver starts it in the
     PyFlink virtualenv's Python, once per run, so that no run inherits a warm JVM.
@@ -101,10 +105,16 @@ def flink_main(args: argparse.Namespace) -> None:
     config.set("table.exec.mini-batch.enabled", "true")
     config.set("table.exec.mini-batch.allow-latency", "2 s")
     config.set("table.exec.mini-batch.size", "50000")
+    # A failure fails the run, rather than restarting the job behind the measurement's back.
+    config.set("restart-strategy.type", "none")
     if args.out:
         # The filesystem sink commits its part files on checkpoints; the final checkpoint at the
-        # end of the bounded input commits the last ones.
+        # end of the bounded input commits the last ones. Checkpoints go to files beside the
+        # output: the default (the JobManager's memory) refuses state over 5 MB.
         config.set("execution.checkpointing.interval", "10 s")
+        config.set("execution.checkpointing.storage", "filesystem")
+        checkpoints = Path(args.out).resolve().with_name(Path(args.out).name + "-checkpoints")
+        config.set("execution.checkpointing.dir", checkpoints.as_uri())
 
     replacements = {"path": str(Path(args.data).resolve())}
     statements = sql_statements(FLINK_SQL / "nexmark.sql", replacements)
@@ -182,7 +192,7 @@ def run_weir(engines: Engines, query: str, out: Path | None) -> tuple[float, flo
     """
     cmd = [
         str(engines.weir), "run", str(ROOT / "jobs" / "nexmark" / f"{query}-jsonl.yaml"),
-        "--set", f"sources.nexmark.path={engines.data}",
+        "--set", f"sources.nexmark.path={engines.data}", "--quiet",
     ]  # fmt: skip
     if out is not None:
         cmd += ["--set", f"sinks.out={{kind: file, from: {query}, path: {out}}}"]
@@ -278,6 +288,24 @@ def check_rows(engines: Engines, query: str, scratch: Path) -> str:
     )
 
 
+def check_main(args: argparse.Namespace) -> None:
+    """Compares one query's rows on both engines; prints a summary, or raises BenchError."""
+    engines = Engines(weir=Path(args.weir), python=Path(args.python), data=Path(args.data))
+    print(check_rows(engines, args.query, Path(args.scratch)))
+
+
+def run_check(engines: Engines, query: str, scratch: Path) -> str:
+    """`check_main` in a child process (see the module's docs for why)."""
+    cmd = [
+        sys.executable, __file__, "check", query, "--weir", str(engines.weir),
+        "--python", str(engines.python), "--data", str(engines.data), "--scratch", str(scratch),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BenchError(done.stderr.strip().removeprefix("bench-peers: "))
+    return done.stdout.strip()
+
+
 def table(results: dict[str, Timings], checks: dict[str, str]) -> str:
     """The medians as a Markdown table."""
     lines = [
@@ -314,13 +342,18 @@ def main(args: argparse.Namespace) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="weir-bench-peers-"))
         for query in queries:
             try:
-                checks[query] = "same " + check_rows(engines, query, scratch)
+                checks[query] = "same " + run_check(engines, query, scratch)
             except BenchError as e:
                 checks[query], failed = "**differ**", failed + [query]
                 print(e, file=sys.stderr)
             print(f"check {query}: {checks[query]}", file=sys.stderr, flush=True)
         if not failed:
             shutil.rmtree(scratch)
+
+    if args.runs == 0:
+        if failed:
+            raise BenchError(f"rows differ on {','.join(failed)} (see above)")
+        return
 
     # Interleaved: each run of a query on Flink is followed by one on weir, and every query
     # gets its first run before any gets its second, so that a slow spell of a shared machine
@@ -358,23 +391,34 @@ def parse_args() -> argparse.Namespace:
     flink.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
     flink.add_argument("--out", help="write the changelog here (default: blackhole)")
 
+    def add_engines(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--weir", required=True, help="the weir binary")
+        p.add_argument("--python", required=True, help="the PyFlink virtualenv's python")
+        p.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
+
+    check = sub.add_parser("check", help="compare one query's rows on both engines")
+    check.add_argument("query", choices=ALL_QUERIES)
+    check.add_argument("--scratch", required=True, help="a directory for both outputs")
+    add_engines(check)
+
     bench = sub.add_parser("bench", help="check rows and time both engines")
-    bench.add_argument("--weir", required=True, help="the weir binary")
-    bench.add_argument("--python", required=True, help="the PyFlink virtualenv's python")
-    bench.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
+    add_engines(bench)
     bench.add_argument("--queries", default=",".join(ALL_QUERIES))
-    bench.add_argument("--runs", type=int, default=3, help="timed runs per engine and query")
+    bench.add_argument(
+        "--runs", type=int, default=3, help="timed runs per engine and query (0: check rows only)"
+    )
     bench.add_argument("--skip-check", action="store_true", help="time only, compare no rows")
     args = parser.parse_args()
     if args.command is None:
-        parser.error("a command is needed: bench or flink")
+        parser.error("a command is needed: bench, check or flink")
     return args
 
 
 if __name__ == "__main__":
     arguments = parse_args()
     try:
-        flink_main(arguments) if arguments.command == "flink" else main(arguments)
+        commands = {"bench": main, "check": check_main, "flink": flink_main}
+        commands[arguments.command](arguments)
     except BenchError as error:
         print(f"bench-peers: {error}", file=sys.stderr)
         sys.exit(1)

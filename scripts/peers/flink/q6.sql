@@ -9,10 +9,11 @@
 -- auctions last under a second at its default rate; 10 s leaves room). Then
 --   1. an interval join takes the bids placed while each auction was open (both ends included),
 --   2. a 1 ms tumbling window at `expires` emits each auction's final price once, when it closes,
---   3. an OVER window per seller, in order of closing, averages the last 10 (AVG of a BIGINT
+--   3. a temporal sort puts the closed auctions in order of expires, then auction id: an OVER
+--      window orders by its time attribute alone and takes rows of one millisecond in arrival
+--      order (without this step 3,069 of the 55,911 rows of 1 M events differed from weir's),
+--   4. an OVER window per seller, in that order, averages the last 10 (AVG of a BIGINT
 --      truncates, the floor weir computes for positive prices).
--- Step 3 orders auctions of one seller that close in the same millisecond by arrival, where
--- weir orders them by auction id; the check run would show a difference.
 CREATE TEMPORARY TABLE closings (
   `type` STRING,
   auction ROW<id BIGINT, `dateTime` BIGINT, expires BIGINT, seller BIGINT>,
@@ -50,7 +51,10 @@ SELECT id, seller, MAX(price) AS final, window_time AS closed
 FROM TABLE(TUMBLE(TABLE bids_in_time, DESCRIPTOR(expires), INTERVAL '0.001' SECOND))
 GROUP BY id, seller, window_start, window_end, window_time;
 
+CREATE TEMPORARY VIEW closed_in_order AS
+SELECT * FROM final_prices ORDER BY closed, id;
+
 SELECT seller,
        AVG(final) OVER (PARTITION BY seller ORDER BY closed
                         ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS avg_price
-FROM final_prices;
+FROM closed_in_order;
