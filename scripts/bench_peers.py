@@ -19,7 +19,8 @@ Layout:
   * The Flink SQL texts live in scripts/peers/flink/: nexmark.sql declares the file and one view
     per event type, qN.sql holds the query (after any statements of its own).
 
-scripts/bench-peers.sh installs PyFlink and makes the data file, then runs this file.
+scripts/bench-peers.sh checks for Java, installs PyFlink once, then runs this file; `make
+bench-peers` makes the data file first when it is missing.
 """
 
 from __future__ import annotations
