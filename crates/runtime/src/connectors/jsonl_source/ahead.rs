@@ -5,8 +5,9 @@
 //! call of [`LineReader::next_lines`] (one buffer-full, up to 1 MiB, of one chunk) becomes a
 //! *piece*: its lines copied out with their offsets, and the reader's position after them.
 //! Pieces go to the decode threads over a bounded channel, and into a queue in read order,
-//! each with a one-shot reply. [`DecodeAhead::next`] keeps the queue full, then waits for the
-//! piece at its front and returns that piece's batches. A thread decodes a piece as inline
+//! each with a one-shot reply. [`DecodeAhead::next`] reads one more piece, and more while the
+//! piece at the front is not decoded yet (up to the bound), then waits for that piece and
+//! returns its batches: the queue grows only while the threads are behind. A thread decodes a piece as inline
 //! decoding decodes one read (batches of `batch-size` rows per port, the rest at the piece's
 //! end), so the batches are the same, in the same order, as inline.
 //!
@@ -203,8 +204,16 @@ impl DecodeAhead {
         metrics: &SubtaskMetrics,
     ) -> Result<SourceEvent, OperatorError> {
         loop {
-            while self.queue.len() < self.bound && !self.read_all {
+            // One read per call keeps the queue as full as it was (one piece goes out per
+            // call); more only while the front is not decoded yet, so the first batch waits
+            // for one read and one decode, not for the queue to fill.
+            let mut reads = 0;
+            while self.queue.len() < self.bound
+                && !self.read_all
+                && (reads == 0 || !self.front_ready())
+            {
                 self.read(reader, metrics).await;
+                reads += 1;
             }
             let (decoded, done) = match self.queue.front_mut() {
                 None => return Ok(SourceEvent::End),
@@ -238,6 +247,17 @@ impl DecodeAhead {
             if !output.batches.is_empty() {
                 return Ok(SourceEvent::Batches(output.batches));
             }
+        }
+    }
+
+    /// Whether the front of the queue can be returned (or failed) without waiting.
+    fn front_ready(&self) -> bool {
+        match self.queue.front() {
+            None => false,
+            Some(Entry::Failed(_)) => true,
+            // `is_empty` is also true once the thread dropped the reply; then the wait
+            // returns at once too, so reading on a little is harmless.
+            Some(Entry::Read { decoded, .. }) => !decoded.is_empty(),
         }
     }
 
