@@ -1,6 +1,6 @@
 //! JSON-lines sources on bad input: over-long and undecodable lines are skipped and counted
 //! under `on-error: skip`, and under `fail` the error names file, line number and byte offset,
-//! whichever subtask's chunk the line falls in.
+//! whichever subtask's chunk the line falls in, decoded inline or on decode threads.
 
 use std::path::Path;
 
@@ -78,15 +78,18 @@ fn over_long_and_bad_lines_are_skipped_and_counted_under_skip() {
     let lines = lines(7, 400);
     let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
     std::fs::write(&input, text).unwrap();
-    let plan = plan(&job(dir.path(), &input, "skip"), &[]).unwrap();
-    let summary = try_run_plan(&plan, false).unwrap();
-    let source = summary.nodes.iter().find(|n| n.name == "in").unwrap();
-    let good = [Kind::Good, Kind::DeepIgnored];
-    let bad = lines.iter().filter(|(k, _)| !good.contains(k)).count() as u64;
-    assert!(lines.iter().any(|(k, _)| *k == Kind::TooLong));
-    assert_eq!(source.skipped, bad);
-    assert_eq!(source.records_out, lines.len() as u64 - bad);
-    assert_eq!(summary.events, lines.len() as u64);
+    for threads in [0, 2] {
+        let threads = format!("sources.in.decode-threads={threads}");
+        let plan = plan(&job(dir.path(), &input, "skip"), &[threads]).unwrap();
+        let summary = try_run_plan(&plan, false).unwrap();
+        let source = summary.nodes.iter().find(|n| n.name == "in").unwrap();
+        let good = [Kind::Good, Kind::DeepIgnored];
+        let bad = lines.iter().filter(|(k, _)| !good.contains(k)).count() as u64;
+        assert!(lines.iter().any(|(k, _)| *k == Kind::TooLong));
+        assert_eq!(source.skipped, bad);
+        assert_eq!(source.records_out, lines.len() as u64 - bad);
+        assert_eq!(summary.events, lines.len() as u64);
+    }
 }
 
 #[test]
@@ -101,20 +104,23 @@ fn a_bad_line_under_fail_names_file_line_number_and_byte_offset() {
         lines[at] = one_line(seed, kind);
         let offset: usize = lines[..at].iter().map(|l| l.len() + 1).sum();
         std::fs::write(&input, lines.join("\n")).unwrap();
-        let plan = plan(&job(dir.path(), &input, "fail"), &[]).unwrap();
-        let err = try_run_plan(&plan, false).unwrap_err();
-        let line = at + 1;
-        let expected = match kind {
-            Kind::TooLong => format!(
-                "line {line} (byte {offset}) of {} is longer than {LIMIT} bytes",
-                input.display()
-            ),
-            _ => format!("{}: line {line} (byte {offset}): ", input.display()),
-        };
-        assert!(
-            err.contains(&expected),
-            "{kind:?}: expected {expected:?} in {err}"
-        );
+        for threads in [0, 2] {
+            let threads = format!("sources.in.decode-threads={threads}");
+            let plan = plan(&job(dir.path(), &input, "fail"), &[threads]).unwrap();
+            let err = try_run_plan(&plan, false).unwrap_err();
+            let line = at + 1;
+            let expected = match kind {
+                Kind::TooLong => format!(
+                    "line {line} (byte {offset}) of {} is longer than {LIMIT} bytes",
+                    input.display()
+                ),
+                _ => format!("{}: line {line} (byte {offset}): ", input.display()),
+            };
+            assert!(
+                err.contains(&expected),
+                "{kind:?}: expected {expected:?} in {err}"
+            );
+        }
     }
 }
 

@@ -103,7 +103,9 @@ enum Bench {
     /// latency through NATS JetStream, at least once and exactly once.
     Nats(crate::nats::BenchNatsArgs),
     /// weir's JSON-lines decoder beside arrow-json on the Nexmark file (in memory, one
-    /// thread), with and without splitting arrow-json's batches by event type.
+    /// thread), with and without splitting arrow-json's batches by event type; then the file
+    /// job at parallelism 1 decoding ahead on threads beside decoding inline, and the fixed
+    /// cost of a bounded file job.
     Json {
         /// Nexmark events in the file.
         #[arg(long, default_value_t = 1_000_000)]
@@ -111,6 +113,12 @@ enum Bench {
         /// Runs per arm (the median is reported).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Queries of the file job (job files jobs/nexmark/<q>-jsonl.yaml); none skips the
+        /// job tables.
+        #[arg(long, value_delimiter = ',', default_value = "q0,q1,q5")]
+        queries: Vec<String>,
+        #[arg(long, default_value = "jobs/nexmark")]
+        jobs: PathBuf,
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
     },
@@ -240,7 +248,24 @@ pub fn run(args: BenchArgs) -> ExitCode {
         Bench::Serve(args) => crate::serve::run(&args),
         Bench::Kafka(args) => crate::kafka::run(args),
         Bench::Nats(args) => crate::nats::run(args),
-        Bench::Json { events, runs, data } => crate::json::run(events, runs.max(1), &data),
+        Bench::Json {
+            events,
+            runs,
+            queries,
+            jobs,
+            data,
+        } => crate::json::run(events, runs.max(1), &data).and_then(|()| {
+            if queries.is_empty() {
+                return Ok(());
+            }
+            crate::json_file::run(&crate::json_file::FileBench {
+                queries: &queries,
+                events,
+                runs: runs.max(1),
+                jobs: &jobs,
+                data: &data,
+            })
+        }),
         Bench::Pool {
             measure,
             runs,

@@ -25,7 +25,9 @@
 //!   - `serve`: `weir serve`'s API latency with many jobs, and the cost of live dashboards;
 //!   - `kafka`: the Kafka source beside the file source, and latency through Kafka.
 //!   - `nats`: the NATS source beside the file source, and latency through NATS JetStream;
-//!   - `json`: weir's JSON-lines decoder beside arrow-json on the Nexmark file.
+//!   - `json`: weir's JSON-lines decoder beside arrow-json on the Nexmark file, and
+//!     `json_file`: the file job at parallelism 1 decoding ahead beside inline, and the
+//!     fixed cost of a bounded file job.
 //! - [`generator`]: a micro benchmark of the Nexmark generator's Arrow path, which no
 //!   subcommand runs yet.
 
@@ -34,6 +36,7 @@ mod checkpoint;
 mod cli;
 pub mod generator;
 mod json;
+mod json_file;
 mod kafka;
 mod measure;
 mod nats;

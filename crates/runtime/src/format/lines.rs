@@ -381,7 +381,13 @@ impl LineReader {
     /// and every chunk after it. A reader of these chunks reads exactly the lines this one has
     /// not delivered yet.
     pub fn remaining(&self) -> Vec<Chunk> {
-        let (current, offset) = self.position();
+        self.remaining_at(self.position())
+    }
+
+    /// What is left to read from an earlier [`position`](Self::position) of this reader, as
+    /// [`remaining`](Self::remaining) would have said then: a reader that reads ahead of what
+    /// its caller has used up checkpoints the position its caller reached, not its own.
+    pub fn remaining_at(&self, (current, offset): (usize, u64)) -> Vec<Chunk> {
         self.chunks
             .iter()
             .skip(current)
@@ -760,6 +766,10 @@ mod tests {
                     assert_eq!(second.bytes_read(), first.bytes_read());
                     lines.extend(read_all(&mut second, &path).await);
                     assert_eq!(lines, all, "seed {seed} chunk {chunk_size} stop {stop}");
+                    // What was left then is still known after reading on.
+                    let (at, left) = (first.position(), first.remaining());
+                    read_all(&mut first, &path).await;
+                    assert_eq!(first.remaining_at(at), left);
                     if !more {
                         break;
                     }

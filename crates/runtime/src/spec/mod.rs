@@ -246,6 +246,12 @@ pub struct JsonlSourceSpec {
     /// and `on-error` decides whether it fails the job or is skipped.
     #[serde(default = "default_max_line_length")]
     pub max_line_length: ByteSize,
+    /// Threads each subtask decodes lines on, ahead of emitting them in file order (default:
+    /// the machine's cores over the source's parallelism; at most the machine's cores); 0 or
+    /// 1 decode on the subtask's own task, as it reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 64))]
+    pub decode_threads: Option<u32>,
     /// Subtasks of this source (default: the job's parallelism).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]

@@ -13,6 +13,20 @@
 //! A checkpoint records what each subtask has left to read, as chunks (the current one from
 //! its next unread line). A restore deals every old subtask's remaining chunks out again
 //! round-robin, in file order, so any parallelism reads each remaining line exactly once.
+//!
+//! A subtask decodes what it reads either inline, on its own task, or, when cores are free
+//! (`decode-threads`, by default the machine's cores over the source's parallelism), on a few
+//! threads of its own ahead of what it emits ([`ahead`]): one file at parallelism 1 then keeps
+//! every core busy, and what comes out, batch for batch, and what a checkpoint records are
+//! the same as inline.
+//!
+//! # Layout
+//! - this module: the source, its decoding of one line, its checkpoints and its factory.
+//! - [`ahead`]: decoding on threads of the subtask's own, ahead of the ordered emit.
+
+mod ahead;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +40,7 @@ use indexmap::IndexMap;
 use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout, JsonType};
 use crate::format::lines::{Chunk, LineReader, LineTooLong, LongLines, line_number, plan_chunks};
 use crate::spec::{JsonlSourceSpec, OnError};
+use ahead::DecodeAhead;
 
 /// Read buffer per subtask.
 const READ_BUFFER: usize = 1 << 20;
@@ -77,13 +92,19 @@ pub fn list_files(path: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
     Ok(files)
 }
 
+/// A subtask of a JSON-lines source.
 pub struct JsonlSource {
     reader: LineReader,
-    decoder: JsonDecoder,
-    on_error: OnError,
-    batch_size: usize,
+    /// Decodes inline, when there are no decode threads.
+    lines: LineDecoder,
+    /// What a decode thread's own [`LineDecoder`] is made from.
+    decoding: Decoding,
     pending: Vec<(usize, RecordBatch)>,
     metrics: Arc<SubtaskMetrics>,
+    /// Threads to decode ahead on (2 or more), started by the first [`Source::next`]; 0
+    /// decodes inline.
+    threads: usize,
+    ahead: Option<DecodeAhead>,
 }
 
 impl JsonlSource {
@@ -102,7 +123,8 @@ impl JsonlSource {
         Self::with_chunks(spec, layout, chunks, want, batch_size, metrics)
     }
 
-    /// A subtask reading `chunks`.
+    /// A subtask reading `chunks`. Both constructors decode inline; the factory sets the
+    /// subtask's [decode threads](Self::with_decode_threads).
     pub fn with_chunks(
         spec: &JsonlSourceSpec,
         layout: &JsonLayout,
@@ -116,83 +138,108 @@ impl JsonlSource {
             OnError::Skip => LongLines::Skip,
         };
         let max_line_length = usize::try_from(spec.max_line_length.0).unwrap_or(usize::MAX);
+        let decoding = Decoding {
+            layout: layout.clone(),
+            want: want.to_vec(),
+            on_error: spec.on_error,
+            batch_size: batch_size.max(1),
+        };
         Self {
             reader: LineReader::new(chunks, READ_BUFFER)
                 .with_max_line_length(max_line_length)
                 .with_long_lines(long_lines),
-            decoder: JsonDecoder::new(layout, want, batch_size),
-            on_error: spec.on_error,
-            batch_size: batch_size.max(1),
+            lines: decoding.decoder(),
+            decoding,
             pending: Vec::new(),
             metrics,
+            threads: 0,
+            ahead: None,
         }
+    }
+
+    /// Decodes on `threads` threads of the subtask's own, ahead of what it emits; 0 or 1
+    /// decode inline.
+    pub fn with_decode_threads(mut self, threads: usize) -> Self {
+        self.threads = if threads > 1 { threads } else { 0 };
+        self
+    }
+
+    /// Reads the next buffer-full and decodes it on this task.
+    async fn next_inline(&mut self) -> Result<SourceEvent, OperatorError> {
+        loop {
+            if !self.pending.is_empty() {
+                return Ok(SourceEvent::Batches(std::mem::take(&mut self.pending)));
+            }
+            let decoder = &mut self.lines;
+            let pending = &mut self.pending;
+            let mut lines = 0u64;
+            let mut skipped = 0u64;
+            let read = self
+                .reader
+                .next_lines(|line: &[u8], offset: u64, path: &Path| {
+                    lines += 1;
+                    decoder.line(line, offset, path, pending, &mut skipped)
+                })
+                .await;
+            let too_long = self.reader.take_long_lines_skipped();
+            SubtaskMetrics::add(&self.metrics.skipped, skipped + too_long);
+            lines += too_long;
+            let more = match read {
+                Ok(more) => more,
+                Err(failure) => return Err(failure.to_operator_error().await),
+            };
+            SubtaskMetrics::add(&self.metrics.events, lines);
+            self.metrics.progress.store(
+                self.reader.bytes_read(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            self.lines.flush(&mut self.pending);
+            if !more && self.pending.is_empty() {
+                return Ok(SourceEvent::End);
+            }
+        }
+    }
+}
+
+/// The decode threads of a subtask of `spec` at `parallelism`: the machine's cores shared out
+/// between the subtasks (so a file read at parallelism 1 on two cores is decoded on two
+/// threads, and at parallelism 2 inline by each subtask, as before), or the setting, up to the
+/// cores (more threads than cores decode no faster, and a hosted job must not ask a server for
+/// thousands).
+pub fn decode_threads(spec: &JsonlSourceSpec, parallelism: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match spec.decode_threads {
+        Some(threads) => (threads as usize).min(cores),
+        None => cores / parallelism.max(1),
     }
 }
 
 impl Source for JsonlSource {
     fn next(&mut self) -> BoxFuture<'_, Result<SourceEvent, OperatorError>> {
         Box::pin(async move {
-            loop {
-                if !self.pending.is_empty() {
-                    return Ok(SourceEvent::Batches(std::mem::take(&mut self.pending)));
+            if self.threads > 1 && self.ahead.is_none() {
+                self.ahead = DecodeAhead::start(self.threads, &self.decoding, &self.reader);
+                if self.ahead.is_none() {
+                    // No thread could be started: decode inline.
+                    self.threads = 0;
                 }
-                let decoder = &mut self.decoder;
-                let pending = &mut self.pending;
-                let metrics = &self.metrics;
-                let on_error = self.on_error;
-                let batch_size = self.batch_size;
-                let mut lines = 0u64;
-                let read = self
-                    .reader
-                    .next_lines(|line: &[u8], offset: u64, path: &Path| {
-                        lines += 1;
-                        match decoder.decode_line(line) {
-                            Ok(Decoded::Row { port }) => {
-                                if decoder.buffered(port) >= batch_size {
-                                    pending.extend(decoder.flush());
-                                }
-                            }
-                            Ok(Decoded::Skipped) => SubtaskMetrics::add(&metrics.skipped, 1),
-                            Err(error) => match on_error {
-                                OnError::Skip => SubtaskMetrics::add(&metrics.skipped, 1),
-                                OnError::Fail => {
-                                    return Err(LineFailure::Decode {
-                                        path: path.to_path_buf(),
-                                        offset,
-                                        error,
-                                    });
-                                }
-                            },
-                        }
-                        Ok(())
-                    })
-                    .await;
-                let too_long = self.reader.take_long_lines_skipped();
-                SubtaskMetrics::add(&self.metrics.skipped, too_long);
-                lines += too_long;
-                let more = match read {
-                    Ok(more) => more,
-                    Err(failure) => return Err(failure.into_operator_error().await),
-                };
-                SubtaskMetrics::add(&self.metrics.events, lines);
-                self.metrics.progress.store(
-                    self.reader.bytes_read(),
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                self.pending.extend(self.decoder.flush());
-                if !more && self.pending.is_empty() {
-                    return Ok(SourceEvent::End);
-                }
+            }
+            match &mut self.ahead {
+                Some(ahead) => ahead.next(&mut self.reader, &self.metrics).await,
+                None => self.next_inline().await,
             }
         })
     }
 
     fn snapshot(&mut self) -> Result<Option<serde_json::Value>, OperatorError> {
         // Between calls of `next` every decoded row has been returned: the reader's position
-        // is exactly what was emitted.
-        let chunks: Vec<ChunkState> = self
-            .reader
-            .remaining()
+        // is exactly what was emitted. Reading ahead, the reader is further on; what was
+        // emitted is the position after the last piece returned.
+        let remaining = match &self.ahead {
+            Some(ahead) => self.reader.remaining_at(ahead.emitted()),
+            None => self.reader.remaining(),
+        };
+        let chunks: Vec<ChunkState> = remaining
             .into_iter()
             .map(|c| ChunkState {
                 path: c.path,
@@ -201,6 +248,74 @@ impl Source for JsonlSource {
             })
             .collect();
         Ok(Some(serde_json::json!({ "chunks": chunks })))
+    }
+}
+
+/// What a [`LineDecoder`] is made from: one per decode thread, as a [`JsonDecoder`] holds the
+/// rows it is building.
+#[derive(Clone, Debug)]
+struct Decoding {
+    layout: JsonLayout,
+    want: Vec<bool>,
+    on_error: OnError,
+    batch_size: usize,
+}
+
+impl Decoding {
+    fn decoder(&self) -> LineDecoder {
+        LineDecoder {
+            decoder: JsonDecoder::new(&self.layout, &self.want, self.batch_size),
+            on_error: self.on_error,
+            batch_size: self.batch_size,
+        }
+    }
+}
+
+/// Lines into batches of at most `batch_size` rows per port: what happens to each line,
+/// inline or on a decode thread.
+#[derive(Debug)]
+struct LineDecoder {
+    decoder: JsonDecoder,
+    on_error: OnError,
+    batch_size: usize,
+}
+
+impl LineDecoder {
+    /// Decodes the line at `offset` of `path`, adding full batches to `out` and counting
+    /// skipped lines in `skipped`; under `on-error: fail` a line that does not decode stops
+    /// it with its place.
+    fn line(
+        &mut self,
+        line: &[u8],
+        offset: u64,
+        path: &Path,
+        out: &mut Vec<(usize, RecordBatch)>,
+        skipped: &mut u64,
+    ) -> Result<(), LineFailure> {
+        match self.decoder.decode_line(line) {
+            Ok(Decoded::Row { port }) => {
+                if self.decoder.buffered(port) >= self.batch_size {
+                    out.extend(self.decoder.flush());
+                }
+            }
+            Ok(Decoded::Skipped) => *skipped += 1,
+            Err(error) => match self.on_error {
+                OnError::Skip => *skipped += 1,
+                OnError::Fail => {
+                    return Err(LineFailure::Decode {
+                        path: path.to_path_buf(),
+                        offset,
+                        error,
+                    });
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Adds the rows decoded so far to `out`.
+    fn flush(&mut self, out: &mut Vec<(usize, RecordBatch)>) {
+        out.extend(self.decoder.flush());
     }
 }
 
@@ -232,9 +347,12 @@ impl From<LineTooLong> for LineFailure {
 impl LineFailure {
     /// The job's error, naming file, line number and byte offset of a bad line. Counting the
     /// line reads the file up to it; if that fails, the message says so instead of a number.
-    async fn into_operator_error(self) -> OperatorError {
+    /// Only that count waits, and the failure is kept while it does, so a caller cancelled
+    /// meanwhile can ask again.
+    async fn to_operator_error(&self) -> OperatorError {
         match self {
-            LineFailure::Io(e) => e.into(),
+            // The same message and kind as the error itself; `OperatorError` owns its cause.
+            LineFailure::Io(e) => std::io::Error::new(e.kind(), e.to_string()).into(),
             LineFailure::TooLong(e) => OperatorError::Data(format!(
                 "{e} (raise `max-line-length`, or set `on-error: skip` to skip such lines)"
             )),
@@ -243,7 +361,7 @@ impl LineFailure {
                 offset,
                 error,
             } => {
-                let line = match line_number(&path, offset).await {
+                let line = match line_number(path, *offset).await {
                     Ok(line) => line.to_string(),
                     Err(e) => format!("? (counting lines failed: {e})"),
                 };
@@ -329,6 +447,7 @@ impl crate::api::SourceFactory for JsonlSourceFactory {
     }
 
     fn create(&self, ctx: &crate::api::SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
+        let threads = decode_threads(&self.spec, ctx.parallelism);
         if let Some(restore) = ctx
             .restore
             .as_ref()
@@ -337,28 +456,34 @@ impl crate::api::SourceFactory for JsonlSourceFactory {
             let chunks =
                 restored_chunks(restore.own_states().cloned(), ctx.subtask, ctx.parallelism)
                     .map_err(OperatorError::Data)?;
-            return Ok(Box::new(JsonlSource::with_chunks(
-                &self.spec,
-                &self.layout,
-                chunks,
-                &ctx.want,
-                ctx.batch_size,
-                ctx.metrics.clone(),
-            )));
+            return Ok(Box::new(
+                JsonlSource::with_chunks(
+                    &self.spec,
+                    &self.layout,
+                    chunks,
+                    &ctx.want,
+                    ctx.batch_size,
+                    ctx.metrics.clone(),
+                )
+                .with_decode_threads(threads),
+            ));
         }
         let files = self
             .files
             .lock()
             .map_err(|_| OperatorError::Internal("file list lock poisoned".into()))?;
-        Ok(Box::new(JsonlSource::new(
-            &self.spec,
-            &self.layout,
-            &files,
-            ctx.subtask,
-            ctx.parallelism,
-            &ctx.want,
-            ctx.batch_size,
-            ctx.metrics.clone(),
-        )))
+        Ok(Box::new(
+            JsonlSource::new(
+                &self.spec,
+                &self.layout,
+                &files,
+                ctx.subtask,
+                ctx.parallelism,
+                &ctx.want,
+                ctx.batch_size,
+                ctx.metrics.clone(),
+            )
+            .with_decode_threads(threads),
+        ))
     }
 }
