@@ -23,18 +23,18 @@
 //! and [`RECORDS_COLUMN`], then [`PARTIAL_COLUMN`], the accumulators encoded as keyed state
 //! stores them.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 use weir_state::{StateValue, Window};
 
 use super::accumulators::{Acc, Accumulators, evaluate_all, new_accs, update_all};
-use super::keyed::KeyEncoder;
 use super::window::Windowing;
 use crate::api::time::event_times;
 use crate::api::{Operator, OperatorError, SubtaskMetrics};
@@ -119,7 +119,9 @@ impl LocalPhase {
 /// One subtask of the local phase.
 pub struct LocalAggregate {
     phase: Arc<LocalPhase>,
-    keys: KeyEncoder,
+    /// Key columns to comparable bytes, to group rows by (no key groups: the exchange after
+    /// this operator computes those from the partials' key columns).
+    converter: RowConverter,
     metrics: Arc<SubtaskMetrics>,
     scratch: Vec<Window>,
 }
@@ -129,8 +131,14 @@ impl LocalAggregate {
         phase: Arc<LocalPhase>,
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
+        let fields = phase
+            .keys
+            .exprs()
+            .iter()
+            .map(|e| SortField::new(e.data_type().clone()))
+            .collect();
         Ok(LocalAggregate {
-            keys: KeyEncoder::new(phase.keys.clone())?,
+            converter: RowConverter::new(fields)?,
             phase,
             metrics,
             scratch: Vec::new(),
@@ -158,14 +166,16 @@ impl Operator for LocalAggregate {
             return Ok(());
         }
         let calls = &self.phase.aggs.calls;
-        let keys = self.keys.encode(&batch)?;
+        let key_columns = self.phase.keys.evaluate(&batch)?;
+        let keys = self.converter.convert_columns(&key_columns)?;
         let args = evaluate_all(calls, &batch)?;
-        // Partials in order of first appearance, found by (key bytes, window start).
-        let mut index: HashMap<(&[u8], i64), usize> = HashMap::new();
+        // Partials in order of first appearance, found by (key bytes, window start), with
+        // hashbrown's default (foldhash) hasher: SipHash would cost as much as the folding.
+        let mut index: HashMap<(&[u8], i64), usize> = HashMap::with_capacity(batch.num_rows());
         let mut partials: Vec<Partial> = Vec::new();
         let mut fold =
             |row: usize, window: Option<Window>, last: bool| -> Result<(), OperatorError> {
-                let slot = (keys.key(row).bytes, window.map_or(0, |w| w.start));
+                let slot = (keys.row(row).data(), window.map_or(0, |w| w.start));
                 let i = match index.entry(slot) {
                     Entry::Occupied(e) => *e.get(),
                     Entry::Vacant(e) => {
@@ -214,9 +224,14 @@ impl Operator for LocalAggregate {
         if partials.is_empty() {
             return Ok(());
         }
-        let mut columns: Vec<ArrayRef> = self
-            .keys
-            .decode(partials.iter().map(|p| keys.key(p.first_row).bytes))?;
+        let first_rows: arrow_array::UInt32Array = partials
+            .iter()
+            .map(|p| u32::try_from(p.first_row).ok())
+            .collect();
+        let mut columns: Vec<ArrayRef> = key_columns
+            .iter()
+            .map(|c| arrow_select::take::take(c.as_ref(), &first_rows, None))
+            .collect::<Result<_, _>>()?;
         if self.phase.windows.is_some() {
             let window = |p: &Partial| p.window.unwrap_or(Window::new(0, 0));
             let starts: TimestampMillisecondArray =
@@ -272,6 +287,7 @@ mod tests {
 
     use super::*;
     use crate::operators::accumulators::AggCall;
+    use crate::operators::keyed::KeyEncoder;
     use crate::operators::aggregate::Aggregate;
     use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
     use crate::spec::{HumanDuration, WindowSpec};
