@@ -84,6 +84,7 @@ loom: deps
 bench: build
 	$(WEIR) bench nexmark --queries q0,q1,q2
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000
+	$(WEIR) bench nexmark --compare two-phase --queries q4,q5 --events 3000000
 	$(WEIR) bench timers
 	$(WEIR) bench backends
 	$(WEIR) bench scheduler

@@ -88,7 +88,7 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         None
     };
     let scheduler = if checkpointing {
-        match weir_scheduler::Scheduler::new(runtime.handle().clone()) {
+        match weir_scheduler::Scheduler::dedicated(weir_scheduler::SchedulerConfig::default()) {
             Ok(s) => Some(Arc::new(s)),
             Err(e) => {
                 say!("error: cannot start the checkpoint scheduler: {e}");

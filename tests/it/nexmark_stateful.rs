@@ -1,6 +1,7 @@
 //! Nexmark q3–q11 against the plain-loop references of `nexmark_reference`, at parallelism 1
 //! and 2, chained and unchained, from the generator and from JSON lines, in order and shuffled
-//! within the allowed out-of-orderness, on the heap and on RocksDB.
+//! within the allowed out-of-orderness, on the heap and on RocksDB, with aggregates in two
+//! phases (the default) and in one.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -136,6 +137,16 @@ fn check(q: &Query) {
                 file,
             ));
         }
+        // Aggregates in one phase (two is the default), so both stay checked.
+        runs.push((
+            format!("jsonl, one-phase aggregation, p={parallelism}"),
+            job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),
+            vec![
+                format!("parallelism={parallelism}"),
+                "two-phase-aggregation=false".into(),
+                format!("sources.nexmark.path={}", ordered_file().display()),
+            ],
+        ));
         runs.push((
             format!("shuffled jsonl, p={parallelism}"),
             job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),

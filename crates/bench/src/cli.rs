@@ -53,6 +53,9 @@ enum Bench {
         /// engine's; 0s disables it).
         #[arg(long, value_parser = humantime::parse_duration)]
         prewake: Option<Duration>,
+        /// The idle sweep, the contended one (busy cores, a saturated job), or both.
+        #[arg(long, value_enum, default_value = "all")]
+        sweep: crate::scheduler::Sweep,
     },
     /// The connection pool's state changes through a plain mutex, the combiner without yield
     /// and the combiner with yield, at 1 to 4 threads and 0 to 20 units of work per action.
@@ -198,8 +201,8 @@ enum Bench {
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
     },
-    /// Nexmark queries with a blackhole sink, chained beside unchained, from the generator and
-    /// from a JSON-lines file.
+    /// Nexmark queries with a blackhole sink, chained beside unchained (or in two aggregation
+    /// phases beside one), from the generator and from a JSON-lines file.
     Nexmark {
         /// Queries to run (job files jobs/nexmark/<q>.yaml and <q>-jsonl.yaml).
         #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2")]
@@ -225,6 +228,9 @@ enum Bench {
         /// Where the generated JSON-lines input is kept between runs.
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
+        /// What the two arms differ in: chaining, or aggregating in two phases.
+        #[arg(long, value_enum, default_value = "chaining")]
+        compare: crate::nexmark::Compare,
     },
 }
 
@@ -244,7 +250,8 @@ pub fn run(args: BenchArgs) -> ExitCode {
             pipelines,
             max_spin,
             prewake,
-        } => crate::scheduler::run(measure, runs.max(1), &pipelines, max_spin, prewake),
+            sweep,
+        } => crate::scheduler::run(measure, runs.max(1), &pipelines, max_spin, prewake, sweep),
         Bench::Serve(args) => crate::serve::run(&args),
         Bench::Kafka(args) => crate::kafka::run(args),
         Bench::Nats(args) => crate::nats::run(args),
@@ -348,6 +355,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             runs,
             jobs,
             data,
+            compare,
         } => crate::nexmark::run(&NexmarkBench {
             queries,
             sources,
@@ -357,6 +365,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             runs: runs.max(1),
             jobs,
             data,
+            compare,
         }),
     };
     match result {

@@ -1,5 +1,5 @@
-//! `weir bench nexmark`: Nexmark queries with a blackhole sink, chained beside unchained, from
-//! the generator and from a JSON-lines file.
+//! `weir bench nexmark`: Nexmark queries with a blackhole sink, chained beside unchained (or
+//! aggregating in two phases beside one), from the generator and from a JSON-lines file.
 
 use std::path::PathBuf;
 
@@ -16,6 +16,33 @@ pub(crate) struct NexmarkBench {
     pub(crate) runs: usize,
     pub(crate) jobs: PathBuf,
     pub(crate) data: PathBuf,
+    pub(crate) compare: Compare,
+}
+
+/// The job setting whose two values the arms differ in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compare {
+    /// `chaining` on beside off.
+    Chaining,
+    /// `two-phase-aggregation` on beside off.
+    TwoPhase,
+}
+
+impl Compare {
+    fn setting(self) -> &'static str {
+        match self {
+            Compare::Chaining => "chaining",
+            Compare::TwoPhase => "two-phase-aggregation",
+        }
+    }
+
+    /// How the arms are named in the table: (on, off).
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Compare::Chaining => ("chained", "unchained"),
+            Compare::TwoPhase => ("two-phase", "one-phase"),
+        }
+    }
 }
 
 pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
@@ -33,8 +60,9 @@ pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!();
+    let (on, off) = b.compare.names();
     println!(
-        "| query | source | p | chained events/s | unchained events/s | chained/unchained | chained events/s/core | unchained events/s/core |"
+        "| query | source | p | {on} events/s | {off} events/s | {on}/{off} | {on} events/s/core | {off} events/s/core |"
     );
     println!("|---|---|---|---:|---:|---:|---:|---:|");
     for q in &b.queries {
@@ -69,7 +97,7 @@ pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
             for &p in &b.parallelism {
                 let mut arms: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
                 for _ in 0..b.runs {
-                    for (arm, chaining) in [(0, true), (1, false)] {
+                    for (arm, value) in [(0, true), (1, false)] {
                         let mut o = base.clone();
                         o.push(
                             format!("parallelism={p}")
@@ -77,7 +105,7 @@ pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
                                 .map_err(anyhow::Error::msg)?,
                         );
                         o.push(
-                            format!("chaining={chaining}")
+                            format!("{}={value}", b.compare.setting())
                                 .parse()
                                 .map_err(anyhow::Error::msg)?,
                         );

@@ -43,6 +43,7 @@ pub(crate) fn run(
     pipelines: &[usize],
     max_spin: Option<Duration>,
     prewake: Option<Duration>,
+    sweep_kind: Sweep,
 ) -> anyhow::Result<()> {
     let mut config = SchedulerConfig::default();
     if let Some(max_spin) = max_spin {
@@ -51,7 +52,15 @@ pub(crate) fn run(
     if let Some(prewake) = prewake {
         config.prewake = prewake;
     }
-    let mut cells = default_cells(measure);
+    let mut cells = match sweep_kind {
+        Sweep::Idle => default_cells(measure),
+        Sweep::Contended => contended_cells(measure),
+        Sweep::All => {
+            let mut all = default_cells(measure);
+            all.extend(contended_cells(measure));
+            all
+        }
+    };
     if !pipelines.is_empty() {
         cells.retain(|c| pipelines.contains(&c.pipelines));
     }
@@ -72,9 +81,37 @@ pub(crate) fn run(
                 .unwrap_or("")
         );
     })?;
-    println!("{}", table(&results));
-    println!("{}", flatness(&results));
+    let (idle, contended): (Vec<_>, Vec<_>) = results
+        .into_iter()
+        .partition(|[r, _]| r.cell.beside == Beside::Nothing);
+    if !idle.is_empty() {
+        println!("{}", table(&idle));
+        println!("{}", flatness(&idle));
+    }
+    if !contended.is_empty() {
+        println!();
+        println!(
+            "Contended: beside one spinning thread per core, and beside {SATURATING_JOB} \
+             unbounded at parallelism 2 checkpointing every second."
+        );
+        println!();
+        println!("{}", table(&contended));
+        if let Some(line) = job_delays(&contended) {
+            println!("{line}");
+        }
+    }
     Ok(())
+}
+
+/// Which cells `weir bench scheduler` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sweep {
+    /// The idle machine's sweep ([`default_cells`]).
+    Idle,
+    /// Beside busy cores and a saturated job ([`contended_cells`]).
+    Contended,
+    /// Both.
+    All,
 }
 
 /// One measurement: both arms with the same pipelines and body.
@@ -88,7 +125,36 @@ pub struct Cell {
     pub body: Duration,
     /// Measurement window, after the first due time.
     pub measure: Duration,
+    /// What runs beside the arm while it is measured.
+    pub beside: Beside,
 }
+
+/// What runs in the process beside an arm while it is measured: the scheduler's delay on an
+/// idle machine says little about a machine whose cores are busy, which is when a checkpoint
+/// is needed most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beside {
+    Nothing,
+    /// One thread per core, each spinning.
+    BusyThreads,
+    /// Nexmark q5 from the generator, unbounded and flat out at parallelism 2, checkpointing
+    /// every second: its data tasks keep every core busy. In the shared arm its checkpoint
+    /// triggers go through the arm's scheduler, as they would in `weir serve`.
+    SaturatedJob,
+}
+
+impl Beside {
+    fn label(self) -> &'static str {
+        match self {
+            Beside::Nothing => "",
+            Beside::BusyThreads => " + busy cores",
+            Beside::SaturatedJob => " + saturated job",
+        }
+    }
+}
+
+/// The job of [`Beside::SaturatedJob`].
+const SATURATING_JOB: &str = "jobs/nexmark/q5.yaml";
 
 impl Cell {
     /// Whether the body outlasts the interval.
@@ -119,6 +185,7 @@ pub fn default_cells(measure: Duration) -> Vec<Cell> {
                 interval: interval(pipelines),
                 body: Duration::from_micros(body_us),
                 measure,
+                beside: Beside::Nothing,
             });
         }
     }
@@ -128,6 +195,41 @@ pub fn default_cells(measure: Duration) -> Vec<Cell> {
             interval: interval(pipelines),
             body: interval(pipelines).mul_f64(1.5),
             measure,
+            beside: Beside::Nothing,
+        });
+    }
+    cells
+}
+
+/// The contended sweep: both arms beside one spinning thread per core at P = 1, 100 and 1,000
+/// (bodies 0 and 500 µs), then beside a saturated Nexmark job at P = 1 and 100 (body 0).
+pub fn contended_cells(measure: Duration) -> Vec<Cell> {
+    let interval = |pipelines: usize| {
+        if pipelines <= 10 {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(1)
+        }
+    };
+    let mut cells = Vec::new();
+    for pipelines in [1, 100, 1_000] {
+        for body_us in [0, 500] {
+            cells.push(Cell {
+                pipelines,
+                interval: interval(pipelines),
+                body: Duration::from_micros(body_us),
+                measure,
+                beside: Beside::BusyThreads,
+            });
+        }
+    }
+    for pipelines in [1, 100] {
+        cells.push(Cell {
+            pipelines,
+            interval: interval(pipelines),
+            body: Duration::ZERO,
+            measure,
+            beside: Beside::SaturatedJob,
         });
     }
     cells
@@ -163,6 +265,9 @@ pub struct ArmResult {
     pub cpu_share: f64,
     /// Share of one core the shared scheduler spent busy-waiting for precision.
     pub spin_share: f64,
+    /// Beside a saturated job, in the shared arm: the p99 delay of the job's own checkpoint
+    /// triggers (µs), from the scheduler's metrics.
+    pub job_p99_us: Option<f64>,
 }
 
 /// Runs both arms of one cell `runs` times, interleaved (the arm that goes first alternates),
@@ -173,19 +278,126 @@ pub fn run_cell(
     config: &SchedulerConfig,
     cell: &Cell,
     runs: usize,
-) -> Result<[ArmResult; 2], SchedulerError> {
+) -> anyhow::Result<[ArmResult; 2]> {
     let mut per_pipeline = Vec::with_capacity(runs);
     let mut shared = Vec::with_capacity(runs);
+    let per_pipeline_run = || -> anyhow::Result<ArmResult> {
+        let load = Load::start(runtime, cell.beside, None)?;
+        let result = per_pipeline_arm(cell);
+        load.stop()?;
+        Ok(result?)
+    };
     for run in 0..runs.max(1) {
         if run % 2 == 0 {
-            per_pipeline.push(per_pipeline_arm(cell)?);
+            per_pipeline.push(per_pipeline_run()?);
             shared.push(shared_arm(runtime, config, cell)?);
         } else {
             shared.push(shared_arm(runtime, config, cell)?);
-            per_pipeline.push(per_pipeline_arm(cell)?);
+            per_pipeline.push(per_pipeline_run()?);
         }
     }
     Ok([median(per_pipeline), median(shared)])
+}
+
+/// What runs beside an arm (see [`Beside`]), from before the arm is set up until after it is
+/// measured. Dropped without [`stop`](Self::stop) (an arm failed), it still stops its spinners
+/// and cancels its job.
+struct Load<'a> {
+    runtime: &'a Handle,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    spinners: Vec<JoinHandle<()>>,
+    job: Option<weir_runtime::exec::job::RunningJob>,
+    /// The saturated job's checkpoints and state, removed when the load stops.
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Drop for Load<'_> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(job) = &self.job {
+            job.stopper().cancel();
+        }
+    }
+}
+
+impl<'a> Load<'a> {
+    /// Starts the load; a saturated job's checkpoint triggers go through `scheduler` when one is
+    /// given (else the job starts a scheduler of its own, as `weir run` does).
+    fn start(
+        runtime: &'a Handle,
+        beside: Beside,
+        scheduler: Option<Arc<Scheduler>>,
+    ) -> anyhow::Result<Self> {
+        let mut load = Load {
+            runtime,
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            spinners: Vec::new(),
+            job: None,
+            dir: None,
+        };
+        match beside {
+            Beside::Nothing => {}
+            Beside::BusyThreads => {
+                for i in 0..thread::available_parallelism().map_or(2, |n| n.get()) {
+                    let stop = Arc::clone(&load.stop);
+                    load.spinners
+                        .push(thread::Builder::new().name(format!("busy-{i}")).spawn(
+                            move || {
+                                let mut x = 0u64;
+                                while !stop.load(Ordering::Relaxed) {
+                                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                                }
+                            },
+                        )?);
+                }
+            }
+            Beside::SaturatedJob => {
+                let dir = std::env::temp_dir()
+                    .join(format!("weir-bench-scheduler-{}", std::process::id()));
+                let overrides: Vec<weir_runtime::spec::load::Override> = [
+                    "sources.nexmark.events=null".to_owned(),
+                    "parallelism=2".to_owned(),
+                    "sinks.out.kind=blackhole".to_owned(),
+                    "checkpoint.interval=1s".to_owned(),
+                    format!("checkpoint.storage={}", dir.join("cp").display()),
+                    format!("state.path={}", dir.join("state").display()),
+                ]
+                .iter()
+                .map(|s| s.parse().map_err(anyhow::Error::msg))
+                .collect::<Result<_, _>>()?;
+                let plan = weir_runtime::plan::check_file(
+                    std::path::Path::new(SATURATING_JOB),
+                    &overrides,
+                )?;
+                let options = weir_runtime::exec::job::JobOptions {
+                    scheduler,
+                    ..Default::default()
+                };
+                let job = runtime.block_on(weir_runtime::exec::job::start(&plan, options))?;
+                // Until its tasks are all running flat out.
+                thread::sleep(Duration::from_millis(500));
+                load.job = Some(job);
+                load.dir = Some(dir);
+            }
+        }
+        Ok(load)
+    }
+
+    /// Stops the load and waits for it: the spinners joined, the job ended and its files gone.
+    fn stop(mut self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.spinners.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(job) = self.job.take() {
+            job.stopper().cancel();
+            self.runtime.block_on(job.wait())?;
+        }
+        if let Some(dir) = self.dir.take() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs `cells` (each `runs` times, see [`run_cell`]) on a tokio runtime of its own with one worker
@@ -195,14 +407,13 @@ pub fn sweep(
     cells: &[Cell],
     runs: usize,
     mut each: impl FnMut(&[ArmResult; 2]),
-) -> Result<Vec<[ArmResult; 2]>, SchedulerError> {
+) -> anyhow::Result<Vec<[ArmResult; 2]>> {
     let workers = thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("weir-bench-rt")
-        .enable_time()
-        .build()
-        .map_err(SchedulerError::Spawn)?;
+        .enable_all()
+        .build()?;
     let mut results = Vec::with_capacity(cells.len());
     for cell in cells {
         let result = run_cell(runtime.handle(), config, cell, runs)?;
@@ -232,6 +443,10 @@ fn median(runs: Vec<ArmResult>) -> ArmResult {
         arm_threads: mid(&runs, |r| r.arm_threads),
         cpu_share: mid(&runs, |r| r.cpu_share),
         spin_share: mid(&runs, |r| r.spin_share),
+        job_p99_us: runs
+            .iter()
+            .any(|r| r.job_p99_us.is_some())
+            .then(|| mid(&runs, |r| r.job_p99_us.unwrap_or(0.0))),
     }
 }
 
@@ -263,10 +478,14 @@ pub fn table(results: &[[ArmResult; 2]]) -> String {
                 r.cell.pipelines,
                 r.cell.interval,
                 body,
-                match r.arm {
-                    Arm::PerPipeline => "per-pipeline",
-                    Arm::Shared => "shared",
-                },
+                format!(
+                    "{}{}",
+                    match r.arm {
+                        Arm::PerPipeline => "per-pipeline",
+                        Arm::Shared => "shared",
+                    },
+                    r.cell.beside.label()
+                ),
                 r.p50_us,
                 r.p99_us,
                 r.max_us,
@@ -280,6 +499,25 @@ pub fn table(results: &[[ArmResult; 2]]) -> String {
         }
     }
     out
+}
+
+/// Beside a saturated job: the delay of the job's own checkpoint triggers in the shared arm.
+pub fn job_delays(results: &[[ArmResult; 2]]) -> Option<String> {
+    let cells: Vec<String> = results
+        .iter()
+        .filter_map(|[_, shared]| {
+            Some(format!(
+                " P = {}: {:.1} µs",
+                shared.cell.pipelines, shared.job_p99_us?
+            ))
+        })
+        .collect();
+    (!cells.is_empty()).then(|| {
+        format!(
+            "the saturated job's own checkpoint triggers, p99 (shared arm):{}",
+            cells.join(";")
+        )
+    })
 }
 
 /// How flat the shared arm's median delay is across pipeline counts: for each trigger body (the
@@ -405,6 +643,7 @@ fn result(
         arm_threads: threads.1,
         cpu_share: cpu.as_secs_f64() / secs,
         spin_share: spin.as_secs_f64() / secs,
+        job_p99_us: None,
     }
 }
 
@@ -415,15 +654,13 @@ fn shared_arm(
     runtime: &Handle,
     config: &SchedulerConfig,
     cell: &Cell,
-) -> Result<ArmResult, SchedulerError> {
-    let threads_before = process_threads();
-    let scheduler = Scheduler::with_config(
-        runtime.clone(),
-        SchedulerConfig {
-            thread_name: "weir-bench-sched".to_owned(),
-            ..config.clone()
-        },
-    )?;
+) -> anyhow::Result<ArmResult> {
+    // As `weir run` and `weir serve` start it: trigger futures on its own coordinator runtime.
+    let scheduler = Arc::new(Scheduler::dedicated(SchedulerConfig {
+        thread_name: "weir-bench-sched".to_owned(),
+        ..config.clone()
+    })?);
+    let load = Load::start(runtime, cell.beside, Some(Arc::clone(&scheduler)))?;
     let window = Window::new(cell);
     let checkpoints = Arc::new(AtomicU64::new(0));
     // Delays of ticks that started in the window, recorded by the triggers themselves, as the
@@ -463,10 +700,17 @@ fn shared_arm(
             .spin_us
             .saturating_sub(before.precision.spin_us),
     );
+    // The saturated job's own lease is the one the arm did not register.
+    let job_p99_us = after
+        .pipelines
+        .iter()
+        .find(|p| !p.name.starts_with("pipeline-"))
+        .map(|p| p.delay.p99_us);
     drop(leases);
-    scheduler.shutdown();
+    load.stop()?;
+    drop(scheduler);
     let delay = lock(&delay).clone();
-    Ok(result(
+    let mut measured = result(
         Arm::Shared,
         cell,
         &delay,
@@ -474,10 +718,12 @@ fn shared_arm(
             after.coalesced.saturating_sub(before.coalesced),
             after.panicked.saturating_sub(before.panicked),
         ),
-        (threads, threads.saturating_sub(threads_before)),
+        (threads, after.threads),
         cpu,
         spin,
-    ))
+    );
+    measured.job_p99_us = job_p99_us;
+    Ok(measured)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -651,6 +897,7 @@ mod tests {
             interval: Duration::from_millis(interval_ms),
             body: Duration::from_millis(body_ms),
             measure: Duration::from_secs(1),
+            beside: Beside::Nothing,
         };
         let arm = |arm| ArmResult {
             arm,
@@ -665,6 +912,7 @@ mod tests {
             arm_threads: 0,
             cpu_share: 0.0,
             spin_share: 0.0,
+            job_p99_us: None,
         };
         [arm(Arm::PerPipeline), arm(Arm::Shared)]
     }

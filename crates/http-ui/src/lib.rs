@@ -158,7 +158,7 @@ impl Server {
     pub async fn bind(config: ServeConfig) -> Result<Self, ServeError> {
         let access = Access::for_bind(config.listen, config.token.as_deref())?;
         let scheduler = Arc::new(
-            weir_scheduler::Scheduler::new(tokio::runtime::Handle::current())
+            weir_scheduler::Scheduler::dedicated(weir_scheduler::SchedulerConfig::default())
                 .map_err(|e| ServeError::Scheduler(e.to_string()))?,
         );
         // The listener first: a server that cannot bind resumes nobody's jobs.

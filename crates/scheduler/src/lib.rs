@@ -9,7 +9,10 @@
 //!   thread, the moment its tick is due (sub-millisecond: the thread sleeps until shortly
 //!   before, then busy-waits within a CPU budget).
 //! - **Nothing that waits holds a thread.** The part that waits (for barriers, for storage) is a
-//!   future on the process's tokio runtime, owned by the lease.
+//!   future, owned by the lease, on the scheduler's own one-thread coordinator runtime
+//!   ([`Scheduler::dedicated`], as weir's processes start it) or on a runtime the caller gives
+//!   ([`Scheduler::new`]). On the jobs' runtime it would queue behind every ready data task, and
+//!   a saturated job would delay its own checkpoints.
 //! - **Coalescing, never a backlog.** A tick that finds its pipeline's previous future still
 //!   running is coalesced and counted; the next one comes at the next interval boundary. A
 //!   slow pipeline slows only its own future.

@@ -32,8 +32,12 @@ use crate::metrics::{DelaySummary, PipelineMetrics, PrecisionMetrics, SchedulerM
 use crate::timer;
 use crate::trigger::{Tick, TickCause, Trigger};
 
-/// Threads a scheduler owns: its timer thread. Trigger futures run on the process's runtime.
+/// Threads a scheduler owns: its timer thread, and with [`Scheduler::dedicated`] the one worker
+/// of its coordinator runtime.
 pub const THREADS: usize = 1;
+
+/// Name of the dedicated coordinator runtime's worker thread.
+pub const COORDINATOR_THREAD: &str = "weir-coord";
 
 /// The longest accepted interval; longer ones could overflow the monotonic clock.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -88,12 +92,16 @@ impl Default for SchedulerConfig {
 pub struct Scheduler {
     shared: Arc<Shared>,
     timer: Option<JoinHandle<()>>,
+    /// The coordinator runtime of [`Scheduler::dedicated`], shut down with the scheduler.
+    own_runtime: Option<tokio::runtime::Runtime>,
 }
 
 /// What the scheduler handle, its leases, the timer thread and in-flight guards share.
 pub(crate) struct Shared {
     pub(crate) config: SchedulerConfig,
     pub(crate) runtime: Handle,
+    /// Threads this scheduler owns, for the metrics.
+    threads: usize,
     pub(crate) timers: Mutex<Timers>,
     /// Wakes the sleeping timer thread: the queue's head moved earlier, or shutdown.
     pub(crate) wake: Condvar,
@@ -237,11 +245,56 @@ impl Scheduler {
         Self::with_config(runtime, SchedulerConfig::default())
     }
 
+    /// Starts a scheduler with a runtime of its own for trigger futures: one worker thread
+    /// ([`COORDINATOR_THREAD`]) beside the timer thread, on which [`spawn`](Self::spawn) also
+    /// runs the checkpoint coordinators.
+    ///
+    /// This is how a process that runs jobs should start its scheduler. On the jobs' runtime, a
+    /// trigger's waiting part (barriers acknowledged, metadata written) would queue behind
+    /// every ready data task, so a saturated job would delay its own checkpoints, and every
+    /// other job's. The coordinator runtime only ever has checkpoint bookkeeping to run, and
+    /// its thread sleeps in between.
+    pub fn dedicated(config: SchedulerConfig) -> Result<Self, SchedulerError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(4)
+            .thread_name(COORDINATOR_THREAD)
+            .enable_all()
+            .build()
+            .map_err(SchedulerError::Spawn)?;
+        let mut scheduler = Self::start(runtime.handle().clone(), config, THREADS + 1)?;
+        scheduler.own_runtime = Some(runtime);
+        Ok(scheduler)
+    }
+
+    /// The runtime trigger futures run on.
+    pub fn runtime(&self) -> &Handle {
+        &self.shared.runtime
+    }
+
+    /// Runs `future` on the runtime trigger futures run on (the coordinator runtime of
+    /// [`dedicated`](Self::dedicated)).
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.shared.runtime.spawn(future)
+    }
+
     /// Starts a scheduler.
     ///
     /// # Panics
     /// If `config.spin_budget` is not within 0.0–1.0.
     pub fn with_config(runtime: Handle, config: SchedulerConfig) -> Result<Self, SchedulerError> {
+        Self::start(runtime, config, THREADS)
+    }
+
+    fn start(
+        runtime: Handle,
+        config: SchedulerConfig,
+        threads: usize,
+    ) -> Result<Self, SchedulerError> {
         assert!(
             (0.0..=1.0).contains(&config.spin_budget),
             "spin_budget is a share of one core, 0.0 to 1.0, not {}",
@@ -250,6 +303,7 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             config,
             runtime,
+            threads,
             timers: Mutex::new(Timers {
                 queue: BTreeMap::new(),
                 keys: HashMap::new(),
@@ -271,6 +325,7 @@ impl Scheduler {
         Ok(Scheduler {
             shared,
             timer: Some(timer),
+            own_runtime: None,
         })
     }
 
@@ -381,6 +436,12 @@ impl Scheduler {
         let entries = std::mem::take(&mut *lock(&self.shared.registry));
         for entry in entries.values() {
             self.shared.cancel(entry, Closed::ShutDown);
+        }
+        if let Some(runtime) = self.own_runtime.take() {
+            // Without waiting: the scheduler may be dropped on an async task, where a
+            // blocking shutdown would panic. Its tasks were aborted above or are coordinators
+            // their jobs have already stopped.
+            runtime.shutdown_background();
         }
     }
 
@@ -695,7 +756,7 @@ impl Shared {
             })
             .collect();
         SchedulerMetrics {
-            threads: THREADS,
+            threads: self.threads,
             leases: entries.len(),
             fired: total.fired,
             coalesced: total.coalesced,

@@ -609,16 +609,19 @@ impl<A: Aggregator> AggregatingState<'_, A> {
         Ok(result.map(|()| created))
     }
 
-    /// Folds another accumulator into the one of (key, namespace).
+    /// Folds another accumulator into the one of (key, namespace); says, like
+    /// [`add`](Self::add), whether the accumulator was created by this call.
     pub fn merge(
         &mut self,
         key: KeyRef<'_>,
         ns: &[u8],
         other: &A::Acc,
-    ) -> Result<Result<(), A::Error>, StateError> {
+    ) -> Result<Result<bool, A::Error>, StateError> {
         let agg = self.aggregator;
-        self.values
-            .modify(key, ns, || agg.create(), |acc| agg.merge(acc, other))
+        let (result, created) =
+            self.values
+                .modify_or_init(key, ns, || agg.create(), |acc| agg.merge(acc, other))?;
+        Ok(result.map(|()| created))
     }
 
     /// The current result, if (key, namespace) has an accumulator.

@@ -118,7 +118,13 @@ impl Run {
         };
         if let Some((handle, future, hooks)) = coordinator_parts {
             let _ = hooks.barriers.set(instantiated.barriers);
-            let joined = tokio::spawn(tracing::Instrument::in_current_span(future));
+            // On the scheduler's coordinator runtime, where the triggers' waiting parts run
+            // too: data tasks saturating this runtime must not delay a checkpoint.
+            let future = tracing::Instrument::in_current_span(future);
+            let joined = match &self.options.scheduler {
+                Some(scheduler) => scheduler.spawn(future),
+                None => tokio::spawn(future),
+            };
             attempt_parts.lease = self.trigger_lease(attempt, &handle)?;
             let _ = self.control.send(Some(handle.clone()));
             attempt_parts.coordinator = Some((handle, joined));

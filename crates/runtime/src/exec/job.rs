@@ -146,7 +146,8 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
     let mut options = options;
     if checkpointing && options.scheduler.is_none() {
         // A caller without the process's shared scheduler gets one of its own.
-        let scheduler = weir_scheduler::Scheduler::new(tokio::runtime::Handle::current())?;
+        let scheduler =
+            weir_scheduler::Scheduler::dedicated(weir_scheduler::SchedulerConfig::default())?;
         options.scheduler = Some(Arc::new(scheduler));
     }
     // The run's working directory and block cache: made here, never by planning.

@@ -146,7 +146,7 @@ pub enum AggFn {
 }
 
 /// One aggregate column: the function, its compiled arguments, its output type.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct AggCall {
     pub func: AggFn,
     pub args: Vec<Expr>,
@@ -566,7 +566,7 @@ pub fn column(
 
 /// The aggregate calls of an operator as a state [`weir_state::Aggregator`]: an accumulator per
 /// call, fed one row of argument columns at a time.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Accumulators {
     pub calls: Vec<AggCall>,
 }

@@ -15,6 +15,7 @@ use weir_state::{AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE};
 use super::accumulators::{Acc, Accumulators, evaluate_all, result_columns};
 pub use super::accumulators::{AggCall, AggFn};
 use super::keyed::KeyEncoder;
+use super::local_aggregate::{partial_at, partial_column};
 use crate::api::Operator;
 use crate::api::OperatorError;
 use crate::keys::KeySelector;
@@ -25,6 +26,9 @@ pub struct Aggregate {
     keys: KeyEncoder,
     state: KeyedStateBackend,
     accs: AggregatingId<Accumulators>,
+    /// The global phase of two-phase aggregation: the input is partials
+    /// ([`super::local_aggregate`]), merged rather than added.
+    partials: bool,
 }
 
 impl Aggregate {
@@ -58,7 +62,16 @@ impl Aggregate {
             keys,
             state,
             accs,
+            partials: false,
         })
+    }
+
+    /// Makes this the global phase of a two-phase aggregation: it reads the partials of
+    /// [`super::local_aggregate::LocalAggregate`] (keyed by the phase's `partial_keys`, which
+    /// `keys` must then be).
+    pub fn merging_partials(mut self) -> Self {
+        self.partials = true;
+        self
     }
 }
 
@@ -74,18 +87,30 @@ impl Operator for Aggregate {
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
         let keys = self.keys.encode(&batch)?;
-        let args = evaluate_all(&self.aggs.calls, &batch)?;
         // The first row of each key in this batch, in order of first appearance.
         let mut first_row: HashMap<&[u8], usize> = HashMap::new();
         let mut touched: Vec<usize> = Vec::new();
         let mut state = self.state.aggregating(&self.accs, &self.aggs);
-        for row in 0..batch.num_rows() {
-            let key = keys.key(row);
-            state.add(key, NO_NAMESPACE, (&args, row))??;
-            first_row.entry(key.bytes).or_insert_with(|| {
-                touched.push(row);
-                row
-            });
+        if self.partials {
+            let column = partial_column(&batch)?;
+            for row in 0..batch.num_rows() {
+                let key = keys.key(row);
+                state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??;
+                first_row.entry(key.bytes).or_insert_with(|| {
+                    touched.push(row);
+                    row
+                });
+            }
+        } else {
+            let args = evaluate_all(&self.aggs.calls, &batch)?;
+            for row in 0..batch.num_rows() {
+                let key = keys.key(row);
+                state.add(key, NO_NAMESPACE, (&args, row))??;
+                first_row.entry(key.bytes).or_insert_with(|| {
+                    touched.push(row);
+                    row
+                });
+            }
         }
         if touched.is_empty() {
             return Ok(());

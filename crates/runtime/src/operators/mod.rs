@@ -12,6 +12,8 @@
 //! - [`keyed`]: encoding keys and whole rows for state.
 //! - [`accumulators`]: aggregate functions and their accumulators.
 //! - [`aggregate`]: running keyed aggregation.
+//! - [`local_aggregate`]: the local phase of two-phase aggregation, chained before the exchange
+//!   of a running or windowed aggregate.
 //! - [`window`], [`window_aggregate`]: event-time windows and windowed aggregation.
 //! - [`top_n`]: per key and time, the first n rows by an order.
 //! - [`over_aggregate`]: aggregates over each row's last n rows per key.
@@ -25,6 +27,7 @@ pub mod aggregate;
 pub mod filter;
 pub mod join;
 pub mod keyed;
+pub mod local_aggregate;
 pub mod map;
 pub mod over_aggregate;
 pub mod top_n;

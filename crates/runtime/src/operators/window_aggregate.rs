@@ -21,6 +21,7 @@ use super::accumulators::{
     Acc, Accumulators, AggCall, evaluate_all, merge_all, new_accs, result_columns, update_all,
 };
 use super::keyed::KeyEncoder;
+use super::local_aggregate::{partial_at, partial_column};
 use super::window::Windowing;
 use crate::api::Operator;
 use crate::api::time::event_times;
@@ -76,6 +77,9 @@ pub struct WindowAggregate {
     scratch: Vec<Window>,
     /// Results waiting to be emitted: (key, window, accumulators).
     pending: Vec<(Box<[u8]>, Window, Vec<Acc>)>,
+    /// The global phase of two-phase aggregation: the input is partials
+    /// ([`super::local_aggregate`]), merged into their windows rather than added.
+    partials: bool,
 }
 
 impl WindowAggregate {
@@ -97,7 +101,16 @@ impl WindowAggregate {
             metrics,
             scratch: Vec::new(),
             pending: Vec::new(),
+            partials: false,
         })
+    }
+
+    /// Makes this the global phase of a two-phase aggregation (tumbling or sliding windows): it
+    /// reads the partials of [`super::local_aggregate::LocalAggregate`], keyed by the phase's
+    /// `partial_keys`, which `keys` must then be.
+    pub fn merging_partials(mut self) -> Self {
+        self.partials = true;
+        self
     }
 
     fn late(&self, window: &Window) -> bool {
@@ -156,24 +169,77 @@ impl WindowAggregate {
                 continue;
             }
             live = true;
-            let ns = w.to_namespace();
-            let mut windows_state = self.state.aggregating(&self.windows_state, &self.def.aggs);
-            let created = windows_state.add(key, &ns, (args, row))??;
-            // A window that already fired re-emits its updated result.
-            let refire = if w.max_timestamp() <= self.watermark {
-                windows_state.accumulator(key, &ns)?
-            } else {
-                None
-            };
-            if created {
-                self.set_timers(key, w)?;
-            }
-            if let Some(accs) = refire {
-                self.pending.push((key.bytes.into(), *w, accs));
-            }
+            let created = self
+                .state
+                .aggregating(&self.windows_state, &self.def.aggs)
+                .add(key, &w.to_namespace(), (args, row))??;
+            self.updated(key, w, created)?;
         }
         self.scratch = windows;
         Ok(live)
+    }
+
+    /// Merges a partial of the local phase into its window, unless the window is late; says
+    /// whether it was live.
+    fn merge_partial(
+        &mut self,
+        key: KeyRef<'_>,
+        w: &Window,
+        accs: Vec<Acc>,
+    ) -> Result<bool, OperatorError> {
+        if self.late(w) {
+            return Ok(false);
+        }
+        let created = self
+            .state
+            .aggregating(&self.windows_state, &self.def.aggs)
+            .merge(key, &w.to_namespace(), &accs)??;
+        self.updated(key, w, created)?;
+        Ok(true)
+    }
+
+    /// After window `w` of `key` changed: its timers if the change created it, and a re-emit if
+    /// it already fired.
+    fn updated(&mut self, key: KeyRef<'_>, w: &Window, created: bool) -> Result<(), OperatorError> {
+        let refire = if w.max_timestamp() <= self.watermark {
+            self.state
+                .aggregating(&self.windows_state, &self.def.aggs)
+                .accumulator(key, &w.to_namespace())?
+        } else {
+            None
+        };
+        if created {
+            self.set_timers(key, w)?;
+        }
+        if let Some(accs) = refire {
+            self.pending.push((key.bytes.into(), *w, accs));
+        }
+        Ok(())
+    }
+
+    /// The global phase's batch: partials of the local phase, one per (key, window).
+    fn process_partials(&mut self, batch: &RecordBatch) -> Result<u64, OperatorError> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int64Type, TimestampMillisecondType};
+        let keys = self.keys.encode(batch)?;
+        let n = self.keys.selector().names().len();
+        let column = |i: usize| {
+            batch.columns().get(i).ok_or_else(|| {
+                OperatorError::Internal("a partials batch lacks its window columns".into())
+            })
+        };
+        let starts = column(n)?.as_primitive::<TimestampMillisecondType>();
+        let ends = column(n + 1)?.as_primitive::<TimestampMillisecondType>();
+        let records = column(n + 2)?.as_primitive::<Int64Type>();
+        let partials = partial_column(batch)?;
+        let mut dropped = 0u64;
+        for row in 0..batch.num_rows() {
+            let w = Window::new(starts.value(row), ends.value(row));
+            if !self.merge_partial(keys.key(row), &w, partial_at(partials, row)?)? {
+                dropped += u64::try_from(records.value(row)).unwrap_or(0);
+            }
+        }
+        Ok(dropped)
     }
 
     fn add_to_sessions(
@@ -306,6 +372,15 @@ impl Operator for WindowAggregate {
         batch: RecordBatch,
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
+        if self.partials {
+            let dropped = self.process_partials(&batch)?;
+            if dropped > 0 {
+                self.metrics
+                    .late_dropped
+                    .fetch_add(dropped, Ordering::Relaxed);
+            }
+            return self.emit(out);
+        }
         let keys = self.keys.encode(&batch)?;
         let times = event_times(&self.def.time.evaluate(&batch)?)?;
         let args = evaluate_all(&self.def.aggs.calls, &batch)?;

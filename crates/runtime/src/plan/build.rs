@@ -18,6 +18,7 @@ use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
 
 use crate::api::{EventTime, NodeRole, SourceFactory};
 use crate::keys::KeySelector;
+use crate::operators::local_aggregate::{LocalAggregate, LocalPhase};
 use crate::query::QueryableNode;
 use crate::spec::load::{Dropped, LoadedJob, closest};
 use crate::spec::problems::{Problem, SpecError, SpecSource, pointer};
@@ -510,6 +511,7 @@ fn compile(
         at: &at,
         input: schema,
         key_groups: spec.key_groups,
+        two_phase: spec.two_phase_aggregation,
     };
     let result = nodes::plan(&mut planner, transform).unwrap_or(Compiled::Failed);
     if problems.len() > before {
@@ -1014,6 +1016,12 @@ fn assemble(
                 });
             }
         }
+        if let Compiled::Operator(Planned {
+            local: Some(phase), ..
+        }) = &compiled[i]
+        {
+            insert_local_phases(def.name, phase, &mut inputs, &mut nodes);
+        }
         let taken = std::mem::replace(&mut compiled[i], Compiled::Failed);
         let mut queryable_of = None;
         let (role, parallelism, ports, factory) = match taken {
@@ -1074,6 +1082,57 @@ fn assemble(
         chains: super::chaining::chaining(spec.chaining, &nodes),
         nodes,
         env_values: Vec::new(),
+    }
+}
+
+/// Puts the local phase of two-phase aggregation between the aggregate `name` and each producer
+/// of its input: a node named `<name>.local` (`<name>.local-<producer>` when a union feeds
+/// several; a `.` never occurs in the job file's names) with the producer's parallelism, read
+/// over a forward edge so that it chains to the producer, and the aggregate's edges re-pointed
+/// at it, partitioned by the same keys over the partials.
+fn insert_local_phases(
+    name: &str,
+    phase: &Arc<LocalPhase>,
+    inputs: &mut [PlanEdge],
+    nodes: &mut Vec<PlanNode>,
+) {
+    let several = inputs.len() > 1;
+    for edge in inputs.iter_mut() {
+        let producer = &nodes[edge.from];
+        let local_name = if several {
+            format!("{name}.local-{}", producer.name)
+        } else {
+            format!("{name}.local")
+        };
+        let made = phase.clone();
+        let factory: OperatorFactory = Arc::new(move |ctx| {
+            Ok(Box::new(LocalAggregate::new(
+                made.clone(),
+                ctx.metrics.clone(),
+            )?))
+        });
+        let local = PlanNode {
+            name: local_name,
+            kind: "local-aggregate",
+            role: NodeRole::Operator,
+            parallelism: producer.parallelism,
+            inputs: vec![PlanEdge {
+                from: edge.from,
+                port: edge.port,
+                input: 0,
+                key: None,
+            }],
+            ports: vec![(String::new(), phase.schema.clone())],
+            factory: Factory::Operator(factory),
+            queryable: None,
+        };
+        *edge = PlanEdge {
+            from: nodes.len(),
+            port: 0,
+            input: edge.input,
+            key: Some(phase.partial_keys.clone()),
+        };
+        nodes.push(local);
     }
 }
 

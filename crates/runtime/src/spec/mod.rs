@@ -69,6 +69,12 @@ pub struct JobSpec {
     /// Turn off to compare, or to see every operator as its own task.
     #[serde(default = "default_true")]
     pub chaining: bool,
+    /// Aggregate in two phases: a partial aggregate per batch chained before the exchange of
+    /// every `aggregate` and tumbling or sliding `window-aggregate`, merged by the keyed
+    /// operator, so a hot key costs one partial per batch rather than a record per event.
+    /// Results are the same either way; turn off to compare.
+    #[serde(default = "default_true")]
+    pub two_phase_aggregation: bool,
     /// Most records in one batch moved between tasks.
     #[serde(default = "default_batch_size")]
     #[schemars(range(min = 1, max = 1048576))]

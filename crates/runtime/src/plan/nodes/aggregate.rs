@@ -47,18 +47,27 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
     let out = Aggregate::output_schema(&keys, &names, &calls);
     let schema = out.clone();
     let aggs = Arc::new(Accumulators { calls });
-    let encoded = keys.clone();
+    let local = p.local_phase(&keys, &aggs, None);
+    // The global phase of two phases addresses its state by the same keys over the partials.
+    let encoded = local.as_ref().map_or(&keys, |l| &l.partial_keys).clone();
+    let partials = local.is_some();
     let mut planned = Planned::keyed(
         out,
         Arc::new(move |_, state| {
-            Ok(Box::new(Aggregate::new(
+            let aggregate = Aggregate::new(
                 KeyEncoder::new(encoded.clone())?,
                 aggs.clone(),
                 schema.clone(),
                 state,
-            )?))
+            )?;
+            Ok(Box::new(if partials {
+                aggregate.merging_partials()
+            } else {
+                aggregate
+            }))
         }),
     );
+    planned.local = local;
     planned.state_ttl = a.state_ttl;
     planned.query_shape = Some(QueryShape {
         kind: "aggregate",

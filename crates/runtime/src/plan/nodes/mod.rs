@@ -30,8 +30,10 @@ use super::build::Def;
 use crate::api::{EventTime, Operator, OperatorError, SinkFactory, SourceFactory, SubtaskContext};
 use crate::expr::Expr;
 use crate::keys::KeySelector;
+use crate::operators::accumulators::Accumulators;
 use crate::operators::aggregate::AggCall;
 use crate::operators::join::{Projection, joined_schema};
+use crate::operators::local_aggregate::{LocalPhase, LocalWindows};
 use crate::operators::window::Windowing;
 use crate::query::{QueryableNode, StateShape};
 use crate::spec::problems::{Problem, SpecSource};
@@ -100,6 +102,9 @@ pub(super) struct Planned {
     pub query_shape: Option<QueryShape>,
     /// The checked `queryable:` declaration, once [`super::build`] has attached it.
     pub queryable: Option<Arc<QueryableNode>>,
+    /// Two-phase aggregation: the local phase [`super::build`] chains to each producer of the
+    /// operator's input (the operator itself then reads partials).
+    pub local: Option<Arc<LocalPhase>>,
 }
 
 impl Planned {
@@ -110,6 +115,7 @@ impl Planned {
             state_ttl: None,
             query_shape: None,
             queryable: None,
+            local: None,
         }
     }
 
@@ -120,6 +126,7 @@ impl Planned {
             state_ttl: None,
             query_shape: None,
             queryable: None,
+            local: None,
         }
     }
 }
@@ -161,6 +168,8 @@ pub(super) struct Planner<'a, 'd> {
     /// The schema of input 0.
     pub(super) input: SchemaRef,
     pub(super) key_groups: u32,
+    /// The job's `two-phase-aggregation`.
+    pub(super) two_phase: bool,
 }
 
 impl Planner<'_, '_> {
@@ -200,6 +209,25 @@ impl Planner<'_, '_> {
     fn input_schema(&self, k: usize) -> Option<SchemaRef> {
         let (_, j, port) = self.defs[self.i].inputs.get(k)?;
         self.compiled[*j].schema(*port).cloned()
+    }
+
+    /// The local phase of an aggregate over `keys`, when the job aggregates in two phases.
+    pub(super) fn local_phase(
+        &mut self,
+        keys: &Arc<KeySelector>,
+        aggs: &Accumulators,
+        windows: Option<LocalWindows>,
+    ) -> Option<Arc<LocalPhase>> {
+        if !self.two_phase {
+            return None;
+        }
+        match LocalPhase::new(keys.clone(), Arc::new(aggs.clone()), windows) {
+            Ok(phase) => Some(Arc::new(phase)),
+            Err(message) => {
+                self.problem("", message);
+                None
+            }
+        }
     }
 
     /// The key selector and schema of input `k`, which must be a key-by node.

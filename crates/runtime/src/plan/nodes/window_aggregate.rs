@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::{Compiled, Planned, Planner, QueryShape};
 use crate::operators::accumulators::Accumulators;
 use crate::operators::keyed::KeyEncoder;
+use crate::operators::local_aggregate::LocalWindows;
 use crate::operators::window::Windowing;
 use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
 use crate::query::StateShape;
@@ -26,22 +27,42 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
         aggs: Accumulators { calls },
         schema: out.clone(),
     });
+    // Sessions stay one phase: whether a record joins a session depends on the sessions in
+    // state, which only the keyed operator sees.
+    let local = match def.windowing {
+        Windowing::Session { .. } => None,
+        windowing => {
+            let windows = LocalWindows {
+                time: def.time.clone(),
+                windowing,
+            };
+            p.local_phase(&keys, &def.aggs, Some(windows))
+        }
+    };
+    let partials = local.is_some();
     let states: &'static [(&'static str, StateShape)] = match def.windowing {
         Windowing::Session { .. } => &[("sessions", StateShape::Sessions)],
         _ => &[("windows", StateShape::Windows)],
     };
-    let encoded = keys.clone();
+    // The global phase of two phases addresses its state by the same keys over the partials.
+    let encoded = local.as_ref().map_or(&keys, |l| &l.partial_keys).clone();
     let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
-            Ok(Box::new(WindowAggregate::new(
+            let aggregate = WindowAggregate::new(
                 def.clone(),
                 KeyEncoder::new(encoded.clone())?,
                 state,
                 ctx.metrics.clone(),
-            )?))
+            )?;
+            Ok(Box::new(if partials {
+                aggregate.merging_partials()
+            } else {
+                aggregate
+            }))
         }),
     );
+    planned.local = local;
     planned.query_shape = Some(QueryShape {
         kind: "window-aggregate",
         values: names,
