@@ -287,8 +287,8 @@ mod tests {
 
     use super::*;
     use crate::operators::accumulators::AggCall;
-    use crate::operators::keyed::KeyEncoder;
     use crate::operators::aggregate::Aggregate;
+    use crate::operators::keyed::KeyEncoder;
     use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
     use crate::spec::{HumanDuration, WindowSpec};
 
