@@ -473,19 +473,17 @@ pub fn table(results: &[[ArmResult; 2]]) -> String {
             } else {
                 " | ".to_owned()
             };
+            let arm = match r.arm {
+                Arm::PerPipeline => "per-pipeline",
+                Arm::Shared => "shared",
+            };
+            let arm = format!("{arm}{}", r.cell.beside.label());
             out.push_str(&format!(
                 "| {} | {:?} | {} | {} | {:.2} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {} | {} | {} |\n",
                 r.cell.pipelines,
                 r.cell.interval,
                 body,
-                format!(
-                    "{}{}",
-                    match r.arm {
-                        Arm::PerPipeline => "per-pipeline",
-                        Arm::Shared => "shared",
-                    },
-                    r.cell.beside.label()
-                ),
+                arm,
                 r.p50_us,
                 r.p99_us,
                 r.max_us,
