@@ -93,7 +93,7 @@ fn recording(s: &Scheduler) -> (Lease, std::sync::Arc<Mutex<Vec<String>>>) {
             let record = record.clone();
             Some(Box::pin(async move {
                 let name = std::thread::current().name().unwrap_or("").to_owned();
-                record.lock().unwrap().push(name);
+                record.lock().expect("no test panics holding it").push(name);
             }) as BoxFuture)
         })
         .expect("register");
@@ -111,7 +111,7 @@ fn a_dedicated_scheduler_runs_trigger_futures_beside_a_saturated_runtime() {
         pipeline(&on_busy, "recorded").coalesced >= 5
     });
     assert!(
-        ran.lock().unwrap().is_empty(),
+        ran.lock().expect("no test panics holding it").is_empty(),
         "nothing ran on the busy runtime"
     );
     drop(lease);
@@ -132,14 +132,16 @@ fn a_dedicated_scheduler_runs_trigger_futures_beside_a_saturated_runtime() {
         "the timer thread and the coordinator"
     );
     let (lease, ran) = recording(&s);
-    wait_until("five waiting parts ran", || ran.lock().unwrap().len() >= 5);
+    wait_until("five waiting parts ran", || {
+        ran.lock().expect("no test panics holding it").len() >= 5
+    });
     assert!(
         ran.lock()
             .unwrap()
             .iter()
             .all(|n| n == weir_scheduler::scheduler::COORDINATOR_THREAD),
         "{:?}",
-        ran.lock().unwrap()
+        ran.lock().expect("no test panics holding it")
     );
     let spawned = s.spawn(async { std::thread::current().name().map(str::to_owned) });
     let name = block_on(spawned).expect("the spawned task ran");
