@@ -137,7 +137,7 @@ fn a_dedicated_scheduler_runs_trigger_futures_beside_a_saturated_runtime() {
     });
     assert!(
         ran.lock()
-            .unwrap()
+            .expect("no test panics holding it")
             .iter()
             .all(|n| n == weir_scheduler::scheduler::COORDINATOR_THREAD),
         "{:?}",
