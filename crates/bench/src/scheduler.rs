@@ -170,13 +170,7 @@ impl Cell {
 /// quantiles of) and 1 s from P = 100 on (at most 5,000 ticks per second at P = 5,000, a dense
 /// schedule already). Both arms of a cell always share its interval.
 pub fn default_cells(measure: Duration) -> Vec<Cell> {
-    let interval = |pipelines: usize| {
-        if pipelines <= 10 {
-            Duration::from_millis(100)
-        } else {
-            Duration::from_secs(1)
-        }
-    };
+    let interval = interval_for;
     let mut cells = Vec::new();
     for pipelines in [1, 10, 100, 1_000, 5_000] {
         for body_us in [0, 500, 5_000] {
@@ -201,16 +195,19 @@ pub fn default_cells(measure: Duration) -> Vec<Cell> {
     cells
 }
 
+/// The interval of a cell of `pipelines` (see [`default_cells`]).
+fn interval_for(pipelines: usize) -> Duration {
+    if pipelines <= 10 {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_secs(1)
+    }
+}
+
 /// The contended sweep: both arms beside one spinning thread per core at P = 1, 100 and 1,000
 /// (bodies 0 and 500 µs), then beside a saturated Nexmark job at P = 1 and 100 (body 0).
 pub fn contended_cells(measure: Duration) -> Vec<Cell> {
-    let interval = |pipelines: usize| {
-        if pipelines <= 10 {
-            Duration::from_millis(100)
-        } else {
-            Duration::from_secs(1)
-        }
-    };
+    let interval = interval_for;
     let mut cells = Vec::new();
     for pipelines in [1, 100, 1_000] {
         for body_us in [0, 500] {
