@@ -150,6 +150,7 @@ async fn dashboard_submits_watches_savepoints_and_cancels_a_job() {
     // A valid job, submitted through the form: the page moves to the job, which runs.
     let job = format!(
         "name: e2e-dashboard\n\
+         two-phase-aggregation: false\n\
          sources:\n  nexmark: {{kind: nexmark, rate: 20000}}\n\
          transforms:\n  by-auction: {{kind: key-by, from: nexmark.bid, keys: [auction]}}\n  \
          counts: {{kind: aggregate, from: by-auction, aggregates: {{bids: count(*)}}}}\n\
@@ -317,6 +318,7 @@ async fn dashboard_shows_subtasks_output_logs_and_the_effective_job_and_keeps_se
             "job.yaml",
             &format!(
                 "name: views\n\
+                 two-phase-aggregation: false\n\
                  sources:\n  nexmark: {{kind: nexmark, rate: 20000, parallelism: 1}}\n\
                  transforms:\n  by-auction: {{kind: key-by, from: nexmark.bid, keys: [auction]}}\n  \
                  counts: {{kind: aggregate, from: by-auction, aggregates: {{bids: count(*)}}}}\n\

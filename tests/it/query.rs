@@ -40,6 +40,7 @@ fn job(name: &str, queryable: &str, state: &str) -> String {
     format!(
         "name: {name}\n\
          parallelism: 2\n\
+         two-phase-aggregation: false\n\
          sources:\n\
          \x20 clicks:\n\
          \x20   kind: jsonl\n\

@@ -186,6 +186,7 @@ fn job(name: &str, storage: &str) -> String {
     format!(
         "name: {name}\n\
          parallelism: 1\n\
+         two-phase-aggregation: false\n\
          sources:\n\
          \x20 clicks:\n\
          \x20   kind: jsonl\n\

@@ -50,6 +50,7 @@ async fn subtasks_add_up_to_their_node_and_a_hot_key_is_flagged_as_skew() {
         &app,
         "?parallelism=2",
         "name: skewed\n\
+         two-phase-aggregation: false\n\
          sources:\n  nexmark: {kind: nexmark, rate: 40000, parallelism: 1}\n\
          transforms:\n  by-auction: {kind: key-by, from: nexmark.bid, keys: [auction]}\n  \
          counts: {kind: aggregate, from: by-auction, aggregates: {bids: count(*)}}\n\
@@ -295,6 +296,7 @@ async fn only_snapshots_that_exist_are_listed_and_a_checkpoint_has_every_subtask
         "?parallelism=2",
         format!(
             "name: listed\n\
+             two-phase-aggregation: false\n\
              sources:\n  nexmark: {{kind: nexmark, rate: 20000}}\n\
              transforms:\n  by-auction: {{kind: key-by, from: nexmark.bid, keys: [auction]}}\n  \
              counts: {{kind: aggregate, from: by-auction, aggregates: {{bids: count(*)}}}}\n\
