@@ -66,11 +66,11 @@ impl Aggregate {
         })
     }
 
-    /// Makes this the global phase of a two-phase aggregation: it reads the partials of
-    /// [`super::local_aggregate::LocalAggregate`] (keyed by the phase's `partial_keys`, which
-    /// `keys` must then be).
-    pub fn merging_partials(mut self) -> Self {
-        self.partials = true;
+    /// With `partials`, makes this the global phase of a two-phase aggregation: it reads the
+    /// partials of [`super::local_aggregate::LocalAggregate`] (keyed by the phase's
+    /// `partial_keys`, which `keys` must then be).
+    pub fn merging_partials(mut self, partials: bool) -> Self {
+        self.partials = partials;
         self
     }
 }
@@ -91,26 +91,22 @@ impl Operator for Aggregate {
         let mut first_row: HashMap<&[u8], usize> = HashMap::new();
         let mut touched: Vec<usize> = Vec::new();
         let mut state = self.state.aggregating(&self.accs, &self.aggs);
-        if self.partials {
-            let column = partial_column(&batch)?;
-            for row in 0..batch.num_rows() {
-                let key = keys.key(row);
-                state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??;
-                first_row.entry(key.bytes).or_insert_with(|| {
-                    touched.push(row);
-                    row
-                });
-            }
+        // Rows in, or the local phase's partials: added, or merged.
+        let (args, partials) = if self.partials {
+            (Vec::new(), Some(partial_column(&batch)?))
         } else {
-            let args = evaluate_all(&self.aggs.calls, &batch)?;
-            for row in 0..batch.num_rows() {
-                let key = keys.key(row);
-                state.add(key, NO_NAMESPACE, (&args, row))??;
-                first_row.entry(key.bytes).or_insert_with(|| {
-                    touched.push(row);
-                    row
-                });
-            }
+            (evaluate_all(&self.aggs.calls, &batch)?, None)
+        };
+        for row in 0..batch.num_rows() {
+            let key = keys.key(row);
+            match partials {
+                Some(column) => state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??,
+                None => state.add(key, NO_NAMESPACE, (&args, row))??,
+            };
+            first_row.entry(key.bytes).or_insert_with(|| {
+                touched.push(row);
+                row
+            });
         }
         if touched.is_empty() {
             return Ok(());

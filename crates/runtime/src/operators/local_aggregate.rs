@@ -434,7 +434,7 @@ mod tests {
             heap(),
         )
         .unwrap()
-        .merging_partials();
+        .merging_partials(true);
 
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         let mut time = 0;
@@ -512,7 +512,7 @@ mod tests {
             global_metrics.clone(),
         )
         .unwrap()
-        .merging_partials();
+        .merging_partials(true);
 
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut now = 0;

@@ -105,11 +105,11 @@ impl WindowAggregate {
         })
     }
 
-    /// Makes this the global phase of a two-phase aggregation (tumbling or sliding windows): it
-    /// reads the partials of [`super::local_aggregate::LocalAggregate`], keyed by the phase's
-    /// `partial_keys`, which `keys` must then be.
-    pub fn merging_partials(mut self) -> Self {
-        self.partials = true;
+    /// With `partials`, makes this the global phase of a two-phase aggregation (tumbling or
+    /// sliding windows): it reads the partials of [`super::local_aggregate::LocalAggregate`],
+    /// keyed by the phase's `partial_keys`, which `keys` must then be.
+    pub fn merging_partials(mut self, partials: bool) -> Self {
+        self.partials = partials;
         self
     }
 

@@ -54,17 +54,15 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
     let mut planned = Planned::keyed(
         out,
         Arc::new(move |_, state| {
-            let aggregate = Aggregate::new(
-                KeyEncoder::new(encoded.clone())?,
-                aggs.clone(),
-                schema.clone(),
-                state,
-            )?;
-            Ok(Box::new(if partials {
-                aggregate.merging_partials()
-            } else {
-                aggregate
-            }))
+            Ok(Box::new(
+                Aggregate::new(
+                    KeyEncoder::new(encoded.clone())?,
+                    aggs.clone(),
+                    schema.clone(),
+                    state,
+                )?
+                .merging_partials(partials),
+            ))
         }),
     );
     planned.local = local;

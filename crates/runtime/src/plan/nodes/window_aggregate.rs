@@ -49,17 +49,15 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
     let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
-            let aggregate = WindowAggregate::new(
-                def.clone(),
-                KeyEncoder::new(encoded.clone())?,
-                state,
-                ctx.metrics.clone(),
-            )?;
-            Ok(Box::new(if partials {
-                aggregate.merging_partials()
-            } else {
-                aggregate
-            }))
+            Ok(Box::new(
+                WindowAggregate::new(
+                    def.clone(),
+                    KeyEncoder::new(encoded.clone())?,
+                    state,
+                    ctx.metrics.clone(),
+                )?
+                .merging_partials(partials),
+            ))
         }),
     );
     planned.local = local;
