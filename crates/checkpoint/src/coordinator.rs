@@ -27,6 +27,7 @@
 //! [`crate::publish`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,7 @@ use weir_state::snapshot::KeyedSnapshot;
 
 use crate::catalog::JobCheckpoints;
 use crate::error::{CheckpointError, StorageError};
+use crate::fence::{Fence, Fenced, ID_BLOCK};
 use crate::metadata::{FileRef, KeyedHandle, SnapshotKind, SubtaskState, now_ms};
 use crate::protocol::{
     Barrier, BarrierKind, Completed, JobHooks, NodeInfo, SubtaskSnapshot, TaskReport,
@@ -63,6 +65,9 @@ pub struct CoordinatorConfig {
     /// checkpoint this run restored from, for subtasks restored one to one. They are referred
     /// to instead of stored again.
     pub reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
+    /// In a fleet: the lease that snapshot ids come from and publishing goes through
+    /// ([`crate::fence`]), and the block of ids already reserved for this run.
+    pub fence: Option<(Arc<dyn Fence>, Range<u64>)>,
 }
 
 type Reply = oneshot::Sender<Result<Arc<Completed>, CheckpointError>>;
@@ -192,6 +197,8 @@ enum Done {
     },
     /// Old checkpoints were removed (or a failure logged): nothing to apply.
     Retained,
+    /// A block of ids from the fence, starting here (or the lease is lost).
+    Reserved(Result<u64, Fenced>),
 }
 
 /// Reports queued per task before a task waits to send (tasks send one per barrier).
@@ -219,7 +226,15 @@ pub fn coordinator(
         stats: stats.clone(),
     };
     let next_id = config.last_id + 1;
+    let (fence, ids) = match config.fence.take() {
+        Some((fence, ids)) => (Some(fence), ids),
+        None => (None, 0..0),
+    };
     let state = Coordinator {
+        fence,
+        ids,
+        spare: None,
+        reserving: false,
         // Seeds the coordinator's own map, which each completed checkpoint replaces.
         reuse: std::mem::take(&mut config.reuse),
         config,
@@ -251,6 +266,12 @@ struct Coordinator {
     hooks: Arc<dyn JobHooks>,
     stats: Arc<CheckpointStats>,
     next_id: u64,
+    /// In a fleet, ids come from the fence instead of `next_id`: the block in use, the next
+    /// one once reserved, and whether it is being reserved.
+    fence: Option<Arc<dyn Fence>>,
+    ids: Range<u64>,
+    spare: Option<Range<u64>>,
+    reserving: bool,
     pending: HashMap<u64, Pending>,
     /// Savepoints waiting for an in-flight checkpoint to finish.
     queued: VecDeque<(BarrierKind, Reply)>,
@@ -333,12 +354,41 @@ impl Coordinator {
         self.start(kind, vec![reply]);
     }
 
-    fn start(&mut self, kind: BarrierKind, replies: Vec<Reply>) {
-        let barrier = Barrier {
-            id: self.next_id,
-            kind,
+    /// The next snapshot id: counted, or in a fleet the next of the reserved block (asking
+    /// for the next block once half of this one is used). `None` while the fleet's catalog has
+    /// not answered.
+    fn take_id(&mut self) -> Option<u64> {
+        let Some(fence) = self.fence.clone() else {
+            let id = self.next_id;
+            self.next_id += 1;
+            return Some(id);
         };
-        self.next_id += 1;
+        if self.ids.is_empty()
+            && let Some(spare) = self.spare.take()
+        {
+            self.ids = spare;
+        }
+        let left = self.ids.end.saturating_sub(self.ids.start);
+        if left <= ID_BLOCK / 2 && self.spare.is_none() && !self.reserving {
+            self.reserving = true;
+            let after = self.ids.end.saturating_sub(1).max(self.next_id);
+            self.work
+                .push(async move { Done::Reserved(fence.reserve(after, ID_BLOCK).await) }.boxed());
+        }
+        self.ids.next()
+    }
+
+    fn start(&mut self, kind: BarrierKind, replies: Vec<Reply>) {
+        let Some(id) = self.take_id() else {
+            for reply in replies {
+                self.skip(
+                    reply,
+                    "waiting for snapshot ids from the fleet's catalog".into(),
+                );
+            }
+            return;
+        };
+        let barrier = Barrier { id, kind };
         if let Err(why) = self.hooks.inject(barrier) {
             self.closed.get_or_insert(why.clone());
             for reply in replies {
@@ -494,6 +544,17 @@ impl Coordinator {
     fn done(&mut self, done: Done) {
         match done {
             Done::Retained => self.retaining = false,
+            Done::Reserved(result) => {
+                self.reserving = false;
+                match result {
+                    Ok(first) => self.spare = Some(first..first.saturating_add(ID_BLOCK)),
+                    Err(fenced) => {
+                        tracing::warn!(job = %self.job, reason = %fenced, "no more snapshots: the job's lease is lost");
+                        self.closed
+                            .get_or_insert(format!("the job's lease is lost: {fenced}"));
+                    }
+                }
+            }
             Done::Uploaded { id, key, result } => {
                 let Some(pending) = self.pending.get_mut(&id) else {
                     // Abandoned meanwhile: retention removes what was stored.
@@ -551,6 +612,7 @@ impl Coordinator {
             subtasks: std::mem::take(&mut pending.subtasks),
             operator_states: std::mem::take(&mut pending.operator_states),
             hooks: self.hooks.clone(),
+            fence: self.fence.clone(),
         };
         self.work.push(
             async move {
@@ -693,8 +755,14 @@ impl Coordinator {
 
     /// The final snapshot of a bounded run: no barrier, the ended tasks' sink transactions.
     fn publish_final(&mut self, subtasks: Vec<SubtaskSnapshot>, reply: Reply) {
-        let id = self.next_id;
-        self.next_id += 1;
+        let Some(id) = self.take_id() else {
+            discard(subtasks);
+            return self.skip(
+                reply,
+                "no snapshot id for the final snapshot: the fleet's catalog has not answered"
+                    .into(),
+            );
+        };
         let now = Instant::now();
         self.closed.get_or_insert("the job has finished".into());
         self.pending.insert(

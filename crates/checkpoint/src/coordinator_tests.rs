@@ -75,6 +75,7 @@ fn config() -> CoordinatorConfig {
         lineage: "L1".into(),
         last_id: 0,
         reuse: HashMap::new(),
+        fence: None,
     }
 }
 
@@ -449,4 +450,129 @@ fn operator_states_are_merged_into_few_files_of_about_the_target_size() {
     let (files, _) = merge_operator_states(&[((0, 0), &[1u8; 10][..]), ((0, 1), &big[..])], 100);
     assert_eq!(files.iter().map(Vec::len).collect::<Vec<_>>(), [10, 500]);
     assert!(merge_operator_states(&[], 100).0.is_empty());
+}
+
+/// A lease in a catalog, modelled plainly: an owner epoch, an id counter, the latest
+/// published snapshot. `holder` is the epoch the coordinator under test holds.
+#[derive(Debug)]
+struct FakeLease {
+    epoch: Mutex<u64>,
+    holder: u64,
+    next_id: Mutex<u64>,
+    latest: Mutex<Option<(u64, String)>>,
+    reserved: Mutex<Vec<(u64, u64)>>,
+}
+
+impl crate::fence::Fence for Arc<FakeLease> {
+    fn reserve(&self, after: u64, count: u64) -> BoxFuture<'static, Result<u64, crate::Fenced>> {
+        let lease = self.clone();
+        Box::pin(async move {
+            if *lease.epoch.lock().unwrap() != lease.holder {
+                return Err(crate::Fenced("taken".into()));
+            }
+            let mut next = lease.next_id.lock().unwrap();
+            let first = (*next).max(after + 1);
+            *next = first + count;
+            lease.reserved.lock().unwrap().push((after, first));
+            Ok(first)
+        })
+    }
+
+    fn publish(&self, id: u64, location: String) -> BoxFuture<'static, Result<(), crate::Fenced>> {
+        let lease = self.clone();
+        Box::pin(async move {
+            if *lease.epoch.lock().unwrap() != lease.holder {
+                return Err(crate::Fenced("taken".into()));
+            }
+            *lease.latest.lock().unwrap() = Some((id, location));
+            Ok(())
+        })
+    }
+
+    fn latest(&self) -> BoxFuture<'static, Result<Option<String>, crate::Fenced>> {
+        let latest = self.latest.lock().unwrap().clone().map(|(_, l)| l);
+        Box::pin(async move { Ok(latest) })
+    }
+}
+
+/// Triggers a checkpoint, again while one is refused for the moment (retention running after
+/// the previous one): the barrier injected and the pending trigger.
+async fn trigger_injected(
+    h: &mut Harness,
+) -> (
+    Barrier,
+    tokio::task::JoinHandle<Result<Arc<Completed>, CheckpointError>>,
+) {
+    loop {
+        let mut pending = tokio::spawn({
+            let handle = h.handle.clone();
+            async move { handle.checkpoint().await }
+        });
+        tokio::select! {
+            barrier = h.injected.recv() => return (barrier.unwrap(), pending),
+            skipped = &mut pending => {
+                assert!(matches!(skipped.unwrap(), Err(CheckpointError::Skipped(_))));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_a_fence_ids_come_from_reserved_blocks_and_a_taken_lease_publishes_and_commits_nothing()
+ {
+    use crate::fence::ID_BLOCK;
+    let lease = Arc::new(FakeLease {
+        epoch: Mutex::new(1),
+        holder: 1,
+        next_id: Mutex::new(100 + ID_BLOCK),
+        latest: Mutex::new(None),
+        reserved: Mutex::new(Vec::new()),
+    });
+    let mut c = config();
+    c.fence = Some((Arc::new(lease.clone()), 100..100 + ID_BLOCK));
+    let mut h = harness(c, 1);
+    // Ids run through the reserved block; past half of it the next block is asked for, above
+    // the end of this one.
+    let half = ID_BLOCK / 2 + 1;
+    for expected in 100..100 + half {
+        let (barrier, pending) = trigger_injected(&mut h).await;
+        assert_eq!(barrier.id, expected);
+        ack(&h, barrier.id, 0, None).await;
+        let done = pending.await.unwrap().unwrap();
+        assert_eq!(
+            lease.latest.lock().unwrap().as_ref().map(|l| l.0),
+            Some(done.metadata.id),
+            "every completed snapshot is published through the fence"
+        );
+    }
+    assert_eq!(
+        *lease.reserved.lock().unwrap(),
+        [(100 + ID_BLOCK - 1, 100 + ID_BLOCK)],
+        "one more block, asked for once"
+    );
+    let commits_before = h.job.commits.lock().unwrap().len();
+    assert_eq!(commits_before as u64, half);
+
+    // Another holder takes the lease: the next snapshot is stored but refused at publish:
+    // not committed, its metadata removed, the fence's latest unchanged.
+    *lease.epoch.lock().unwrap() = 2;
+    let (barrier, pending) = trigger_injected(&mut h).await;
+    ack(&h, barrier.id, 0, None).await;
+    let refused = pending.await.unwrap();
+    assert!(
+        matches!(&refused, Err(e) if e.to_string().contains("not published")),
+        "{refused:?}"
+    );
+    assert_eq!(h.job.commits.lock().unwrap().len(), commits_before);
+    let dir = h.root.join("job").join(format!("chk-{:010}", barrier.id));
+    assert!(
+        !dir.join(METADATA).exists(),
+        "a refused snapshot leaves no metadata"
+    );
+    assert_eq!(
+        lease.latest.lock().unwrap().as_ref().map(|l| l.0),
+        Some(barrier.id - 1)
+    );
+    h.task.abort();
 }

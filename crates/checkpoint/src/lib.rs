@@ -20,6 +20,7 @@
 //! - [`reader`]: seek-free reads of many ranges of merged files, and their counters.
 //! - [`object`]: storage on S3-compatible object stores through `object_store`.
 //! - [`error`]: what can go wrong, grouped by what to do about it.
+//! - [`fence`]: which copy of a job may publish its snapshots, in a fleet of servers.
 //! - `fixtures` (with the `testing` feature): the behaviour every storage must show, as checks
 //!   its tests run, and hand-made snapshots for tests and benchmarks.
 //!
@@ -43,6 +44,7 @@ pub mod coordinator;
 #[cfg(test)]
 mod coordinator_tests;
 pub mod error;
+pub mod fence;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod metadata;
@@ -57,6 +59,7 @@ pub mod storage;
 pub use catalog::{JobCheckpoints, SnapshotRef};
 pub use coordinator::{CoordinatorConfig, CoordinatorHandle};
 pub use error::{CheckpointError, RestoreError, StorageError};
+pub use fence::{Fence, Fenced};
 pub use object::{ObjectStorage, StorageConfig};
 /// The `object_store` crate, for building an [`ObjectStorage`] over a store of one's own.
 pub use object_store;

@@ -97,6 +97,8 @@ pub(crate) struct Publish {
     pub(crate) subtasks: HashMap<(usize, u32), SubtaskState>,
     pub(crate) operator_states: HashMap<(usize, u32), Vec<u8>>,
     pub(crate) hooks: Arc<dyn JobHooks>,
+    /// In a fleet, the lease the snapshot is published through ([`crate::fence`]).
+    pub(crate) fence: Option<Arc<dyn crate::fence::Fence>>,
 }
 
 /// The merged operator-state files' names: `operator-state-0`, `operator-state-1`, ...
@@ -208,8 +210,21 @@ impl Publish {
             .publish(&metadata)
             .await
             .map_err(|e| e.to_string())?;
+        let location = self.catalog.storage().location(&dir);
+        if let Some(fence) = &self.fence
+            && let Err(fenced) = fence.publish(self.id, location.clone()).await
+        {
+            // Never restored (restores go by what the fence recorded): its metadata goes, so
+            // that nothing listing storage mistakes it for a snapshot either.
+            let _ = self
+                .catalog
+                .storage()
+                .delete(&join(&dir, crate::metadata::METADATA))
+                .await;
+            return Err(format!("not published: {fenced}"));
+        }
         let completed = Arc::new(Completed {
-            location: self.catalog.storage().location(&dir),
+            location,
             metadata,
             operator_states: self.operator_states,
         });
