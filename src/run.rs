@@ -102,6 +102,7 @@ pub fn run(args: RunArgs<'_>) -> ExitCode {
         from: args.from,
         scheduler,
         guard: None,
+        fence: None,
     };
     runtime.block_on(async move {
         // The run's log lines also go to its own log, which `--listen` serves.

@@ -1,6 +1,7 @@
 //! `file`: JSON lines in part files of a directory, committed exactly once.
 //!
-//! Each subtask writes into a hidden file, `.part-<subtask>-<n>.inprogress`. At a checkpoint
+//! Each subtask writes into a hidden file, `.part-<subtask>-<writer>-<n>.inprogress` (`writer`
+//! unique to the process and subtask). At a checkpoint
 //! barrier `id` it flushes and fsyncs that file and renames it to
 //! `.part-<subtask>-<id>.jsonl.pending`: a transaction, recorded in the checkpoint. When the
 //! checkpoint is complete the job commits it by renaming it to `part-<subtask>-<id>.jsonl`
@@ -64,8 +65,12 @@ pub struct FileSink {
     subtask: usize,
     /// The file being written, if anything was written since the last transaction.
     file: Option<(PathBuf, tokio::fs::File)>,
-    /// In-progress files made so far (names them uniquely).
+    /// In-progress files made so far (names them uniquely within this sink).
     files_made: u64,
+    /// Names this sink's in-progress files apart from any other process's: in a fleet, a
+    /// server that lost a job's lease may still be writing into the same directory as the
+    /// server that took it over, until it notices.
+    writer: u64,
     buffer: Vec<u8>,
     encoder: JsonEncoder,
     /// Transactions not yet known to be committed.
@@ -81,6 +86,14 @@ impl FileSink {
             subtask,
             file: None,
             files_made: 0,
+            writer: xxhash_rust::xxh3::xxh3_64(
+                format!(
+                    "{}-{:?}-{subtask}",
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                )
+                .as_bytes(),
+            ),
             buffer: Vec::with_capacity(FLUSH_BYTES + (64 << 10)),
             encoder: JsonEncoder::new(),
             pending: Unconfirmed::default(),
@@ -98,8 +111,8 @@ impl FileSink {
         }
         if self.file.is_none() {
             let path = self.dir.join(format!(
-                ".part-{}-{}.inprogress",
-                self.subtask, self.files_made
+                ".part-{}-{:016x}-{}.inprogress",
+                self.subtask, self.writer, self.files_made
             ));
             self.files_made += 1;
             let file = tokio::fs::File::create(&path)

@@ -61,14 +61,29 @@ impl Run {
             failure: Arc::new(Mutex::new(None)),
             failed: CancellationToken::new(),
         });
+        let last_id = highest.max(restored_id);
+        // In a fleet, this run's ids come from its lease, a block at a time.
+        let fence = match &self.options.fence {
+            Some(fence) => {
+                let first = fence
+                    .reserve(last_id, weir_checkpoint::fence::ID_BLOCK)
+                    .await?;
+                Some((
+                    fence.clone(),
+                    first..first + weir_checkpoint::fence::ID_BLOCK,
+                ))
+            }
+            None => None,
+        };
         let config = CoordinatorConfig {
             timeout: spec.timeout.0,
             min_pause: spec.min_pause.0,
             max_concurrent: spec.max_concurrent as usize,
             retained: spec.retained as usize,
             lineage: format!("{}-{attempt}", self.run_id),
-            last_id: highest.max(restored_id),
+            last_id,
             reuse,
+            fence,
         };
         let nodes = plan
             .nodes

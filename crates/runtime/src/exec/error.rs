@@ -39,6 +39,10 @@ pub enum RunError {
     /// Committing a completed snapshot's output failed (the restore commits it again).
     #[error("checkpointing: {0}")]
     Commit(String),
+    /// In a fleet, the job's lease is another server's (or the catalog cannot say): this copy
+    /// must stop, and another runs the job.
+    #[error("the job's lease is lost: {0}")]
+    Fenced(#[from] weir_checkpoint::Fenced),
     /// A bug in weir: an invariant did not hold.
     #[error("internal error (a bug in weir): {0}")]
     Internal(String),
@@ -52,9 +56,10 @@ impl RunError {
     pub fn retry(&self) -> Retry {
         match self {
             RunError::Task(e) => e.error.retry(),
-            RunError::Restore(_) | RunError::StorageConfig(_) | RunError::Scheduler(_) => {
-                Retry::Never
-            }
+            RunError::Restore(_)
+            | RunError::StorageConfig(_)
+            | RunError::Scheduler(_)
+            | RunError::Fenced(_) => Retry::Never,
             RunError::Checkpoint(_)
             | RunError::Storage(_)
             | RunError::Commit(_)
@@ -69,7 +74,10 @@ impl RunError {
         match self {
             RunError::Task(e) => e.error.category(),
             RunError::Restore(_) | RunError::StorageConfig(_) => "data",
-            RunError::Checkpoint(_) | RunError::Storage(_) | RunError::Commit(_) => "external",
+            RunError::Checkpoint(_)
+            | RunError::Storage(_)
+            | RunError::Commit(_)
+            | RunError::Fenced(_) => "external",
             RunError::Scheduler(_) | RunError::Internal(_) => "internal",
         }
     }

@@ -47,6 +47,9 @@ pub struct JobOptions {
     /// Where the job's S3 client may connect, checked at every connection: a server's
     /// outbound policy (`None`: wherever DNS says, as for `weir run`).
     pub guard: Option<Arc<dyn weir_checkpoint::object::AddressGuard>>,
+    /// In a fleet of servers: the job's lease, through which snapshot ids are reserved,
+    /// snapshots published and "the latest snapshot" found ([`weir_checkpoint::fence`]).
+    pub fence: Option<Arc<dyn weir_checkpoint::Fence>>,
 }
 
 /// Steering a running job from outside: savepoints, checkpoint statistics, and the task

@@ -129,6 +129,15 @@ impl Run {
         } else {
             self.base.clone()
         };
+        // In a fleet, the latest snapshot is the one the lease recorded, never the newest
+        // found in storage (a copy that lost the lease may have left files there).
+        let from = match (from, &self.options.fence) {
+            (Some(RestoreFrom::Latest), Some(fence)) => fence
+                .latest()
+                .await?
+                .map(|location| RestoreFrom::Path(PathBuf::from(location))),
+            (from, _) => from,
+        };
         let (Some(from), Some(catalog)) = (from, &self.catalog) else {
             return Ok(None);
         };
