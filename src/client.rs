@@ -205,6 +205,72 @@ pub fn jobs(server: &ServerArgs) -> ExitCode {
     })())
 }
 
+/// `weir server list`: the fleet's servers and jobs.
+pub fn fleet(server: &ServerArgs) -> ExitCode {
+    report((|| {
+        let v = Client::new(&server.server).ok("GET", "/api/v1/fleet", None)?;
+        println!(
+            "{:40}  {:9}  {:>8}  {:>5}  {:>9}",
+            "server", "state", "subtasks", "jobs", "heartbeat"
+        );
+        for s in v["servers"].as_array().cloned().unwrap_or_default() {
+            let state = if s["draining"].as_bool().unwrap_or(false) {
+                "draining"
+            } else if s["alive"].as_bool().unwrap_or(false) {
+                "alive"
+            } else {
+                "silent"
+            };
+            println!(
+                "{:40}  {:9}  {:>8}  {:>5}  {:>7.1}s",
+                s["url"].as_str().unwrap_or_default(),
+                state,
+                s["subtasks"].as_u64().unwrap_or(0),
+                s["jobs"].as_u64().unwrap_or(0),
+                s["heartbeat-age-ms"].as_f64().unwrap_or(0.0) / 1000.0,
+            );
+        }
+        println!();
+        println!(
+            "{:>4}  {:24}  {:11}  {:40}  {:>6}",
+            "id", "name", "state", "server", "epoch"
+        );
+        for j in v["jobs"].as_array().cloned().unwrap_or_default() {
+            println!(
+                "{:>4}  {:24}  {:11}  {:40}  {:>6}",
+                j["id"].as_str().unwrap_or_default(),
+                j["name"].as_str().unwrap_or_default(),
+                j["state"].as_str().unwrap_or_default(),
+                j["server"].as_str().unwrap_or("-"),
+                j["epoch"]
+                    .as_u64()
+                    .map_or_else(|| "-".to_owned(), |e| e.to_string()),
+            );
+        }
+        Ok(())
+    })())
+}
+
+/// `weir server drain URL`: moves the server's jobs to the fleet's other servers.
+pub fn drain(url: &str) -> ExitCode {
+    report((|| {
+        let v = Client::new(url).ok("POST", "/api/v1/fleet/drain", None)?;
+        let moved = v["moved"].as_array().cloned().unwrap_or_default();
+        for m in &moved {
+            eprintln!(
+                "job {} moved to {}",
+                m["id"].as_str().unwrap_or_default(),
+                m["to"].as_str().unwrap_or("the first server to take it")
+            );
+        }
+        eprintln!(
+            "{url} is drained ({} jobs moved); it takes no new jobs",
+            moved.len()
+        );
+        Ok(())
+    })())
+}
+
 /// `weir restart ID [--from SNAPSHOT]`: a new run of an ended job.
 pub fn restart(server: &ServerArgs, id: &str, from: Option<&str>) -> ExitCode {
     report((|| {

@@ -41,6 +41,19 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum ServerCommand {
+    /// List the fleet's servers (heartbeat, load, draining) and its jobs with their servers.
+    List {
+        #[command(flatten)]
+        server: client::ServerArgs,
+    },
+    /// Move every job of the server at URL to the fleet's other servers (each stops with a
+    /// savepoint there and resumes from it elsewhere), and stop placing jobs on it: for an
+    /// upgrade without downtime.
+    Drain { url: String },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run a job until its bounded sources end (or Ctrl-C), then print a summary.
     Run {
@@ -114,8 +127,22 @@ enum Command {
         /// `PREFIX*` allows every variable with that prefix. Repeatable; by default none.
         #[arg(long = "allow-env", value_name = "NAME")]
         allow_env: Vec<String>,
+        /// Be one server of a fleet: the URL the fleet's other servers reach this one at
+        /// (`http://10.0.0.5:8080`). Needs a PostgreSQL `--catalog`, shared by every server of
+        /// the fleet; jobs are placed on the least loaded server and move when one dies.
+        #[arg(long, value_name = "URL")]
+        advertise: Option<String>,
+        /// In a fleet: how long a server's hold on a job lasts without renewal; a dead
+        /// server's jobs move to the others after this.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        lease_ttl: std::time::Duration,
         #[command(flatten)]
         limits: serve::LimitArgs,
+    },
+    /// The servers of a fleet: `weir server list`, `weir server drain URL`.
+    Server {
+        #[command(subcommand)]
+        command: ServerCommand,
     },
     /// Submit a job file to a `weir serve` and print its id.
     Submit {
@@ -256,7 +283,13 @@ fn main() -> ExitCode {
             allow_env,
             limits,
             catalog,
+            advertise,
+            lease_ttl,
         } => serve::serve(serve::ServeArgs {
+            fleet: advertise.map(|advertise| weir_http_ui::fleet::FleetConfig {
+                advertise,
+                lease_ttl,
+            }),
             listen,
             token,
             limits: limits.into(),
@@ -292,6 +325,12 @@ fn main() -> ExitCode {
             server,
         } => client::rescale(&server, &id, parallelism),
         Command::Jobs { server } => client::jobs(&server),
+        Command::Server {
+            command: ServerCommand::List { server },
+        } => client::fleet(&server),
+        Command::Server {
+            command: ServerCommand::Drain { url },
+        } => client::drain(&url),
         Command::Cancel { id, server } => client::cancel(&server, &id),
         Command::State(args) => client::state(&args),
         Command::Validate { job, overrides } => validate(&job, &overrides),

@@ -62,6 +62,8 @@ pub struct ServeArgs {
     pub allow_endpoints: Vec<String>,
     /// `--allow-env`: environment variables submitted jobs may read with `${VAR}`.
     pub allow_env: Vec<String>,
+    /// `--advertise`: be one server of a fleet.
+    pub fleet: Option<weir_http_ui::fleet::FleetConfig>,
 }
 
 pub fn serve(args: ServeArgs) -> ExitCode {
@@ -72,6 +74,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
         listen: args.listen,
         token: args.token,
         catalog: args.catalog.clone(),
+        fleet: args.fleet.clone(),
         ..ServeConfig::default()
     };
     config.host.limits = args.limits;
@@ -93,7 +96,17 @@ pub fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        if let Some(catalog) = server.host.catalog() {
+        if let Some(fleet) = server.host.fleet() {
+            eprintln!(
+                "weir serve: one server of the fleet at {} (this one: {}, lease {:?})",
+                server
+                    .host
+                    .catalog()
+                    .map_or_else(String::new, |c| c.location().to_owned()),
+                fleet.url(),
+                fleet.lease_ttl()
+            );
+        } else if let Some(catalog) = server.host.catalog() {
             let jobs = server.host.jobs();
             let live = jobs.iter().filter(|j| j.state().is_live()).count();
             eprintln!(
@@ -122,6 +135,10 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             }
             match server.host.submit(&name, &text, &args.overrides).await {
                 Ok(job) => eprintln!("started {name} as job {}", job.id),
+                // In a fleet, another server may run it already (this one restarted).
+                Err(e @ weir_http_ui::ApiError::Conflict(_)) if server.host.fleet().is_some() => {
+                    eprintln!("{name} is not started here: {e}");
+                }
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::FAILURE;

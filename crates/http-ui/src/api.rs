@@ -80,7 +80,11 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
             get(state_lookup),
         )
         .route("/api/v1/scheduler", get(scheduler))
+        .route("/api/v1/fleet", get(fleet))
+        .route("/api/v1/fleet/drain", post(drain))
         .route("/metrics", get(metrics))
+        // Inside the token check: a request is authorised here before it is forwarded.
+        .route_layer(axum::middleware::from_fn_with_state(host.clone(), to_owner))
         .route_layer(axum::middleware::from_fn_with_state(access, auth::require));
     Router::new()
         .merge(protected)
@@ -244,10 +248,42 @@ fn submit_options(query: Option<&str>) -> Result<SubmitOptions, ApiError> {
 async fn submit(
     State(host): State<Arc<Host>>,
     RawQuery(query): RawQuery,
+    headers: axum::http::HeaderMap,
+    uri: axum::http::Uri,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let text = text(&body)?;
     let options = submit_options(query.as_deref())?;
+    if let Some(fleet) = host.fleet()
+        && !crate::fleet::forward::was_forwarded(&headers)
+    {
+        // Checked here first (a bad file is refused by whichever server got it), then run
+        // where the fleet has the most room.
+        let mut overrides = options.overrides.clone();
+        if let Some(p) = options.parallelism {
+            overrides.push(format!("parallelism={p}"));
+        }
+        let parsed = crate::host::parse_overrides(&overrides)?;
+        Host::check_isolated(SUBMITTED, text, &parsed, host.config())
+            .await
+            .map_err(|e| Secrets::of(text).mask_error(e))?;
+        if fleet.is_draining() {
+            return Err(ApiError::Unavailable(
+                "this server is draining: submit to another server of the fleet".into(),
+            ));
+        }
+        let target = fleet
+            .place(false)
+            .await
+            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        if let Some(target) = target.filter(|t| t.id != fleet.me()) {
+            let mut request = Request::new(Body::from(body.clone()));
+            *request.method_mut() = axum::http::Method::POST;
+            *request.uri_mut() = uri;
+            *request.headers_mut() = headers;
+            return Ok(fleet.forwarder.forward(&target.url, request).await);
+        }
+    }
     let job = host
         .submit_with(SUBMITTED, text, options)
         .await
@@ -691,6 +727,86 @@ async fn state_lookup(
             QueryError::Timeout(m) => ApiError::Timeout(m),
             QueryError::Internal(m) => ApiError::Internal(m),
         })
+}
+
+/// In a fleet, a request about a job that runs on another server is forwarded there
+/// ([`crate::fleet::forward`]); everything else is answered here.
+async fn to_owner(State(host): State<Arc<Host>>, request: Request, next: Next) -> Response {
+    let Some(fleet) = host.fleet() else {
+        return next.run(request).await;
+    };
+    if crate::fleet::forward::was_forwarded(request.headers()) {
+        return next.run(request).await;
+    }
+    let Some(id) = job_in_path(request.uri().path()) else {
+        return next.run(request).await;
+    };
+    if host.job(&id.to_string()).is_ok() {
+        return next.run(request).await;
+    }
+    match fleet.owner_url(id).await {
+        Ok(Some(url)) if url != fleet.url() => fleet.forwarder.forward(&url, request).await,
+        Ok(_) => next.run(request).await,
+        Err(e) => ApiError::Unavailable(format!(
+            "job {id} is not on this server, and the fleet's catalog cannot say where it is: {e}"
+        ))
+        .into_response(),
+    }
+}
+
+/// The job a `/api/v1/jobs/{id}/...` path is about.
+fn job_in_path(path: &str) -> Option<u64> {
+    let rest = path.strip_prefix("/api/v1/jobs/")?;
+    let id = rest.split('/').next()?;
+    crate::host::parse_id(id)
+}
+
+async fn fleet(State(host): State<Arc<Host>>) -> Result<Json<crate::fleet::FleetView>, ApiError> {
+    let fleet = host.fleet().ok_or_else(not_in_fleet)?;
+    fleet
+        .view()
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::Unavailable(e.to_string()))
+}
+
+fn not_in_fleet() -> ApiError {
+    ApiError::NotFound(
+        "this server is not part of a fleet (start it with --catalog postgres://... --advertise URL)"
+            .into(),
+    )
+}
+
+/// `POST /api/v1/fleet/drain`: what moved where.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct Drained {
+    /// The server that drained.
+    pub server: String,
+    pub moved: Vec<DrainedJob>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct DrainedJob {
+    pub id: String,
+    /// The server it was handed to (none: any server takes it).
+    pub to: Option<String>,
+}
+
+async fn drain(State(host): State<Arc<Host>>) -> Result<Json<Drained>, ApiError> {
+    let server = host.fleet().ok_or_else(not_in_fleet)?.url().to_owned();
+    let moved = host.drain().await?;
+    Ok(Json(Drained {
+        server,
+        moved: moved
+            .into_iter()
+            .map(|(id, to)| DrainedJob {
+                id: id.to_string(),
+                to,
+            })
+            .collect(),
+    }))
 }
 
 async fn scheduler(State(host): State<Arc<Host>>) -> Json<weir_scheduler::SchedulerMetrics> {

@@ -168,4 +168,7 @@ pub enum ServeError {
     /// The job catalog cannot be opened or read.
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),
+    /// The fleet's catalog cannot be joined.
+    #[error("joining the fleet: {0}")]
+    Fleet(String),
 }

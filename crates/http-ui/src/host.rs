@@ -32,6 +32,7 @@ use weir_scheduler::Scheduler;
 use crate::ApiError;
 use crate::catalog::persist::Persister;
 use crate::catalog::{Catalog, StoredJob};
+use crate::fleet::{Claimed, Fleet};
 use crate::job::{Definition, HostedJob, JobState};
 use crate::limits::JobLimits;
 
@@ -103,6 +104,8 @@ pub struct Host {
     /// Set at shutdown once the catalog has the jobs' last states: the cancellations that
     /// stop every job then are not written (a restarted server resumes the jobs instead).
     closing: Arc<std::sync::atomic::AtomicBool>,
+    /// This server's part in a fleet, if it is in one ([`crate::fleet`]).
+    fleet: Option<Arc<Fleet>>,
 }
 
 /// How to submit a job besides its file.
@@ -122,7 +125,7 @@ impl Host {
     /// A host on the current tokio runtime, triggering checkpoints with `scheduler`, that
     /// keeps its jobs in memory only.
     pub fn new(scheduler: Arc<Scheduler>, config: HostConfig) -> Arc<Self> {
-        Self::build(scheduler, config, None)
+        Self::build(scheduler, config, None, None)
     }
 
     /// A host that keeps its jobs in `catalog`: every change is written there, and
@@ -132,13 +135,38 @@ impl Host {
         config: HostConfig,
         catalog: Catalog,
     ) -> Arc<Self> {
-        Self::build(scheduler, config, Some(Persister::new(Arc::new(catalog))))
+        Self::build(
+            scheduler,
+            config,
+            Some(Persister::new(Arc::new(catalog))),
+            None,
+        )
+    }
+
+    /// A host that is one server of `fleet`, keeping its jobs in the fleet's shared
+    /// `catalog` ([`Catalog::open_fleet`]): it takes part in placement, renews the leases of
+    /// its jobs and takes over those of dead servers ([`Fleet::keep`]).
+    pub fn in_fleet(
+        scheduler: Arc<Scheduler>,
+        config: HostConfig,
+        catalog: Catalog,
+        fleet: Arc<Fleet>,
+    ) -> Arc<Self> {
+        let host = Self::build(
+            scheduler,
+            config,
+            Some(Persister::new(Arc::new(catalog))),
+            Some(fleet.clone()),
+        );
+        host.spawn(fleet.keep(Arc::downgrade(&host), host.shutdown.clone()));
+        host
     }
 
     fn build(
         scheduler: Arc<Scheduler>,
         config: HostConfig,
         persister: Option<Arc<Persister>>,
+        fleet: Option<Arc<Fleet>>,
     ) -> Arc<Self> {
         let lookups = crate::ratelimit::RateLimiter::new(config.lookup_rate, config.lookup_burst);
         let writer = persister.as_ref().map(|p| {
@@ -157,6 +185,7 @@ impl Host {
             persister,
             writer: Mutex::new(writer),
             closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            fleet,
         });
         host.spawn(sampler(
             Arc::downgrade(&host),
@@ -164,6 +193,11 @@ impl Host {
             host.shutdown.clone(),
         ));
         host
+    }
+
+    /// This server's part in a fleet, if it is in one.
+    pub fn fleet(&self) -> Option<&Arc<Fleet>> {
+        self.fleet.as_ref()
     }
 
     /// The catalog the host keeps its jobs in, if any.
@@ -307,14 +341,23 @@ impl Host {
         let restore =
             resolve_snapshot(&plan, options.from.as_deref(), &self.config.endpoints).await?;
         let id = self.allocate_id().await?;
+        let lease = self.lease(id, &plan, None).await?;
         // Before the start, whose log lines may quote the job's values.
         let secrets = crate::redact::registry()
             .register(crate::redact::Secrets::of_job(text, &parsed).with(&plan.env_values));
         let log = crate::logs::JobLog::new();
-        let running = job::start(&plan, self.options(restore))
+        let started = job::start(&plan, self.options(restore, id, lease))
             .instrument(log.span())
-            .await
-            .map_err(|e| secrets.mask_error(ApiError::Start(e.to_string())))?;
+            .await;
+        let running = match started {
+            Ok(running) => running,
+            Err(e) => {
+                if let (Some(fleet), Some(epoch)) = (&self.fleet, lease) {
+                    fleet.forget(id, epoch).await;
+                }
+                return Err(secrets.mask_error(ApiError::Start(e.to_string())));
+            }
+        };
         let definition = Definition {
             plan: Arc::new(plan),
             overrides,
@@ -328,9 +371,19 @@ impl Host {
             options.from,
             log,
         ));
+        if let Some(epoch) = lease {
+            job.set_lease(epoch);
+        }
         self.insert(job.clone());
         self.persist(&job);
         self.wait_for(job.clone(), running);
+        if self.fleet.is_some() {
+            // In a fleet the job's document is in the catalog before the client hears of the
+            // job: a server that dies now leaves a job another can take over.
+            if let Err(e) = self.flush_catalog().await {
+                tracing::error!(job = %job.name, id, error = %e, "the job's document could not be written yet; it is retried");
+            }
+        }
         tracing::info!(job = %job.name, id, "job submitted");
         Ok(job)
     }
@@ -374,9 +427,18 @@ impl Host {
     fn wait_for(&self, job: Arc<HostedJob>, running: RunningJob) {
         let persister = self.persister.clone();
         let closing = self.closing.clone();
+        let fleet = self.fleet.clone();
         self.spawn(async move {
             job.ended(running.wait().await);
             persist(persister.as_ref(), &closing, &job);
+            if let Some(fleet) = &fleet
+                && !job.is_moving()
+                && fleet.epoch_of(job.id) == job.lease()
+            {
+                // The ended document drops the lease when it is written; until then the lease
+                // stays (unrenewed), and no other server takes the job.
+                fleet.unhold(job.id);
+            }
             job.run_ended.notify_waiters();
         });
     }
@@ -399,22 +461,29 @@ impl Host {
         }
         let plan = job.plan();
         let restore = resolve_snapshot(&plan, from, &self.config.endpoints).await?;
-        self.launch(job, restore, from.map(str::to_owned)).await?;
+        self.launch(job, restore, from.map(str::to_owned), None)
+            .await?;
         tracing::info!(job = %job.name, id = job.id, ?from, "job restarted");
         Ok(())
     }
 
     /// Starts a new run of `job` (whose previous run ended) from `restore`; the caller holds
-    /// `starting`.
+    /// `starting`. In a fleet the run goes under `claimed` (a lease just taken over) or a
+    /// lease taken now.
     async fn launch(
         &self,
         job: &Arc<HostedJob>,
         restore: Option<RestoreFrom>,
         from: Option<String>,
+        claimed: Option<u64>,
     ) -> Result<(), ApiError> {
         let plan = job.plan();
         self.admit(&plan, Some(job.id))?;
-        let running = job::start(&plan, self.options(restore))
+        let lease = self.lease(job.id, &plan, claimed).await?;
+        if let Some(epoch) = lease {
+            job.set_lease(epoch);
+        }
+        let running = job::start(&plan, self.options(restore, job.id, lease))
             .instrument(job.log.span())
             .await
             .map_err(|e| ApiError::Start(e.to_string()))?;
@@ -513,6 +582,7 @@ impl Host {
                 job,
                 Some(RestoreFrom::Path(PathBuf::from(location))),
                 Some(name),
+                None,
             )
             .await
         {
@@ -606,7 +676,7 @@ impl Host {
                 .enabled()
                 .then_some(RestoreFrom::Latest);
             let name = from.as_ref().map(|_| "latest".to_owned());
-            match host.launch(&job, from, name).await {
+            match host.launch(&job, from, name, None).await {
                 Ok(()) => tracing::info!(job = %job.name, id = job.id, "job resumed"),
                 Err(e) => {
                     tracing::error!(job = %job.name, id = job.id, error = %e, "a job could not resume");
@@ -642,6 +712,10 @@ impl Host {
             self.closing.store(true, Ordering::Release);
         }
         for job in self.jobs() {
+            if self.fleet.is_some() {
+                // Their leases are handed back below, once the copies here have stopped.
+                job.set_moving();
+            }
             let _ = job.cancel();
         }
         let mut tasks = match self.tasks.lock() {
@@ -655,14 +729,231 @@ impl Host {
         }
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+        if let Some(fleet) = &self.fleet
+            && let Err(e) = fleet.leave().await
+        {
+            tracing::error!(error = %e, "cannot hand back this server's leases: its jobs move once they expire");
+        }
     }
 
-    fn options(&self, from: Option<RestoreFrom>) -> JobOptions {
+    fn options(&self, from: Option<RestoreFrom>, id: u64, lease: Option<u64>) -> JobOptions {
         JobOptions {
             from,
             scheduler: Some(self.scheduler.clone()),
             guard: Some(self.config.endpoints.guard()),
+            fence: match (&self.fleet, lease) {
+                (Some(fleet), Some(epoch)) => Some(fleet.fence(id, epoch)),
+                _ => None,
+            },
         }
+    }
+
+    /// In a fleet, the lease job `id` runs under here: `claimed` (just taken over), or one
+    /// taken now. Outside a fleet, none.
+    async fn lease(
+        &self,
+        id: u64,
+        plan: &Plan,
+        claimed: Option<u64>,
+    ) -> Result<Option<u64>, ApiError> {
+        let Some(fleet) = &self.fleet else {
+            return Ok(None);
+        };
+        if claimed.is_some() {
+            return Ok(claimed);
+        }
+        let subtasks = crate::limits::subtasks(&plan.spec);
+        fleet
+            .acquire(id, plan.name(), plan.spec.checkpoint.enabled(), subtasks)
+            .await
+            .map(Some)
+            .map_err(|e| match e {
+                crate::fleet::db::DbError::NameTaken(_) | crate::fleet::db::DbError::Held(_) => {
+                    ApiError::Conflict(format!(
+                        "{e}: two running copies of a checkpointed job would share its checkpoints"
+                    ))
+                }
+                other => ApiError::Unavailable(other.to_string()),
+            })
+    }
+
+    /// Whether job `id` is kept here (and not moving away): its lease, if this server still
+    /// has one in the catalog, is this server's to keep or end.
+    pub fn has_job_here(&self, id: u64) -> bool {
+        self.jobs
+            .read()
+            .ok()
+            .and_then(|j| j.get(&id).cloned())
+            .is_some_and(|j| !j.is_moving())
+    }
+
+    /// The fleet gave job `id` to another server (or this one can no longer tell it holds
+    /// it): its copy here stops, without writing its end, and the job is no longer listed
+    /// here (requests for it go to its new server).
+    pub fn lost(&self, id: u64) {
+        let Some(job) = self.jobs.write().ok().and_then(|mut j| j.remove(&id)) else {
+            return;
+        };
+        job.set_moving();
+        let _ = job.cancel();
+    }
+
+    /// Runs a job whose lease this server just took over (or that was placed here), from the
+    /// latest snapshot published under the lease.
+    pub(crate) async fn resume_claimed(self: &Arc<Self>, claimed: Claimed) {
+        let Some(fleet) = self.fleet.clone() else {
+            return;
+        };
+        let Claimed {
+            job: id,
+            epoch,
+            latest,
+        } = claimed;
+        let location = fleet.url().to_owned();
+        let stored = match fleet.document(id).await {
+            Ok(Some(row)) => row.job(&location),
+            Ok(None) => Err(crate::catalog::CatalogError::Corrupt {
+                location: location.clone(),
+                id,
+                reason: "it has a lease but no document".into(),
+            }),
+            Err(e) => {
+                // The catalog is unreachable: hand the lease back for a later round.
+                tracing::warn!(job = id, error = %e, "cannot read a job taken over; handing its lease back");
+                if let Err(e) = fleet.release(id, epoch, None).await {
+                    tracing::warn!(job = id, error = %e, "cannot hand back a lease");
+                }
+                return;
+            }
+        };
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::error!(job = id, error = %e, "a job taken over cannot be read: its lease is dropped, its document left as it is");
+                fleet.forget(id, epoch).await;
+                return;
+            }
+        };
+        let overrides = match parse_overrides(&stored.overrides) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(job = id, error = %e, "a job taken over has overrides that no longer parse; its lease is dropped");
+                fleet.forget(id, epoch).await;
+                return;
+            }
+        };
+        let plan = match Self::check_isolated(&stored.name, &stored.text, &overrides, &self.config)
+            .await
+        {
+            Ok(plan) => plan,
+            Err(refusal) => {
+                match weir_runtime::plan::check_str(&stored.name, &stored.text, &overrides) {
+                    Ok(plan) => {
+                        let job = Arc::new(HostedJob::recovered(&stored, plan));
+                        job.set_lease(epoch);
+                        self.insert(job.clone());
+                        job.start_failed(&format!(
+                            "the job was taken over by {location} and cannot run there: {refusal}"
+                        ));
+                        self.persist(&job);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::error!(job = id, error = %e, "a job taken over no longer plans; its lease is dropped");
+                        fleet.forget(id, epoch).await;
+                        return;
+                    }
+                }
+            }
+        };
+        let job = Arc::new(HostedJob::recovered(&stored, plan));
+        job.set_lease(epoch);
+        job.lock().exception(
+            "failover",
+            format!(
+                "taken over by {location} (lease epoch {epoch}): resuming from {}",
+                latest
+                    .as_deref()
+                    .unwrap_or("scratch (no snapshot was published)")
+            ),
+            None,
+        );
+        self.insert(job.clone());
+        let host = self.clone();
+        self.spawn(async move {
+            let _starting = host.starting.lock().await;
+            let from = latest.map(|l| RestoreFrom::Path(PathBuf::from(l)));
+            let name = from.as_ref().map(|_| "latest".to_owned());
+            match host.launch(&job, from, name, Some(epoch)).await {
+                Ok(()) => tracing::info!(job = %job.name, id = job.id, epoch, "job taken over"),
+                Err(e) => {
+                    tracing::error!(job = %job.name, id = job.id, error = %e, "a job taken over could not start");
+                    job.start_failed(&format!("the job was taken over and could not start: {e}"));
+                    host.persist(&job);
+                }
+            }
+        });
+    }
+
+    /// Moves every job of this server to the others of the fleet, for an upgrade or a
+    /// shutdown without downtime: the server stops taking jobs, then each job in turn stops
+    /// with a savepoint (jobs without checkpoints are cancelled) and its lease is handed to
+    /// the least loaded other server, which resumes it from that savepoint. Returns each
+    /// job's id and where it went.
+    pub async fn drain(self: &Arc<Self>) -> Result<Vec<(u64, Option<String>)>, ApiError> {
+        let Some(fleet) = self.fleet.clone() else {
+            return Err(ApiError::Conflict(
+                "this server is not part of a fleet (start it with --catalog postgres://... --advertise URL)"
+                    .into(),
+            ));
+        };
+        fleet.set_draining();
+        if let Err(e) = fleet.beat().await {
+            tracing::warn!(error = %e, "cannot tell the fleet this server drains; it is told at the next heartbeat");
+        }
+        let mut moved = Vec::new();
+        for job in self.jobs() {
+            let (Some(epoch), true) = (job.lease(), job.state().is_live()) else {
+                continue;
+            };
+            if fleet.epoch_of(job.id) != Some(epoch) {
+                continue;
+            }
+            job.set_moving();
+            let ended = job.run_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let mut stopped = false;
+            if job.plan().spec.checkpoint.enabled()
+                && let Ok((request, control)) = job.savepoint_requested(true)
+            {
+                let result = control.savepoint(true).await;
+                stopped = result.is_ok();
+                if let Err(e) = &result {
+                    tracing::warn!(job = job.id, error = %e, "the drain's savepoint failed: the job moves from its latest checkpoint");
+                }
+                job.savepoint_done(request, result);
+            }
+            if !stopped {
+                let _ = job.cancel();
+            }
+            if job.state().is_live() {
+                ended.await;
+            }
+            let target = fleet.place(true).await.ok().flatten();
+            if let Err(e) = fleet
+                .release(job.id, epoch, target.as_ref().map(|t| t.id.as_str()))
+                .await
+            {
+                tracing::error!(job = job.id, error = %e, "cannot hand over a drained job's lease: it moves once the lease expires");
+            }
+            if let Ok(mut jobs) = self.jobs.write() {
+                jobs.remove(&job.id);
+            }
+            tracing::info!(job = job.id, to = ?target.as_ref().map(|t| &t.url), "job drained");
+            moved.push((job.id, target.map(|t| t.url)));
+        }
+        Ok(moved)
     }
 
     /// Whether `plan` may start now (as a new job, or as job `restarting`).
@@ -897,7 +1188,7 @@ fn persist(
     job: &HostedJob,
 ) {
     let Some(persister) = persister else { return };
-    if closing.load(Ordering::Acquire) {
+    if closing.load(Ordering::Acquire) || job.is_moving() {
         return;
     }
     let stored = job.stored();

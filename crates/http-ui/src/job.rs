@@ -345,6 +345,12 @@ pub struct HostedJob {
     pub run_ended: tokio::sync::Notify,
     /// The job's own log lines ([`crate::logs`]): its runs start in [`JobLog::span`].
     pub log: Arc<crate::logs::JobLog>,
+    /// In a fleet: the epoch of the lease this server runs the job under (0: none).
+    lease: std::sync::atomic::AtomicU64,
+    /// In a fleet: the job's copy here is stopping because the job moves to another server
+    /// (its lease was lost, or handed over): how this copy ends is not the job's end, and is
+    /// not written to the catalog.
+    moving: std::sync::atomic::AtomicBool,
     inner: Mutex<JobInner>,
 }
 
@@ -395,6 +401,8 @@ impl HostedJob {
             secrets,
             run_ended: tokio::sync::Notify::new(),
             log,
+            lease: std::sync::atomic::AtomicU64::new(0),
+            moving: std::sync::atomic::AtomicBool::new(false),
             inner: Mutex::new(inner),
         }
     }
@@ -450,6 +458,8 @@ impl HostedJob {
             secrets,
             run_ended: tokio::sync::Notify::new(),
             log: crate::logs::JobLog::new(),
+            lease: std::sync::atomic::AtomicU64::new(0),
+            moving: std::sync::atomic::AtomicBool::new(false),
             inner: Mutex::new(inner),
         }
     }
@@ -551,7 +561,31 @@ impl HostedJob {
                 .summary
                 .as_ref()
                 .and_then(|summary| serde_json::to_value(summary).ok()),
+            epoch: self.lease(),
         }
+    }
+
+    /// The epoch of the fleet lease the job runs under here, if any.
+    pub fn lease(&self) -> Option<u64> {
+        let epoch = self.lease.load(std::sync::atomic::Ordering::Acquire);
+        (epoch != 0).then_some(epoch)
+    }
+
+    /// Records the fleet lease the job's next run here goes under.
+    pub fn set_lease(&self, epoch: u64) {
+        self.lease
+            .store(epoch, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Marks the job's copy here as moving to another server of the fleet (see `moving`).
+    pub fn set_moving(&self) {
+        self.moving
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the job's copy here is stopping because the job moves elsewhere.
+    pub fn is_moving(&self) -> bool {
+        self.moving.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The job's mutable part. A poisoned lock (a panic while holding it) is taken over: every

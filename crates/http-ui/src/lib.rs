@@ -58,6 +58,7 @@ pub mod auth;
 pub mod catalog;
 pub mod endpoints;
 pub mod error;
+pub mod fleet;
 pub mod host;
 pub mod job;
 pub mod limits;
@@ -98,6 +99,8 @@ pub struct ServeConfig {
     /// Answer reads only: every request that would change something is refused (`weir run
     /// --listen`, which shows the one job it runs).
     pub read_only: bool,
+    /// Be one server of a fleet sharing the PostgreSQL `catalog` ([`fleet`]).
+    pub fleet: Option<fleet::FleetConfig>,
 }
 
 impl Default for ServeConfig {
@@ -110,6 +113,7 @@ impl Default for ServeConfig {
             timeouts: Timeouts::default(),
             catalog: None,
             read_only: false,
+            fleet: None,
         }
     }
 }
@@ -169,9 +173,21 @@ impl Server {
                 source,
             })?;
         let addr = listener.local_addr()?;
-        let host = match &config.catalog {
-            None => Host::new(scheduler, config.host),
-            Some(catalog) => {
+        let host = match (&config.catalog, config.fleet) {
+            (Some(catalog::CatalogConfig::Postgres(url)), Some(fleet_config)) => {
+                let fleet = fleet::Fleet::join(url, fleet_config)
+                    .await
+                    .map_err(|e| ServeError::Fleet(e.to_string()))?;
+                let catalog = catalog::Catalog::open_fleet(url, fleet.me()).await?;
+                Host::in_fleet(scheduler, config.host, catalog, fleet)
+            }
+            (_, Some(_)) => {
+                return Err(ServeError::Fleet(
+                    "a fleet shares a PostgreSQL catalog: start every server with --catalog postgres://... and --advertise URL".into(),
+                ));
+            }
+            (None, None) => Host::new(scheduler, config.host),
+            (Some(catalog), None) => {
                 let catalog = catalog::Catalog::open(catalog).await?;
                 let host = Host::with_catalog(scheduler, config.host, catalog);
                 host.recover().await?;

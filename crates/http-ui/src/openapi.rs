@@ -735,6 +735,23 @@ fn routes(doc: &mut Builder) {
             doc.json::<weir_scheduler::SchedulerMetrics>("The metrics."),
         );
     doc.add(op);
+    let op = Op::new("get", "/api/v1/fleet", "getFleet", "server")
+        .says(
+            "The fleet's servers and jobs",
+            "Every server of the fleet this server belongs to (with its heartbeat and load) and every job of the fleet (with the server running it and its lease epoch).",
+        )
+        .answers(200, doc.json::<crate::fleet::FleetView>("The fleet."))
+        .answers(404, doc.error("This server is not part of a fleet."))
+        .answers(503, doc.error("The fleet's catalog cannot be read."));
+    doc.add(op);
+    let op = Op::new("post", "/api/v1/fleet/drain", "drainServer", "server")
+        .says(
+            "Drain this server",
+            "Stops taking jobs, then moves each of its jobs to the least loaded other server of the fleet: a savepoint that stops it here, and a run there from that savepoint.",
+        )
+        .answers(200, doc.json::<crate::api::Drained>("What moved where."))
+        .answers(404, doc.error("This server is not part of a fleet."));
+    doc.add(op);
     let op = Op::new("get", "/metrics", "getMetrics", "server")
         .says("Metrics for Prometheus", "Every job's and the scheduler's metrics in the Prometheus text format.")
         .answers(

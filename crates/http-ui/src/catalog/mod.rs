@@ -127,6 +127,10 @@ pub struct StoredJob {
     /// The summary of the last run that ended.
     #[serde(default)]
     pub summary: Option<serde_json::Value>,
+    /// In a fleet: the lease epoch this document was written under. The fleet's catalog
+    /// writes it only while that lease is the writer's ([`postgres`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 /// Runs remembered per job.
@@ -198,6 +202,8 @@ pub(crate) struct Row {
     pub updated_at: i64,
     pub document: String,
     pub checksum: String,
+    /// The lease epoch it was written under (in a fleet).
+    pub epoch: Option<u64>,
 }
 
 impl Row {
@@ -211,6 +217,7 @@ impl Row {
             updated_at: crate::job::now_ms(),
             checksum: checksum(&document),
             document,
+            epoch: job.epoch,
         })
     }
 
@@ -282,6 +289,15 @@ impl std::fmt::Debug for Catalog {
 }
 
 impl Catalog {
+    /// Opens the PostgreSQL catalog at `url` shared by a fleet, as server `me`: no lock (the
+    /// fleet's leases say who runs what), and a job's document is written only under its
+    /// lease ([`postgres::PgCatalog::open_shared`]).
+    pub async fn open_fleet(url: &str, me: &str) -> Result<Catalog, CatalogError> {
+        Ok(Catalog::Postgres(Box::new(
+            postgres::PgCatalog::open_shared(url.to_owned(), me.to_owned()).await?,
+        )))
+    }
+
     /// Opens (creating if needed) the catalog `config` names, and takes it for this server.
     pub async fn open(config: &CatalogConfig) -> Result<Catalog, CatalogError> {
         Ok(match config {
@@ -398,6 +414,7 @@ mod tests {
             checkpoints: Vec::new(),
             savepoints: Vec::new(),
             summary: None,
+            epoch: None,
         }
     }
 

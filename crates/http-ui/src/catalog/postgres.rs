@@ -1,28 +1,44 @@
 //! The catalog in a PostgreSQL database (`weir serve --catalog postgres://...`).
 //!
-//! One connection, reopened when it breaks. The tables are created if missing; the server
-//! holds a session-level advisory lock for as long as it runs, so a second server on the same
-//! catalog is refused (jobs spread over several servers are a fleet's work: leases, not this
-//! lock). Every write is one statement, atomic by itself; the id counter is advanced with an
-//! `UPDATE ... RETURNING` in one statement, so ids are never given twice.
+//! One connection, reopened when it breaks. The tables are created if missing (under a
+//! transaction-level advisory lock, so servers starting together do not race in the system
+//! catalogs). A lone server holds a session-level advisory lock for as long as it runs, so a
+//! second server on the same catalog is refused. Every write is one statement, atomic by
+//! itself; the id counter is advanced with an `UPDATE ... RETURNING` in one statement, so ids
+//! are never given twice.
+//!
+//! In a fleet ([`PgCatalog::open_shared`]) there is no lock: several servers share the
+//! catalog, and a job's document is written only by the holder of its lease: one transaction
+//! locks the lease row, checks its owner and epoch against the document's, writes the document,
+//! and, when the document says the job ended, drops the lease. A server that lost the lease
+//! writes nothing.
 
 use tokio::sync::Mutex;
-use tokio::task::JoinHandle;
 
 use super::{CatalogError, Row, TABLES, check_version};
+use crate::fleet::db::Conn;
 
 /// The advisory lock key of a catalog: "weir" in ASCII, then 1.
 const LOCK_KEY: i64 = 0x7765_6972_0000_0001;
 
-/// A connection and the task that drives its socket (aborted with it).
-struct Conn {
-    client: tokio_postgres::Client,
-    driver: JoinHandle<()>,
-}
+/// Writes a job's row, replacing what the catalog held of it.
+const UPSERT_JOB: &str = "INSERT INTO weir_jobs (id, name, state, updated_at, document, checksum)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
+       updated_at = excluded.updated_at, document = excluded.document,
+       checksum = excluded.checksum";
 
-impl Drop for Conn {
-    fn drop(&mut self) {
-        self.driver.abort();
+impl Row {
+    /// The parameters of [`UPSERT_JOB`], `id` being the row's id as PostgreSQL keeps it.
+    fn params<'a>(&'a self, id: &'a i64) -> [&'a (dyn tokio_postgres::types::ToSql + Sync); 6] {
+        [
+            id,
+            &self.name,
+            &self.state,
+            &self.updated_at,
+            &self.document,
+            &self.checksum,
+        ]
     }
 }
 
@@ -33,6 +49,8 @@ pub struct PgCatalog {
     /// The connection holding the advisory lock. A tokio mutex: calls await the database
     /// while holding it, one at a time.
     conn: Mutex<Option<Conn>>,
+    /// In a fleet: this server's id there (no lock is taken; documents are fenced).
+    owner: Option<String>,
 }
 
 impl PgCatalog {
@@ -43,6 +61,22 @@ impl PgCatalog {
             url,
             location,
             conn: Mutex::new(None),
+            owner: None,
+        };
+        let conn = catalog.connect().await?;
+        *catalog.conn.lock().await = Some(conn);
+        Ok(catalog)
+    }
+
+    /// Opens the catalog shared by a fleet, for server `owner`: the tables are created if
+    /// missing, no lock is taken, and documents are written only under their job's lease.
+    pub async fn open_shared(url: String, owner: String) -> Result<Self, CatalogError> {
+        let location = super::CatalogConfig::Postgres(url.clone()).describe();
+        let catalog = Self {
+            url,
+            location,
+            conn: Mutex::new(None),
+            owner: Some(owner),
         };
         let conn = catalog.connect().await?;
         *catalog.conn.lock().await = Some(conn);
@@ -73,20 +107,31 @@ impl PgCatalog {
             .connect()
             .await
             .map_err(|e| self.store("connecting", e))?;
-        let conn = Conn { client, driver };
-        let locked: bool = conn
-            .client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(|e| self.store("locking", e))?;
-        if !locked {
-            return Err(CatalogError::InUse {
-                location: self.location.clone(),
-            });
+        let mut conn = Conn { client, driver };
+        if self.owner.is_none() {
+            let locked: bool = conn
+                .client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(|e| self.store("locking", e))?;
+            if !locked {
+                return Err(CatalogError::InUse {
+                    location: self.location.clone(),
+                });
+            }
         }
-        conn.client
-            .batch_execute(TABLES)
+        let create = async {
+            let tx = conn.client.transaction().await?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&crate::fleet::db::DDL_LOCK],
+            )
+            .await?;
+            tx.batch_execute(TABLES).await?;
+            tx.commit().await
+        };
+        create
             .await
             .map_err(|e| self.store("creating its tables", e))?;
         let version: Option<String> = conn
@@ -145,29 +190,76 @@ impl PgCatalog {
     }
 
     pub(crate) async fn save(&self, row: Row) -> Result<(), CatalogError> {
+        if let Some(owner) = &self.owner {
+            return self.save_fenced(row, owner).await;
+        }
         let guard = self.client().await?;
         let Some(conn) = guard.as_ref() else {
             return Err(self.gone());
         };
+        let id = id_sql(row.id);
         conn.client
-            .execute(
-                "INSERT INTO weir_jobs (id, name, state, updated_at, document, checksum)
-                 VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, state = excluded.state,
-                   updated_at = excluded.updated_at, document = excluded.document,
-                   checksum = excluded.checksum",
-                &[
-                    &id_sql(row.id),
-                    &row.name,
-                    &row.state,
-                    &row.updated_at,
-                    &row.document,
-                    &row.checksum,
-                ],
-            )
+            .execute(UPSERT_JOB, &row.params(&id))
             .await
             .map_err(|e| self.store("writing a job", e))?;
         Ok(())
+    }
+
+    /// [`Self::save`] in a fleet: written only under the job's lease, held by `owner` at the
+    /// document's epoch; a document saying the job ended drops the lease with it. A document
+    /// the lease does not allow is dropped (logged): it comes from a copy that has lost the
+    /// job, whose new owner writes the job from now on.
+    async fn save_fenced(&self, row: Row, owner: &str) -> Result<(), CatalogError> {
+        let Some(epoch) = row.epoch else {
+            tracing::debug!(
+                job = row.id,
+                "not written: a fleet writes a job only under its lease"
+            );
+            return Ok(());
+        };
+        let ended = crate::job::JobState::from_name(&row.state).is_none_or(|s| !s.is_live());
+        let mut guard = self.client().await?;
+        let Some(conn) = guard.as_mut() else {
+            return Err(self.gone());
+        };
+        let write = async {
+            let tx = conn.client.transaction().await?;
+            let held = tx
+                .query_opt(
+                    "SELECT 1 FROM weir_leases WHERE job_id = $1 AND owner = $2 AND epoch = $3
+                     FOR UPDATE",
+                    &[&id_sql(row.id), &owner, &id_sql(epoch)],
+                )
+                .await?;
+            if held.is_none() {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            let id = id_sql(row.id);
+            tx.execute(UPSERT_JOB, &row.params(&id)).await?;
+            if ended {
+                tx.execute(
+                    "DELETE FROM weir_leases WHERE job_id = $1 AND epoch = $2",
+                    &[&id_sql(row.id), &id_sql(epoch)],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(true)
+        };
+        let written: Result<bool, tokio_postgres::Error> = write.await;
+        match written {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::info!(
+                    job = row.id,
+                    epoch,
+                    "not written: the job's lease is no longer this server's"
+                );
+                Ok(())
+            }
+            Err(e) => Err(self.store("writing a job", e)),
+        }
     }
 
     pub async fn delete(&self, id: u64) -> Result<(), CatalogError> {
@@ -199,6 +291,7 @@ impl PgCatalog {
         rows.into_iter()
             .map(|r| {
                 Ok(Row {
+                    epoch: None,
                     id: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
                     name: r.try_get(1)?,
                     state: r.try_get(2)?,

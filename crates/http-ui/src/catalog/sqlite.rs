@@ -116,6 +116,7 @@ impl SqliteCatalog {
             )?;
             let rows = stmt.query_map([], |r| {
                 Ok(Row {
+                    epoch: None,
                     id: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
                     name: r.get(1)?,
                     state: r.get(2)?,

@@ -1,0 +1,767 @@
+//! A fleet: several `weir serve` processes sharing one PostgreSQL catalog, each live job run
+//! by exactly one of them, and moved to another when its server dies or drains.
+//!
+//! The agreement on who runs what is kept in PostgreSQL, not in a consensus of weir's own
+//! ([`db`] has the tables):
+//! - **Servers** register with a heartbeat (`weir serve --catalog postgres://... --advertise
+//!   URL`); a server whose heartbeat is older than the lease time is not placed on.
+//! - **Leases**: every live job has one lease row: its owner, an epoch never given twice, and
+//!   an expiry the owner renews every quarter of the lease time. Taking a lease (a new job, a
+//!   placed one, an expired one) is one `UPDATE` of rows locked with `FOR UPDATE SKIP LOCKED`,
+//!   so two servers never take the same job, and each take gives a new epoch.
+//! - **Fencing**: the epoch travels with everything the owner writes for the job: snapshot ids
+//!   are reserved and snapshots published through the lease ([`fence`],
+//!   [`weir_checkpoint::fence`]), and the job's catalog document is written only with the
+//!   lease's epoch. A server that lost a lease it still runs (paused, cut off) is refused at the
+//!   first of these, and its sinks commit only what a published snapshot covers, so it can
+//!   neither publish nor commit after the takeover. It also stops its copies by itself once it
+//!   has not renewed for half the lease time.
+//! - **Placement**: a job submitted to any server runs on the live server with the fewest
+//!   subtasks (the submit is forwarded there, [`forward`]); an expired lease is taken by the
+//!   least loaded live server, one job per round, so a dead server's jobs spread out.
+//! - **Drain**: a draining server stops each of its jobs with a savepoint and hands its lease
+//!   to the least loaded other server, which resumes it from that savepoint.
+
+pub mod db;
+pub mod fence;
+pub mod forward;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use self::db::{DbError, Link, id_of, id_sql, ms};
+use crate::host::Host;
+
+/// How a server takes part in a fleet.
+#[derive(Clone, Debug)]
+pub struct FleetConfig {
+    /// The URL the other servers (and forwarded clients) reach this one at.
+    pub advertise: String,
+    /// How long a lease lasts without renewal: a dead server's jobs move after this.
+    pub lease_ttl: Duration,
+}
+
+impl FleetConfig {
+    /// Flink's default heartbeat timeout is 50 s; jobs here restore in seconds, so ten.
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+}
+
+/// A lease this server holds.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    epoch: u64,
+    /// When it was taken: a renewal sent before then cannot have seen it.
+    since: Instant,
+}
+
+/// A lease taken over (or placed here): the job, the new epoch, the latest snapshot.
+#[derive(Debug)]
+pub struct Claimed {
+    pub job: u64,
+    pub epoch: u64,
+    pub latest: Option<String>,
+}
+
+/// A server of the fleet.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct ServerView {
+    /// The server process: its URL and a number of its own.
+    pub id: String,
+    pub url: String,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: i64,
+    /// Whether it is within the lease time of its last heartbeat.
+    pub alive: bool,
+    pub draining: bool,
+    /// Subtasks of the jobs it holds leases of (its load).
+    pub subtasks: u64,
+    /// Jobs it holds leases of.
+    pub jobs: u64,
+    /// Whether this is the server that answered.
+    pub this: bool,
+}
+
+/// A job of the fleet.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct FleetJobView {
+    pub id: String,
+    pub name: String,
+    /// As its owner last wrote it.
+    pub state: String,
+    /// The URL of the server running it (none: ended, or waiting to be placed).
+    pub server: Option<String>,
+    /// The lease epoch (none: the job has ended).
+    pub epoch: Option<u64>,
+    /// The latest snapshot published through the lease.
+    pub latest_snapshot: Option<String>,
+}
+
+/// `GET /api/v1/fleet`: every server and every job of the fleet.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct FleetView {
+    /// This server's URL.
+    pub server: String,
+    pub lease_ttl_ms: u64,
+    pub servers: Vec<ServerView>,
+    pub jobs: Vec<FleetJobView>,
+}
+
+/// A server of the fleet to place a job on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub id: String,
+    pub url: String,
+}
+
+/// This server's part in a fleet.
+pub struct Fleet {
+    config: FleetConfig,
+    /// This process: its URL and a random number, so a server restarted on the same URL is a
+    /// new holder (its predecessor's leases expire and are taken like any other).
+    me: String,
+    location: String,
+    /// Heartbeats, renewals and takeovers, on a connection of their own: a slow fence call
+    /// never delays a renewal.
+    keeper: Link,
+    /// Fences, placement and views.
+    ops: Link,
+    held: Mutex<HashMap<u64, Held>>,
+    draining: AtomicBool,
+    /// Requests for jobs that run elsewhere go through it.
+    pub forwarder: forward::Forwarder,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("me", &self.me)
+            .field("catalog", &self.location)
+            .finish()
+    }
+}
+
+impl Fleet {
+    /// Joins the fleet whose catalog is at `url`: creates the tables if missing and
+    /// registers this server.
+    pub async fn join(url: &str, config: FleetConfig) -> Result<Arc<Fleet>, DbError> {
+        let location = crate::catalog::CatalogConfig::Postgres(url.to_owned()).describe();
+        let instance = xxhash_rust::xxh3::xxh3_64(
+            format!(
+                "{}-{:?}-{}",
+                std::process::id(),
+                std::time::SystemTime::now(),
+                config.advertise
+            )
+            .as_bytes(),
+        );
+        let me = format!("{}#{:08x}", config.advertise, instance as u32);
+        // A statement gets an eighth of the lease time: a stuck connection is dropped well
+        // before a lease could lapse unnoticed.
+        let deadline = (config.lease_ttl / 8).max(Duration::from_millis(200));
+        let fleet = Arc::new(Fleet {
+            keeper: Link::new(url, &location, deadline),
+            ops: Link::new(url, &location, deadline.max(Duration::from_secs(2))),
+            location,
+            me,
+            config,
+            held: Mutex::new(HashMap::new()),
+            draining: AtomicBool::new(false),
+            forwarder: forward::Forwarder::default(),
+        });
+        fleet
+            .keeper
+            .run("creating the fleet's tables", |c| {
+                Box::pin(async move {
+                    let tx = c.transaction().await?;
+                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&db::DDL_LOCK])
+                        .await?;
+                    tx.batch_execute(db::TABLES).await?;
+                    tx.commit().await
+                })
+            })
+            .await?;
+        fleet.heartbeat().await?;
+        Ok(fleet)
+    }
+
+    /// This server process's id in the fleet.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    pub fn url(&self) -> &str {
+        &self.config.advertise
+    }
+
+    pub fn lease_ttl(&self) -> Duration {
+        self.config.lease_ttl
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The epoch of the lease this server holds on `job`, if any.
+    pub fn epoch_of(&self, job: u64) -> Option<u64> {
+        self.held().get(&job).map(|h| h.epoch)
+    }
+
+    fn hold(&self, job: u64, epoch: u64) {
+        self.held().insert(
+            job,
+            Held {
+                epoch,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    /// Forgets the lease on `job` (its copy here stopped or moved).
+    pub fn unhold(&self, job: u64) {
+        self.held().remove(&job);
+    }
+
+    /// The fence of `job`'s copy here, at lease `epoch`.
+    pub fn fence(self: &Arc<Self>, job: u64, epoch: u64) -> Arc<dyn weir_checkpoint::Fence> {
+        Arc::new(fence::JobFence {
+            fleet: self.clone(),
+            job,
+            epoch,
+        })
+    }
+
+    async fn heartbeat(&self) -> Result<(), DbError> {
+        let (me, url, draining) = (self.me.clone(), self.url().to_owned(), self.is_draining());
+        let forget = ms(self.config.lease_ttl * 60);
+        self.keeper
+            .run("sending a heartbeat", move |c| {
+                Box::pin(async move {
+                    c.execute(
+                        "INSERT INTO weir_servers (id, url, heartbeat_at, draining)
+                         VALUES ($1, $2, clock_timestamp(), $3)
+                         ON CONFLICT (id) DO UPDATE
+                           SET heartbeat_at = clock_timestamp(), draining = excluded.draining",
+                        &[&me, &url, &draining],
+                    )
+                    .await?;
+                    // Servers silent for sixty lease times are forgotten.
+                    c.execute(
+                        "DELETE FROM weir_servers
+                         WHERE heartbeat_at < clock_timestamp() - $1::BIGINT * interval '1 millisecond'",
+                        &[&forget],
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    /// Renews every lease this server holds; returns them, (job, epoch), as the database has
+    /// them.
+    async fn renew(&self) -> Result<Vec<(u64, u64)>, DbError> {
+        let (me, ttl) = (self.me.clone(), ms(self.config.lease_ttl));
+        self.keeper
+            .run("renewing leases", move |c| {
+                Box::pin(async move {
+                    let rows = c
+                        .query(
+                            "UPDATE weir_leases
+                             SET expires_at = clock_timestamp() + $2::BIGINT * interval '1 millisecond'
+                             WHERE owner = $1
+                             RETURNING job_id, epoch",
+                            &[&me, &ttl],
+                        )
+                        .await?;
+                    rows.iter()
+                        .map(|r| Ok((id_of(r.try_get(0)?), id_of(r.try_get(1)?))))
+                        .collect()
+                })
+            })
+            .await
+    }
+
+    /// Takes the leases placed on this server and, when it is among the least loaded, one
+    /// expired lease (so a dead server's jobs spread over the others, a round at a time).
+    async fn claim(&self) -> Result<Vec<Claimed>, DbError> {
+        let (me, ttl) = (self.me.clone(), ms(self.config.lease_ttl));
+        self.keeper
+            .run("taking over leases", move |c| {
+                Box::pin(async move {
+                    let tx = c.transaction().await?;
+                    // Load by leases held, among servers alive and not draining.
+                    let least: bool = tx
+                        .query_one(
+                            "WITH load AS (
+                               SELECT s.id, COALESCE(SUM(l.subtasks), 0) AS subtasks
+                               FROM weir_servers s
+                               LEFT JOIN weir_leases l
+                                 ON l.owner = s.id AND l.expires_at > clock_timestamp()
+                               WHERE s.heartbeat_at > clock_timestamp() - $2::BIGINT * interval '1 millisecond'
+                                 AND NOT s.draining
+                               GROUP BY s.id)
+                             SELECT COALESCE((SELECT subtasks FROM load WHERE id = $1)
+                                             <= (SELECT MIN(subtasks) FROM load), false)",
+                            &[&me, &ttl],
+                        )
+                        .await?
+                        .try_get(0)?;
+                    let placed = tx
+                        .query(
+                            "SELECT job_id FROM weir_leases
+                             WHERE owner IS NULL AND placed_on = $1
+                             ORDER BY job_id FOR UPDATE SKIP LOCKED",
+                            &[&me],
+                        )
+                        .await?;
+                    let mut ids: Vec<i64> = placed
+                        .iter()
+                        .map(|r| r.try_get(0))
+                        .collect::<Result<_, _>>()?;
+                    if least {
+                        let orphan = tx
+                            .query_opt(
+                                "SELECT job_id FROM weir_leases
+                                 WHERE expires_at < clock_timestamp() AND NOT (job_id = ANY($1))
+                                 ORDER BY expires_at, job_id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                                &[&ids],
+                            )
+                            .await?;
+                        if let Some(r) = orphan {
+                            ids.push(r.try_get(0)?);
+                        }
+                    }
+                    if ids.is_empty() {
+                        tx.commit().await?;
+                        return Ok(Vec::new());
+                    }
+                    let taken = tx
+                        .query(
+                            "UPDATE weir_leases
+                             SET owner = $1, placed_on = NULL, epoch = nextval('weir_epochs'),
+                                 expires_at = clock_timestamp() + $3::BIGINT * interval '1 millisecond'
+                             WHERE job_id = ANY($2)
+                             RETURNING job_id, epoch, latest",
+                            &[&me, &ids, &ttl],
+                        )
+                        .await?;
+                    let claimed = taken
+                        .iter()
+                        .map(|r| {
+                            Ok(Claimed {
+                                job: id_of(r.try_get(0)?),
+                                epoch: id_of(r.try_get(1)?),
+                                latest: r.try_get(2)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+                    tx.commit().await?;
+                    Ok(claimed)
+                })
+            })
+            .await
+    }
+
+    /// Takes a lease on `job` for this server (a new job, or a new run of one that ended
+    /// here): its epoch. Refused if another server holds it, or if `checkpointing` and a
+    /// checkpointing job of the same name is live in the fleet.
+    pub async fn acquire(
+        &self,
+        job: u64,
+        name: &str,
+        checkpointing: bool,
+        subtasks: usize,
+    ) -> Result<u64, DbError> {
+        let (me, ttl, name_owned) = (self.me.clone(), ms(self.config.lease_ttl), name.to_owned());
+        let subtasks = i64::try_from(subtasks).unwrap_or(i64::MAX);
+        let result = self
+            .ops
+            .run("taking a lease", move |c| {
+                Box::pin(async move {
+                    let row = c
+                        .query_opt(
+                            "INSERT INTO weir_leases
+                               (job_id, name, checkpointing, owner, epoch, expires_at, subtasks)
+                             VALUES ($1, $2, $3, $4, nextval('weir_epochs'),
+                                     clock_timestamp() + $5::BIGINT * interval '1 millisecond', $6)
+                             ON CONFLICT (job_id) DO UPDATE
+                               SET owner = excluded.owner, placed_on = NULL,
+                                   epoch = excluded.epoch, expires_at = excluded.expires_at,
+                                   subtasks = excluded.subtasks, name = excluded.name,
+                                   checkpointing = excluded.checkpointing
+                               WHERE weir_leases.owner = excluded.owner
+                             RETURNING epoch",
+                            &[
+                                &id_sql(job),
+                                &name_owned,
+                                &checkpointing,
+                                &me,
+                                &ttl,
+                                &subtasks,
+                            ],
+                        )
+                        .await;
+                    match row {
+                        Ok(Some(r)) => Ok(Ok(id_of(r.try_get(0)?))),
+                        Ok(None) => Ok(Err(DbError::Held(job))),
+                        Err(e) if db::unique_violation(&e) => {
+                            Ok(Err(DbError::NameTaken(String::new())))
+                        }
+                        Err(e) => Err(e),
+                    }
+                })
+            })
+            .await?;
+        let epoch = result.map_err(|e| match e {
+            DbError::NameTaken(_) => DbError::NameTaken(name.to_owned()),
+            other => other,
+        })?;
+        self.hold(job, epoch);
+        Ok(epoch)
+    }
+
+    /// Gives up the lease on `job` (epoch `epoch`): placed on `to` (which has a lease time to
+    /// take it before anyone may), or free for any server at once.
+    pub async fn release(&self, job: u64, epoch: u64, to: Option<&str>) -> Result<(), DbError> {
+        self.unhold(job);
+        let (me, ttl, to) = (
+            self.me.clone(),
+            ms(self.config.lease_ttl),
+            to.map(str::to_owned),
+        );
+        self.ops
+            .run("handing over a lease", move |c| {
+                Box::pin(async move {
+                    c.execute(
+                        "UPDATE weir_leases
+                         SET owner = NULL, placed_on = $4,
+                             expires_at = clock_timestamp()
+                               + (CASE WHEN $4::TEXT IS NULL THEN 0 ELSE $5::BIGINT END)
+                                 * interval '1 millisecond'
+                         WHERE job_id = $1 AND owner = $2 AND epoch = $3",
+                        &[&id_sql(job), &me, &id_sql(epoch), &to, &ttl],
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    /// Drops the lease on `job` (epoch `epoch`) altogether: the job could not start, or
+    /// cannot be read; it is no longer live anywhere. Failures are logged: the lease then
+    /// expires and the next server to take it drops it too.
+    pub async fn forget(&self, job: u64, epoch: u64) {
+        self.unhold(job);
+        let result = self
+            .ops
+            .run("dropping a lease", move |c| {
+                Box::pin(async move {
+                    c.execute(
+                        "DELETE FROM weir_leases WHERE job_id = $1 AND epoch = $2",
+                        &[&id_sql(job), &id_sql(epoch)],
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(job, error = %e, "cannot drop a lease");
+        }
+    }
+
+    /// Frees every lease this server holds (at shutdown, once its copies have stopped), and
+    /// leaves the fleet.
+    pub async fn leave(&self) -> Result<(), DbError> {
+        self.held().clear();
+        let me = self.me.clone();
+        self.ops
+            .run("leaving the fleet", move |c| {
+                Box::pin(async move {
+                    c.execute(
+                        "UPDATE weir_leases SET owner = NULL, expires_at = clock_timestamp()
+                         WHERE owner = $1",
+                        &[&me],
+                    )
+                    .await?;
+                    c.execute("DELETE FROM weir_servers WHERE id = $1", &[&me])
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    /// The live, not draining server with the fewest subtasks (this one on a tie), or with
+    /// `others_only` the least loaded other one.
+    pub async fn place(&self, others_only: bool) -> Result<Option<Target>, DbError> {
+        let (me, ttl) = (self.me.clone(), ms(self.config.lease_ttl));
+        self.ops
+            .run("placing a job", move |c| {
+                Box::pin(async move {
+                    let row = c
+                        .query_opt(
+                            "SELECT s.id, s.url FROM weir_servers s
+                             LEFT JOIN weir_leases l ON l.owner = s.id
+                             WHERE s.heartbeat_at > clock_timestamp() - $2::BIGINT * interval '1 millisecond'
+                               AND NOT s.draining AND NOT ($3 AND s.id = $1)
+                             GROUP BY s.id, s.url
+                             ORDER BY COALESCE(SUM(l.subtasks), 0), (s.id = $1) DESC, s.id
+                             LIMIT 1",
+                            &[&me, &ttl, &others_only],
+                        )
+                        .await?;
+                    row.map(|r| {
+                        Ok(Target {
+                            id: r.try_get(0)?,
+                            url: r.try_get(1)?,
+                        })
+                    })
+                    .transpose()
+                })
+            })
+            .await
+    }
+
+    /// The URL of the server holding `job`'s lease, if one does.
+    pub async fn owner_url(&self, job: u64) -> Result<Option<String>, DbError> {
+        self.ops
+            .run("finding a job's server", move |c| {
+                Box::pin(async move {
+                    let row = c
+                        .query_opt(
+                            "SELECT s.url FROM weir_leases l JOIN weir_servers s ON s.id = l.owner
+                             WHERE l.job_id = $1",
+                            &[&id_sql(job)],
+                        )
+                        .await?;
+                    row.map(|r| r.try_get(0)).transpose()
+                })
+            })
+            .await
+    }
+
+    /// Job `id`'s document, as the catalog holds it.
+    pub(crate) async fn document(&self, id: u64) -> Result<Option<crate::catalog::Row>, DbError> {
+        self.ops
+            .run("reading a job", move |c| {
+                Box::pin(async move {
+                    let row = c
+                        .query_opt(
+                            "SELECT id, name, state, updated_at, document, checksum
+                             FROM weir_jobs WHERE id = $1",
+                            &[&id_sql(id)],
+                        )
+                        .await?;
+                    row.map(|r| {
+                        Ok(crate::catalog::Row {
+                            id: id_of(r.try_get(0)?),
+                            name: r.try_get(1)?,
+                            state: r.try_get(2)?,
+                            updated_at: r.try_get(3)?,
+                            document: r.try_get(4)?,
+                            checksum: r.try_get(5)?,
+                            epoch: None,
+                        })
+                    })
+                    .transpose()
+                })
+            })
+            .await
+    }
+
+    /// Every server and job of the fleet.
+    pub async fn view(&self) -> Result<FleetView, DbError> {
+        let (me, ttl) = (self.me.clone(), ms(self.config.lease_ttl));
+        let (servers, jobs) = self
+            .ops
+            .run("reading the fleet", move |c| {
+                Box::pin(async move {
+                    let servers = c
+                        .query(
+                            "SELECT s.id, s.url,
+                                    (EXTRACT(EPOCH FROM clock_timestamp() - s.heartbeat_at) * 1000)::BIGINT,
+                                    s.draining, COALESCE(SUM(l.subtasks), 0)::BIGINT, COUNT(l.job_id)
+                             FROM weir_servers s LEFT JOIN weir_leases l ON l.owner = s.id
+                             GROUP BY s.id, s.url, s.heartbeat_at, s.draining
+                             ORDER BY s.url, s.id",
+                            &[],
+                        )
+                        .await?;
+                    let servers = servers
+                        .iter()
+                        .map(|r| {
+                            let id: String = r.try_get(0)?;
+                            let age: i64 = r.try_get(2)?;
+                            Ok(ServerView {
+                                this: id == me,
+                                id,
+                                url: r.try_get(1)?,
+                                heartbeat_age_ms: age,
+                                alive: age < ttl,
+                                draining: r.try_get(3)?,
+                                subtasks: id_of(r.try_get(4)?),
+                                jobs: id_of(r.try_get(5)?),
+                            })
+                        })
+                        .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+                    let jobs = c
+                        .query(
+                            "SELECT j.id, j.name, j.state, s.url, l.epoch, l.latest
+                             FROM weir_jobs j
+                             LEFT JOIN weir_leases l ON l.job_id = j.id
+                             LEFT JOIN weir_servers s ON s.id = l.owner
+                             ORDER BY j.id",
+                            &[],
+                        )
+                        .await?;
+                    let jobs = jobs
+                        .iter()
+                        .map(|r| {
+                            Ok(FleetJobView {
+                                id: id_of(r.try_get(0)?).to_string(),
+                                name: r.try_get(1)?,
+                                state: r.try_get(2)?,
+                                server: r.try_get(3)?,
+                                epoch: r.try_get::<_, Option<i64>>(4)?.map(id_of),
+                                latest_snapshot: r.try_get(5)?,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+                    Ok((servers, jobs))
+                })
+            })
+            .await?;
+        Ok(FleetView {
+            server: self.url().to_owned(),
+            lease_ttl_ms: u64::try_from(ttl).unwrap_or(0),
+            servers,
+            jobs,
+        })
+    }
+
+    /// Keeps this server's part in the fleet until `stop`: every quarter of the lease time,
+    /// a heartbeat, the renewal of its leases (a lease found lost stops its copy here), and
+    /// the takeover of leases placed here or expired. A server that cannot renew for half the
+    /// lease time stops every copy it runs: by then another server may take them. (After a
+    /// pause the renewal says which leases are still this server's; only those another server
+    /// took are stopped.)
+    pub(crate) async fn keep(self: Arc<Self>, host: Weak<Host>, stop: CancellationToken) {
+        let round = self.config.lease_ttl / 4;
+        let mut renewed = Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(round) => {}
+                () = stop.cancelled() => return,
+            }
+            let Some(host) = host.upgrade() else { return };
+            let sent = Instant::now();
+            let renewal = async {
+                self.heartbeat().await?;
+                self.renew().await
+            };
+            match renewal.await {
+                Ok(in_db) => {
+                    renewed = sent;
+                    self.settle(&host, &in_db, sent).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot renew this server's leases");
+                    // Past half the lease time another server may take them any moment:
+                    // stop every copy here first (the fence refuses them anyway).
+                    if renewed.elapsed() > self.config.lease_ttl / 2 {
+                        let lost: Vec<u64> = self.held().keys().copied().collect();
+                        if !lost.is_empty() {
+                            tracing::error!(jobs = ?lost, "the fleet's catalog has not renewed this server's leases for half the lease time: stopping their jobs here");
+                        }
+                        for job in lost {
+                            self.unhold(job);
+                            host.lost(job);
+                        }
+                    }
+                    continue;
+                }
+            }
+            if self.is_draining() {
+                continue;
+            }
+            match self.claim().await {
+                Ok(claimed) => {
+                    for c in claimed {
+                        tracing::info!(job = c.job, epoch = c.epoch, latest = ?c.latest, "took over a job's lease");
+                        self.hold(c.job, c.epoch);
+                        host.resume_claimed(c).await;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot take over leases"),
+            }
+        }
+    }
+
+    /// Compares the leases held here with those the database renewed: a lease held here but
+    /// not renewed (another server took it) stops its copy; a lease renewed but not held here
+    /// (its copy stopped) is handed back.
+    async fn settle(&self, host: &Arc<Host>, in_db: &[(u64, u64)], sent: Instant) {
+        let renewed: HashMap<u64, u64> = in_db.iter().copied().collect();
+        let lost: Vec<u64> = self
+            .held()
+            .iter()
+            .filter(|(job, held)| held.since < sent && renewed.get(job) != Some(&held.epoch))
+            .map(|(job, _)| *job)
+            .collect();
+        for job in lost {
+            tracing::warn!(
+                job,
+                "another server holds this job's lease now: stopping its copy here"
+            );
+            self.unhold(job);
+            host.lost(job);
+        }
+        let stray: Vec<(u64, u64)> = {
+            let held = self.held();
+            in_db
+                .iter()
+                .filter(|(job, epoch)| held.get(job).is_none_or(|h| h.epoch != *epoch))
+                .copied()
+                .collect()
+        };
+        for (job, epoch) in stray {
+            if host.has_job_here(job) {
+                continue;
+            }
+            tracing::info!(
+                job,
+                epoch,
+                "handing back the lease of a job not running here"
+            );
+            if let Err(e) = self.release(job, epoch, None).await {
+                tracing::warn!(job, error = %e, "cannot hand back a lease");
+            }
+        }
+    }
+
+    /// Marks this server draining: it takes no new jobs, and is not placed on.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Sends a heartbeat now (the draining flag, for placement elsewhere).
+    pub async fn beat(&self) -> Result<(), DbError> {
+        self.heartbeat().await
+    }
+}
