@@ -878,6 +878,43 @@ async function schedulerPage() {
   });
 }
 
+// The fleet this server belongs to: its servers with their load, and every job with the
+// server running it (GET /api/v1/fleet; a lone server answers 404 and says so).
+async function fleetPage() {
+  show("fleet", `<h1>Fleet</h1><div id="fleet"></div>`, async () => {
+    const r = await api("GET", "/fleet");
+    const el = document.getElementById("fleet");
+    if (!el) return;
+    if (r.status === 404) {
+      morph(el, `<div class="panel empty">This server runs on its own. Servers started with
+        <code>--catalog postgres://… --advertise URL</code> share their jobs as a fleet.</div>`);
+      return;
+    }
+    if (!r.ok) throw new Error(r.data.error || r.status);
+    const f = r.data;
+    const most = Math.max(1, ...f.servers.map(s => s.subtasks));
+    const running = f.jobs.filter(j => j.server).length;
+    morph(el, `<div class="panel stats">
+        <div class="stat"><div class="v">${f.servers.filter(s => s.alive).length} / ${f.servers.length}</div><div class="k">servers alive</div></div>
+        <div class="stat"><div class="v">${running}</div><div class="k">jobs running</div></div>
+        <div class="stat"><div class="v">${dur(f["lease-ttl-ms"])}</div><div class="k">lease time</div></div>
+      </div>
+      <h2>Servers</h2>
+      <div class="panel"><table><thead><tr><th>server</th><th>state</th><th class="num">jobs</th><th class="num">subtasks</th><th>load</th><th class="num">last heartbeat</th></tr></thead><tbody>
+      ${f.servers.map(s => `<tr><td><a href="${esc(s.url)}/">${esc(s.url)}</a>${s.this ? ` <span class="muted">(this one)</span>` : ""}</td>
+        <td>${badge(s.draining ? "draining" : s.alive ? "alive" : "silent")}</td><td class="num">${num(s.jobs)}</td><td class="num">${num(s.subtasks)}</td>
+        <td><svg width="160" height="12"><rect width="160" height="12" fill="#f1f5f9"/><rect width="${Math.round(160 * s.subtasks / most)}" height="12" fill="#2563eb"/></svg></td>
+        <td class="num">${dur(s["heartbeat-age-ms"])} ago</td></tr>`).join("") || `<tr><td colspan="6" class="empty">No servers registered.</td></tr>`}
+      </tbody></table></div>
+      <h2>Jobs</h2>
+      <div class="panel"><table><thead><tr><th>id</th><th>name</th><th>state</th><th>server</th><th class="num">lease epoch</th><th>latest snapshot</th></tr></thead><tbody>
+      ${f.jobs.slice().reverse().map(j => `<tr class="link" data-href="#/jobs/${esc(j.id)}"><td>${esc(j.id)}</td><td><b>${esc(j.name)}</b></td>
+        <td>${badge(j.state)}</td><td>${j.server ? esc(j.server) : `<span class="muted">–</span>`}</td>
+        <td class="num">${j.epoch == null ? "–" : esc(j.epoch)}</td><td class="muted">${esc((j["latest-snapshot"] || "").split("/").pop() || "–")}</td></tr>`).join("") || `<tr><td colspan="6" class="empty">No jobs in the fleet.</td></tr>`}
+      </tbody></table></div>`);
+  });
+}
+
 const EXAMPLE = `name: bids-per-auction
 description: Bids counted per auction, checkpointed every 2 seconds.
 sources:
@@ -995,10 +1032,11 @@ function jumpTo(ta, line) {
 function render() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean);
   document.querySelectorAll("header nav a").forEach(a => a.classList.toggle("active",
-    a.dataset.nav === (parts[0] === "submit" ? "submit" : parts[0] === "scheduler" ? "scheduler" : "jobs")));
+    a.dataset.nav === (["submit", "scheduler", "fleet"].includes(parts[0]) ? parts[0] : "jobs")));
   if (parts[0] === "jobs" && parts[1]) return jobPage(parts[1], parts[2] || "overview", parts[3] && decodeURIComponent(parts[3]));
   if (parts[0] === "submit") return submitPage();
   if (parts[0] === "scheduler") return schedulerPage();
+  if (parts[0] === "fleet") return fleetPage();
   return jobsPage();
 }
 
