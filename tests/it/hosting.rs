@@ -97,22 +97,8 @@ impl ServeProcess {
         );
     }
 
-    fn agent() -> ureq::Agent {
-        ureq::Agent::new_with_config(
-            ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(60)))
-                .build(),
-        )
-    }
-
     fn try_get(&self, path: &str) -> Option<Value> {
-        let mut r = Self::agent()
-            .get(format!("{}{path}", self.base))
-            .call()
-            .ok()?;
-        (r.status() == 200).then_some(())?;
-        serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()
+        crate::support::try_get(&self.base, path)
     }
 
     fn get(&self, path: &str) -> Value {
@@ -122,35 +108,12 @@ impl ServeProcess {
 
     /// Submits `job` with `overrides`; its id.
     fn submit(&self, job: &str, overrides: &[String]) -> String {
-        let mut query = url::form_urlencoded::Serializer::new(String::new());
-        for o in overrides {
-            query.append_pair("set", o);
-        }
-        let mut r = Self::agent()
-            .post(format!("{}/api/v1/jobs?{}", self.base, query.finish()))
-            .content_type("application/yaml")
-            .send(job.as_bytes())
-            .unwrap();
-        let status = r.status().as_u16();
-        let text = r.body_mut().read_to_string().unwrap();
-        assert_eq!(status, 201, "{text}");
-        let v: Value = serde_json::from_str(&text).unwrap();
-        v["id"].as_str().unwrap().to_owned()
+        crate::support::submit(&self.base, job, overrides)
     }
 
     /// Polls `path` until `done` holds (a liveness wait, bounded at 60 s).
     fn wait(&self, path: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let mut last = Value::Null;
-        for _ in 0..600 {
-            if let Some(v) = self.try_get(path) {
-                if done(&v) {
-                    return v;
-                }
-                last = v;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{path} never reached the expected state; it is: {last}");
+        crate::support::wait_until(&self.base, path, Duration::from_secs(60), done)
     }
 
     fn kill(mut self) {
@@ -457,7 +420,7 @@ fn weir_run_listen_serves_the_jobs_metrics_and_a_read_only_api() {
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    let agent = ServeProcess::agent();
+    let agent = crate::support::agent();
     let get = |path: &str| -> Option<(u16, String)> {
         let mut r = agent.get(format!("{base}{path}")).call().ok()?;
         Some((r.status().as_u16(), r.body_mut().read_to_string().ok()?))

@@ -11,6 +11,9 @@
 //! - `hostile`: job files built to crash or exhaust a server (deep nesting, alias bombs, long
 //!   expression chains, settings a run would choke on) against a running one: each refused
 //!   with its problem and position, and the running job goes on.
+//! - `fleet`: three `weir serve` processes on one PostgreSQL catalog: a SIGKILLed server's jobs
+//!   move, a drained server's jobs move by savepoint, a paused or cut-off server commits
+//!   nothing after its jobs moved; every output equals an uninterrupted run's.
 //! - `hosting`: `weir serve` keeps its jobs: a SIGKILLed server comes back with them (SQLite
 //!   and PostgreSQL catalogs) and resumes the running one; rescale 1 → 2 → 1 through the API;
 //!   `reset-after` restores the restart budget.
@@ -47,6 +50,7 @@
 mod checkpoints;
 mod cli;
 mod dashboard;
+mod fleet;
 mod hostile;
 mod hosting;
 mod jsonl;

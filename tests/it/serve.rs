@@ -623,9 +623,9 @@ async fn the_openapi_document_lists_every_route_and_the_dashboard_is_embedded() 
     expected.sort();
     assert_eq!(documented, expected);
     let paths = doc["paths"].as_object().unwrap();
-    // Every documented GET without parameters answers.
+    // Every documented GET without parameters answers (the fleet's only in a fleet).
     for (path, ops) in paths {
-        if ops.get("get").is_some() && !path.contains('{') {
+        if ops.get("get").is_some() && !path.contains('{') && path != "/api/v1/fleet" {
             let a = call(&app, "GET", path, Body::empty()).await;
             assert_eq!(a.status, StatusCode::OK, "{path}");
         }

@@ -213,3 +213,60 @@ pub fn out_dir() -> tempfile::TempDir {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap()
 }
+
+/// An HTTP client of a `weir serve` child process, for the tests that start one: answers of
+/// any status come back (the tests assert on them), within a minute.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(60)))
+            .build(),
+    )
+}
+
+/// `GET base + path` as JSON, if it answered 200.
+pub fn try_get(base: &str, path: &str) -> Option<Value> {
+    let mut r = agent().get(format!("{base}{path}")).call().ok()?;
+    (r.status() == 200).then_some(())?;
+    serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()
+}
+
+/// Submits `job` with `overrides` to the server at `base`; the new job's id.
+pub fn submit(base: &str, job: &str, overrides: &[String]) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for o in overrides {
+        query.append_pair("set", o);
+    }
+    let mut r = agent()
+        .post(format!("{base}/api/v1/jobs?{}", query.finish()))
+        .content_type("application/yaml")
+        .send(job.as_bytes())
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    assert_eq!(status, 201, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["id"].as_str().unwrap().to_owned()
+}
+
+/// Polls `base + path` until `done` holds: a liveness wait, bounded by `within`.
+pub fn wait_until(
+    base: &str,
+    path: &str,
+    within: std::time::Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + within;
+    let mut last = Value::Null;
+    while std::time::Instant::now() < deadline {
+        if let Some(v) = try_get(base, path) {
+            if done(&v) {
+                return v;
+            }
+            last = v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{path} never reached the expected state; it is: {last}");
+}

@@ -1,0 +1,577 @@
+//! Several `weir serve` processes as one fleet on one PostgreSQL catalog (a throwaway cluster
+//! of the test's own), their jobs checkpointing into a shared directory and writing to file
+//! sinks in it and to PostgreSQL tables:
+//!
+//! - Six jobs submitted to one server spread two by two over three; the server owning the most
+//!   is SIGKILLed and its jobs run on the others within the lease time plus a restore; another
+//!   server is drained and its jobs move by savepoint. Every job's committed output equals an
+//!   uninterrupted run's: nothing lost, nothing twice.
+//! - A server SIGSTOPped past its lease, then SIGCONTinued, finds its job taken over, stops
+//!   its copy and commits nothing more; a server cut off from the catalog (a proxy that drops
+//!   its connections) stops its copies by itself and the other server resumes them. Outputs
+//!   again equal an uninterrupted run's.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::recovery::{committed_rows, weir};
+use crate::support::{free_port, job_file, run_job};
+
+/// The lease time of the tests' fleets: short, so that takeovers happen within a test.
+const LEASE: &str = "2s";
+
+/// q5's overrides for job `n` of a test: a bounded input paced to run for several seconds,
+/// checkpoints every 200 ms into the shared directory, output into `out/<name>` (a file sink)
+/// or the table `<name>` (`table` with the cluster's connection).
+fn q5(name: &str, table: Option<&str>) -> (String, Vec<String>) {
+    let mut overrides = vec![
+        format!("name={name}"),
+        "sources.nexmark.events=240000".into(),
+        "sources.nexmark.rate=20000".into(),
+        "checkpoint.interval=200ms".into(),
+        "checkpoint.storage=ck".into(),
+    ];
+    match table {
+        None => {
+            overrides.push("sinks.out.kind=file".into());
+            overrides.push(format!("sinks.out.path=out/{name}"));
+        }
+        Some(connection) => {
+            overrides.push(format!("sinks.out.table={name}"));
+            overrides.push(format!("sinks.out.connection={connection}"));
+        }
+    }
+    let job = if table.is_some() {
+        "jobs/nexmark/q5-postgres.yaml"
+    } else {
+        "jobs/nexmark/q5.yaml"
+    };
+    (std::fs::read_to_string(job_file(job)).unwrap(), overrides)
+}
+
+/// q5's rows over the tests' input, run in this process without interruption, as (auction,
+/// num, window start ms, window end ms) with multiplicity.
+fn golden(dir: &Path) -> BTreeMap<[i64; 4], usize> {
+    let out = dir.join("golden");
+    run_job(
+        &job_file("jobs/nexmark/q5.yaml"),
+        &[
+            "sources.nexmark.events=240000".into(),
+            "sinks.out.kind=file".into(),
+            format!("sinks.out.path={}", out.display()),
+        ],
+    );
+    let rows = keyed(committed_rows(&out));
+    assert!(!rows.is_empty(), "the golden run produced nothing");
+    rows
+}
+
+fn keyed(rows: Vec<Value>) -> BTreeMap<[i64; 4], usize> {
+    let mut keyed = BTreeMap::new();
+    for r in rows {
+        let field = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r}"));
+        *keyed
+            .entry([
+                field("auction"),
+                field("num"),
+                field("starttime"),
+                field("endtime"),
+            ])
+            .or_insert(0) += 1;
+    }
+    keyed
+}
+
+/// One `weir serve` of a fleet, in the shared directory `dir`, keeping its own data in
+/// `dir/data-<n>`.
+struct Server {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, n: usize, catalog: &str, allow: &str) -> Self {
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let log = dir.join(format!("serve-{n}.log"));
+        let child = weir(&dir.join(format!("data-{n}")))
+            .current_dir(dir)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--catalog", catalog, "--advertise", &base])
+            .args(["--lease-ttl", LEASE, "--allow-endpoint", allow])
+            .env_remove("WEIR_TOKEN")
+            .env("RUST_LOG", "warn,weir_http_ui=info,weir_checkpoint=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        let server = Server { child, base, log };
+        for _ in 0..300 {
+            if server.try_get("/api/v1/fleet").is_some() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("weir serve did not come up: {}", server.log_text());
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn try_get(&self, path: &str) -> Option<Value> {
+        crate::support::try_get(&self.base, path)
+    }
+
+    /// `method path` and its answer, checked against the server's OpenAPI document.
+    fn checked(&self, method: &str, path: &str) -> Value {
+        let request = crate::support::agent();
+        let url = format!("{}{path}", self.base);
+        let mut r = match method {
+            "POST" => request.post(url).send_empty(),
+            _ => request.get(url).call(),
+        }
+        .unwrap();
+        let answer = crate::serve::Answer {
+            status: r.status(),
+            content_type: r
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+            text: r.body_mut().read_to_string().unwrap(),
+        };
+        assert_eq!(answer.status, 200, "{method} {path}: {}", answer.text);
+        let doc = self.try_get("/api/v1/openapi.json").unwrap();
+        crate::serve_openapi::Checker::of(doc).validate(method, path, &answer);
+        answer.json()
+    }
+
+    /// Submits `job` with `overrides`; its id.
+    fn submit(&self, job: &str, overrides: &[String]) -> String {
+        crate::support::submit(&self.base, job, overrides)
+    }
+
+    /// Polls `path` until `done` holds (a liveness wait, bounded at `within`).
+    fn wait(&self, path: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        crate::support::wait_until(&self.base, path, within, done)
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.signal_quietly();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// A stopped process must be continued before it can be killed and reaped cleanly.
+    fn signal_quietly(&self) {
+        if let Ok(id) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(id),
+                nix::sys::signal::Signal::SIGCONT,
+            );
+        }
+    }
+}
+
+/// The fleet's jobs by id: (name, state, server).
+fn jobs(view: &Value) -> BTreeMap<String, (String, String, Option<String>)> {
+    view["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap().to_owned(),
+                (
+                    j["name"].as_str().unwrap().to_owned(),
+                    j["state"].as_str().unwrap().to_owned(),
+                    j["server"].as_str().map(str::to_owned),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The output of job `name`: its file sink's committed part files, or its table.
+fn output(
+    dir: &Path,
+    cluster: &crate::postgres::Cluster,
+    name: &str,
+    table: bool,
+) -> BTreeMap<[i64; 4], usize> {
+    if !table {
+        return keyed(committed_rows(&dir.join("out").join(name)));
+    }
+    let lines = cluster.psql(&format!(
+        "SELECT auction, num, (extract(epoch from starttime) * 1000)::bigint, \
+         (extract(epoch from endtime) * 1000)::bigint FROM {name}"
+    ));
+    let mut rows = BTreeMap::new();
+    for line in lines {
+        let v: Vec<i64> = line.split('|').map(|f| f.parse().unwrap()).collect();
+        *rows.entry([v[0], v[1], v[2], v[3]]).or_insert(0) += 1;
+    }
+    rows
+}
+
+fn assert_outputs(
+    dir: &Path,
+    cluster: &crate::postgres::Cluster,
+    names: &[(String, bool)],
+    expected: &BTreeMap<[i64; 4], usize>,
+) {
+    for (name, table) in names {
+        let got = output(dir, cluster, name, *table);
+        let (missing, extra) = difference(expected, &got);
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "job {name}: {} rows missing (e.g. {:?}), {} rows extra or repeated (e.g. {:?})",
+            missing.len(),
+            missing.first(),
+            extra.len(),
+            extra.first()
+        );
+    }
+}
+
+/// Rows of `expected` not in `got` (by multiplicity), and the other way round.
+fn difference(
+    expected: &BTreeMap<[i64; 4], usize>,
+    got: &BTreeMap<[i64; 4], usize>,
+) -> (Vec<[i64; 4]>, Vec<[i64; 4]>) {
+    let mut missing = Vec::new();
+    let mut extra = Vec::new();
+    for (k, n) in expected {
+        let g = got.get(k).copied().unwrap_or(0);
+        missing.extend(std::iter::repeat_n(*k, n.saturating_sub(g)));
+    }
+    for (k, n) in got {
+        let e = expected.get(k).copied().unwrap_or(0);
+        extra.extend(std::iter::repeat_n(*k, n.saturating_sub(e)));
+    }
+    (missing, extra)
+}
+
+fn catalog_url(port: u16) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+}
+
+fn sink_connection(port: u16) -> String {
+    format!("host=127.0.0.1 port={port} user=postgres dbname=postgres")
+}
+
+#[test]
+fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_nothing() {
+    let cluster = crate::postgres::Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let url = catalog_url(cluster.port());
+    let allow = format!("postgres://127.0.0.1:{}", cluster.port());
+    let mut servers: Vec<Server> = (0..3)
+        .map(|n| Server::start(dir.path(), n, &url, &allow))
+        .collect();
+
+    // Six jobs, all submitted to the first server: two write tables, four files.
+    let mut names = Vec::new();
+    for n in 0..6 {
+        let name = format!("q5_{n}");
+        let table = n % 3 == 0;
+        let connection = sink_connection(cluster.port());
+        let (job, overrides) = q5(&name, table.then_some(connection.as_str()));
+        servers[0].submit(&job, &overrides);
+        names.push((name, table));
+    }
+    servers[0].wait("/api/v1/fleet", Duration::from_secs(30), |v| {
+        jobs(v).values().all(|j| j.2.is_some())
+    });
+    let view = servers[0].checked("GET", "/api/v1/fleet");
+    let mut load: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, _, server) in jobs(&view).values() {
+        *load.entry(server.clone().unwrap()).or_default() += 1;
+    }
+    assert_eq!(
+        load.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "placed on the least loaded server each time: {view}"
+    );
+    // Every job checkpoints, asked through the first server (forwarded to each owner).
+    for id in jobs(&view).keys() {
+        servers[0].wait(
+            &format!("/api/v1/jobs/{id}/checkpoints"),
+            Duration::from_secs(60),
+            |v| v["completed"].as_u64().unwrap_or(0) >= 2,
+        );
+    }
+
+    // SIGKILL a server owning the most jobs (not the one the test talks to).
+    let victim = (1..3)
+        .max_by_key(|n| load.get(&servers[*n].base).copied().unwrap_or(0))
+        .unwrap();
+    let victim_url = servers[victim].base.clone();
+    let moved: Vec<String> = jobs(&view)
+        .iter()
+        .filter(|(_, j)| j.2.as_deref() == Some(victim_url.as_str()))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let killed = Instant::now();
+    servers[victim].kill();
+    let view = servers[0].wait("/api/v1/fleet", Duration::from_secs(60), |v| {
+        let jobs = jobs(v);
+        moved.iter().all(|id| {
+            let (_, state, server) = &jobs[id];
+            state == "running" && server.as_deref().is_some_and(|s| s != victim_url)
+        })
+    });
+    eprintln!(
+        "the killed server's {} jobs run elsewhere after {:?}",
+        moved.len(),
+        killed.elapsed()
+    );
+    for id in &moved {
+        let detail = servers[0].wait(
+            &format!("/api/v1/jobs/{id}"),
+            Duration::from_secs(30),
+            |v| v["run"].as_u64().unwrap_or(0) >= 2,
+        );
+        assert!(
+            detail["restore"]["location"]
+                .as_str()
+                .is_some_and(|l| l.contains("chk-")),
+            "job {id} resumed from a checkpoint: {detail}"
+        );
+    }
+
+    // Drain the other survivor: its jobs move to the first server by savepoint.
+    let drained = if victim == 1 { 2 } else { 1 };
+    let answer = servers[drained].checked("POST", "/api/v1/fleet/drain");
+    let drained_url = servers[drained].base.clone();
+    let handed: Vec<&Value> = answer["moved"].as_array().unwrap().iter().collect();
+    assert!(!handed.is_empty(), "the drained server had jobs: {view}");
+    for m in &handed {
+        assert_eq!(m["to"], servers[0].base.as_str(), "{answer}");
+    }
+
+    // Everything ends, each job exactly once.
+    let end = servers[0].wait("/api/v1/fleet", Duration::from_secs(120), |v| {
+        jobs(v).values().all(|j| j.1 == "finished")
+    });
+    let servers_view = end["servers"].as_array().unwrap();
+    assert!(
+        servers_view
+            .iter()
+            .any(|s| s["url"] == drained_url.as_str() && s["draining"] == true),
+        "{end}"
+    );
+    assert_outputs(dir.path(), &cluster, &names, &expected);
+    for (n, s) in servers.iter().enumerate() {
+        if n != victim {
+            assert!(
+                !s.log_text().contains("panicked"),
+                "server {n} panicked: {}",
+                s.log_text()
+            );
+        }
+    }
+}
+
+/// A TCP proxy on loopback to `upstream` that can cut every connection through it and refuse
+/// new ones (a network partition between a server and the database), then heal.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, o, s) = (cut.clone(), open.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Acquire) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                if c.load(Ordering::Acquire) {
+                    drop(client);
+                    continue;
+                }
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server.try_clone().unwrap(), client.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || pump(from, to));
+                }
+                let mut open = o.lock().unwrap();
+                open.push(client);
+                open.push(server);
+            }
+        });
+        Proxy {
+            port,
+            cut,
+            open,
+            stop,
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.cut();
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    let mut buf = [0u8; 16 << 10];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+#[test]
+fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_their_jobs_move() {
+    let cluster = crate::postgres::Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let allow = format!("postgres://127.0.0.1:{}", cluster.port());
+    let first = Server::start(dir.path(), 0, &catalog_url(cluster.port()), &allow);
+    // The second server reaches the catalog through a proxy the test can cut.
+    let proxy = Proxy::start(cluster.port());
+    let second = Server::start(dir.path(), 1, &catalog_url(proxy.port), &allow);
+
+    // One job on each server (the second submit is placed on the emptier second server).
+    let mut names = Vec::new();
+    for n in 0..2 {
+        let name = format!("paused_{n}");
+        let (job, overrides) = q5(&name, None);
+        first.submit(&job, &overrides);
+        names.push((name, false));
+    }
+    let view = first.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
+        jobs(v).values().all(|j| j.2.is_some())
+    });
+    let on_second: Vec<String> = jobs(&view)
+        .iter()
+        .filter(|(_, j)| j.2.as_deref() == Some(second.base.as_str()))
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(on_second.len(), 1, "{view}");
+    let id = &on_second[0];
+    first.wait(
+        &format!("/api/v1/jobs/{id}/checkpoints"),
+        Duration::from_secs(60),
+        |v| v["completed"].as_u64().unwrap_or(0) >= 2,
+    );
+
+    // SIGSTOP the second server well past its lease: the first takes its job over.
+    second.signal(nix::sys::signal::Signal::SIGSTOP);
+    first.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
+        jobs(v)[id].2.as_deref() == Some(first.base.as_str())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    second.signal(nix::sys::signal::Signal::SIGCONT);
+    // Woken, it finds the lease gone and stops its copy: it lists the job no more.
+    second.wait("/api/v1/jobs", Duration::from_secs(30), |v| {
+        v["jobs"]
+            .as_array()
+            .is_some_and(|j| j.iter().all(|j| j["id"] != id.as_str()))
+    });
+    let log = second.log_text();
+    assert!(
+        log.contains("another server holds this job's lease now")
+            || log.contains("has not renewed"),
+        "the paused server says why it stopped its copy: {log}"
+    );
+
+    // A third job is placed on the (now empty) second server; then the second server is cut
+    // off from the catalog: it stops its copy by itself, and the first resumes the job.
+    let name = "cut_off".to_string();
+    let (job, overrides) = q5(&name, None);
+    let third = first.submit(&job, &overrides);
+    names.push((name, false));
+    first.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
+        jobs(v)[&third].2.as_deref() == Some(second.base.as_str())
+    });
+    first.wait(
+        &format!("/api/v1/jobs/{third}/checkpoints"),
+        Duration::from_secs(60),
+        |v| v["completed"].as_u64().unwrap_or(0) >= 2,
+    );
+    proxy.cut();
+    first.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
+        jobs(v)[&third].2.as_deref() == Some(first.base.as_str())
+    });
+    second.wait("/api/v1/jobs", Duration::from_secs(30), |v| {
+        v["jobs"]
+            .as_array()
+            .is_some_and(|j| j.iter().all(|j| j["id"] != third.as_str()))
+    });
+    assert!(
+        second.log_text().contains("has not renewed"),
+        "the cut-off server stopped its copies by itself: {}",
+        second.log_text()
+    );
+    proxy.heal();
+
+    first.wait("/api/v1/fleet", Duration::from_secs(120), |v| {
+        jobs(v).values().all(|j| j.1 == "finished")
+    });
+    assert_outputs(dir.path(), &cluster, &names, &expected);
+}
