@@ -29,6 +29,30 @@ use serde_json::{Map, Value};
 use weir_runtime::spec::load::Override;
 use weir_runtime::spec::yaml::{self, ScalarSpan};
 
+/// Every property name the API's answers define (from the OpenAPI document's schemas).
+fn api_keys() -> &'static std::collections::HashSet<String> {
+    static KEYS: OnceLock<std::collections::HashSet<String>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut keys = std::collections::HashSet::new();
+        let doc = crate::openapi::build();
+        // Iterative: the document is weir's own, but no recursion on a tree's depth anyway.
+        let mut stack = vec![&doc];
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::Object(map) => {
+                    if let Some(Value::Object(properties)) = map.get("properties") {
+                        keys.extend(properties.keys().cloned());
+                    }
+                    stack.extend(map.values());
+                }
+                Value::Array(items) => stack.extend(items),
+                _ => {}
+            }
+        }
+        keys
+    })
+}
+
 /// What a masked value reads as.
 pub const MASK: &str = "******";
 
@@ -178,7 +202,14 @@ impl Secrets {
                 let entries = std::mem::take(map);
                 for (key, mut v) in entries {
                     self.mask_json(&mut v);
-                    map.insert(self.mask(&key).into_owned(), v);
+                    // The API's own field names are never the user's (a secret `test` must
+                    // not turn `latest` into `la******`); keys the user named are masked.
+                    let key = if api_keys().contains(key.as_str()) {
+                        key
+                    } else {
+                        self.mask(&key).into_owned()
+                    };
+                    map.insert(key, v);
                 }
             }
             serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {
@@ -607,6 +638,25 @@ mod tests {
         );
         let e = secrets.mask_error(crate::ApiError::Start("login as u/pa55word".into()));
         assert_eq!(e.to_string(), format!("login as u/{MASK}"));
+    }
+
+    #[test]
+    fn the_apis_own_field_names_are_never_masked_the_users_are() {
+        // A short secret inside an API field name (`latest`, `status`) must leave the field
+        // readable; a map key the user named (a node called after the secret) is masked.
+        let secrets = Secrets::of("name: j\nsecret-access-key: test\n");
+        let mut json = serde_json::json!({
+            "latest": {"status": "test run", "bytes": 3},
+            "my-test-node": 1,
+        });
+        secrets.mask_json(&mut json);
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "latest": {"status": format!("{MASK} run"), "bytes": 3},
+                format!("my-{MASK}-node"): 1,
+            })
+        );
     }
 
     #[test]
