@@ -1,6 +1,6 @@
 //! Several `weir serve` processes as one fleet on one PostgreSQL catalog (a throwaway cluster
-//! of the test's own), their jobs checkpointing into a shared directory and writing to file
-//! sinks in it and to PostgreSQL tables:
+//! of the test's own), their jobs checkpointing to S3 (moto) or a shared directory and
+//! writing to file sinks in a shared directory and to PostgreSQL tables:
 //!
 //! - Six jobs submitted to one server spread two by two over three; the server owning the most
 //!   is SIGKILLed and its jobs run on the others within the lease time plus a restore; another
@@ -28,16 +28,16 @@ use crate::support::{free_port, job_file, run_job};
 /// The lease time of the tests' fleets: short, so that takeovers happen within a test.
 const LEASE: &str = "2s";
 
-/// q5's overrides for job `n` of a test: a bounded input paced to run for several seconds,
-/// checkpoints every 200 ms into the shared directory, output into `out/<name>` (a file sink)
-/// or the table `<name>` (`table` with the cluster's connection).
-fn q5(name: &str, table: Option<&str>) -> (String, Vec<String>) {
+/// q5's overrides for job `name`: a bounded input paced to run for several seconds,
+/// checkpoints every 200 ms into `storage` (shared by the servers), output into `out/<name>`
+/// (a file sink) or the table `<name>` (`table` with the cluster's connection).
+fn q5(name: &str, table: Option<&str>, storage: &str) -> (String, Vec<String>) {
     let mut overrides = vec![
         format!("name={name}"),
         "sources.nexmark.events=240000".into(),
         "sources.nexmark.rate=20000".into(),
         "checkpoint.interval=200ms".into(),
-        "checkpoint.storage=ck".into(),
+        format!("checkpoint.storage={storage}"),
     ];
     match table {
         None => {
@@ -99,7 +99,8 @@ struct Server {
 }
 
 impl Server {
-    fn start(dir: &Path, n: usize, catalog: &str, allow: &str) -> Self {
+    /// Server `n`, with `env` besides (an S3 server's endpoint and credentials).
+    fn start(dir: &Path, n: usize, catalog: &str, allow: &str, env: &[(&str, String)]) -> Self {
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
         let log = dir.join(format!("serve-{n}.log"));
@@ -110,6 +111,7 @@ impl Server {
             .args(["--lease-ttl", LEASE, "--allow-endpoint", allow])
             .env_remove("WEIR_TOKEN")
             .env("RUST_LOG", "warn,weir_http_ui=info,weir_checkpoint=info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
@@ -293,8 +295,11 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
     let expected = golden(dir.path());
     let url = catalog_url(cluster.port());
     let allow = format!("postgres://127.0.0.1:{}", cluster.port());
+    // Checkpoints on S3 (the servers' own storage: its endpoint and credentials in their
+    // environment).
+    let s3 = crate::s3::S3Server::start();
     let mut servers: Vec<Server> = (0..3)
-        .map(|n| Server::start(dir.path(), n, &url, &allow))
+        .map(|n| Server::start(dir.path(), n, &url, &allow, &s3.env()))
         .collect();
 
     // Six jobs, all submitted to the first server: two write tables, four files.
@@ -303,7 +308,11 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
         let name = format!("q5_{n}");
         let table = n % 3 == 0;
         let connection = sink_connection(cluster.port());
-        let (job, overrides) = q5(&name, table.then_some(connection.as_str()));
+        let (job, overrides) = q5(
+            &name,
+            table.then_some(connection.as_str()),
+            "s3://weir/fleet",
+        );
         servers[0].submit(&job, &overrides);
         names.push((name, table));
     }
@@ -362,7 +371,7 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
         assert!(
             detail["restore"]["location"]
                 .as_str()
-                .is_some_and(|l| l.contains("chk-")),
+                .is_some_and(|l| l.starts_with("s3://weir/fleet/") && l.contains("chk-")),
             "job {id} resumed from a checkpoint: {detail}"
         );
     }
@@ -491,16 +500,16 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     let dir = tempfile::tempdir().unwrap();
     let expected = golden(dir.path());
     let allow = format!("postgres://127.0.0.1:{}", cluster.port());
-    let first = Server::start(dir.path(), 0, &catalog_url(cluster.port()), &allow);
+    let first = Server::start(dir.path(), 0, &catalog_url(cluster.port()), &allow, &[]);
     // The second server reaches the catalog through a proxy the test can cut.
     let proxy = Proxy::start(cluster.port());
-    let second = Server::start(dir.path(), 1, &catalog_url(proxy.port), &allow);
+    let second = Server::start(dir.path(), 1, &catalog_url(proxy.port), &allow, &[]);
 
     // One job on each server (the second submit is placed on the emptier second server).
     let mut names = Vec::new();
     for n in 0..2 {
         let name = format!("paused_{n}");
-        let (job, overrides) = q5(&name, None);
+        let (job, overrides) = q5(&name, None, "ck");
         first.submit(&job, &overrides);
         names.push((name, false));
     }
@@ -543,7 +552,7 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     // A third job is placed on the (now empty) second server; then the second server is cut
     // off from the catalog: it stops its copy by itself, and the first resumes the job.
     let name = "cut_off".to_string();
-    let (job, overrides) = q5(&name, None);
+    let (job, overrides) = q5(&name, None, "ck");
     let third = first.submit(&job, &overrides);
     names.push((name, false));
     first.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
