@@ -1,6 +1,7 @@
 # weir: `make run` builds weir and serves the default job with the dashboard; `make test` checks everything;
 # `make bench` prints the benchmark tables recorded in BENCHMARKS.md; `make bench-peers` runs Nexmark on
-# Apache Flink beside weir; `make fuzz` fuzzes the decoders of untrusted input.
+# Apache Flink beside weir; `make bench-fleet` times a fleet's failover; `make fuzz` fuzzes the decoders
+# of untrusted input.
 #
 # Everything builds with the release profile (tests and lints too), so C/C++ dependencies
 # are compiled once, not once per profile.
@@ -29,7 +30,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # on a free port (scripts/nats-server.sh).
 TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server
 
-.PHONY: run test bench bench-peers build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
+.PHONY: run test bench bench-peers bench-fleet build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -114,6 +115,16 @@ BENCH_PEERS_ARGS ?=
 bench-peers: build
 	@[ -f data/nexmark.jsonl ] || $(MAKE) --no-print-directory nexmark-data
 	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) $(BENCH_PEERS_ARGS)
+
+## Failover time of a fleet (issue 22; not part of `make test`): three `weir serve` on a
+## throwaway PostgreSQL catalog and S3 server (moto), one RocksDB job grown to each state size,
+## its server SIGKILLed BENCH_FLEET_KILLS times; prints p50/p99 of lease expiry, restore and
+## the first new checkpoint. BENCH_FLEET_ARGS passes more (`--state-mb 10,1024 --lease-ttl 3s`).
+BENCH_FLEET_KILLS ?= 20
+BENCH_FLEET_ARGS ?= --state-mb 10,100
+bench-fleet: build
+	scripts/s3-server.sh install
+	python3 scripts/bench_fleet.py $(WEIR) --kills $(BENCH_FLEET_KILLS) $(BENCH_FLEET_ARGS)
 
 ## A JSON-lines Nexmark file for the *-jsonl jobs.
 nexmark-data: build
