@@ -505,14 +505,32 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     let proxy = Proxy::start(cluster.port());
     let second = Server::start(dir.path(), 1, &catalog_url(proxy.port), &allow, &[]);
 
-    // One job on each server (the second submit is placed on the emptier second server).
+    // One job on each server: the first by its `placement` (else it would stay on the server
+    // it was submitted to, on a tie), the second on the emptier server, the first.
     let mut names = Vec::new();
     for n in 0..2 {
         let name = format!("paused_{n}");
-        let (job, overrides) = q5(&name, None, "ck");
+        let (job, mut overrides) = q5(&name, None, "ck");
+        if n == 0 {
+            overrides.push(format!("placement.server={}", second.base));
+        }
         first.submit(&job, &overrides);
         names.push((name, false));
     }
+    // A placement on no server of the fleet is refused.
+    let (job, mut overrides) = q5("nowhere", None, "ck");
+    overrides.push("placement.server=http://127.0.0.1:1".into());
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for o in &overrides {
+        query.append_pair("set", o);
+    }
+    let mut refused = crate::support::agent()
+        .post(format!("{}/api/v1/jobs?{}", first.base, query.finish()))
+        .send(job.as_bytes())
+        .unwrap();
+    let text = refused.body_mut().read_to_string().unwrap();
+    assert_eq!(refused.status(), 409, "{text}");
+    assert!(text.contains("no live server of the fleet"), "{text}");
     let view = first.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
         jobs(v).values().all(|j| j.2.is_some())
     });

@@ -264,18 +264,30 @@ async fn submit(
             overrides.push(format!("parallelism={p}"));
         }
         let parsed = crate::host::parse_overrides(&overrides)?;
-        Host::check_isolated(SUBMITTED, text, &parsed, host.config())
+        let plan = Host::check_isolated(SUBMITTED, text, &parsed, host.config())
             .await
             .map_err(|e| Secrets::of(text).mask_error(e))?;
-        if fleet.is_draining() {
-            return Err(ApiError::Unavailable(
-                "this server is draining: submit to another server of the fleet".into(),
-            ));
-        }
-        let target = fleet
-            .place(false)
-            .await
-            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        let unavailable = |e: crate::fleet::db::DbError| ApiError::Unavailable(e.to_string());
+        let target = match &plan.spec.placement {
+            Some(placement) => Some(
+                fleet
+                    .server(&placement.server)
+                    .await
+                    .map_err(unavailable)?
+                    .ok_or_else(|| {
+                        ApiError::Conflict(format!(
+                            "`placement.server` is {}, which is no live server of the fleet taking jobs (GET /api/v1/fleet lists them)",
+                            placement.server
+                        ))
+                    })?,
+            ),
+            None if fleet.is_draining() => {
+                return Err(ApiError::Unavailable(
+                    "this server is draining: submit to another server of the fleet".into(),
+                ));
+            }
+            None => fleet.place(false).await.map_err(unavailable)?,
+        };
         if let Some(target) = target.filter(|t| t.id != fleet.me()) {
             let mut request = Request::new(Body::from(body.clone()));
             *request.method_mut() = axum::http::Method::POST;

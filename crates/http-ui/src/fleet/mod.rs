@@ -538,6 +538,36 @@ impl Fleet {
             .await
     }
 
+    /// The live, not draining server advertising `url`, if there is one.
+    pub async fn server(&self, url: &str) -> Result<Option<Target>, DbError> {
+        let (url, ttl) = (
+            url.trim_end_matches('/').to_owned(),
+            ms(self.config.lease_ttl),
+        );
+        self.ops
+            .run("finding a server", move |c| {
+                Box::pin(async move {
+                    let row = c
+                        .query_opt(
+                            "SELECT id, url FROM weir_servers
+                             WHERE url = $1 AND NOT draining
+                               AND heartbeat_at > clock_timestamp() - $2::BIGINT * interval '1 millisecond'
+                             ORDER BY heartbeat_at DESC LIMIT 1",
+                            &[&url, &ttl],
+                        )
+                        .await?;
+                    row.map(|r| {
+                        Ok(Target {
+                            id: r.try_get(0)?,
+                            url: r.try_get(1)?,
+                        })
+                    })
+                    .transpose()
+                })
+            })
+            .await
+    }
+
     /// The URL of the server holding `job`'s lease, if one does.
     pub async fn owner_url(&self, job: u64) -> Result<Option<String>, DbError> {
         self.ops

@@ -107,6 +107,19 @@ pub struct JobSpec {
     /// Keyed state backend settings.
     #[serde(default)]
     pub state: StateSpec,
+    /// In a fleet of servers: which server the job starts on (by default the one with the
+    /// fewest subtasks). If that server dies the job moves like any other. Ignored outside a
+    /// fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
+}
+
+/// Where a job starts in a fleet.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PlacementSpec {
+    /// The URL the server advertises (`weir serve --advertise`), e.g. `http://10.0.0.5:8080`.
+    pub server: String,
 }
 
 fn default_parallelism() -> u32 {
