@@ -234,16 +234,7 @@ fn output(
     if !table {
         return keyed(committed_rows(&dir.join("out").join(name)));
     }
-    let lines = cluster.psql(&format!(
-        "SELECT auction, num, (extract(epoch from starttime) * 1000)::bigint, \
-         (extract(epoch from endtime) * 1000)::bigint FROM {name}"
-    ));
-    let mut rows = BTreeMap::new();
-    for line in lines {
-        let v: Vec<i64> = line.split('|').map(|f| f.parse().unwrap()).collect();
-        *rows.entry([v[0], v[1], v[2], v[3]]).or_insert(0) += 1;
-    }
-    rows
+    cluster.q5_rows(name)
 }
 
 fn assert_outputs(

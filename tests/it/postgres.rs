@@ -121,7 +121,7 @@ impl Cluster {
     }
 
     /// q5's rows in `table`, as (auction, num, starttime ms, endtime ms) with multiplicity.
-    fn q5_rows(&self, table: &str) -> BTreeMap<[i64; 4], usize> {
+    pub(crate) fn q5_rows(&self, table: &str) -> BTreeMap<[i64; 4], usize> {
         let lines = self.psql(&format!(
             "SELECT auction, num, (extract(epoch from starttime) * 1000)::bigint, \
              (extract(epoch from endtime) * 1000)::bigint FROM {table}"

@@ -121,6 +121,16 @@ pub struct Target {
     pub url: String,
 }
 
+impl Target {
+    /// A server from a row of `SELECT id, url FROM weir_servers`.
+    fn of(row: &tokio_postgres::Row) -> Result<Target, tokio_postgres::Error> {
+        Ok(Target {
+            id: row.try_get(0)?,
+            url: row.try_get(1)?,
+        })
+    }
+}
+
 /// This server's part in a fleet.
 pub struct Fleet {
     config: FleetConfig,
@@ -526,13 +536,7 @@ impl Fleet {
                             &[&me, &ttl, &others_only],
                         )
                         .await?;
-                    row.map(|r| {
-                        Ok(Target {
-                            id: r.try_get(0)?,
-                            url: r.try_get(1)?,
-                        })
-                    })
-                    .transpose()
+                    row.as_ref().map(Target::of).transpose()
                 })
             })
             .await
@@ -556,13 +560,7 @@ impl Fleet {
                             &[&url, &ttl],
                         )
                         .await?;
-                    row.map(|r| {
-                        Ok(Target {
-                            id: r.try_get(0)?,
-                            url: r.try_get(1)?,
-                        })
-                    })
-                    .transpose()
+                    row.as_ref().map(Target::of).transpose()
                 })
             })
             .await
