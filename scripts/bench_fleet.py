@@ -16,6 +16,7 @@ p50 and p99 per part and state size; the lease time is a setting (`--lease-ttl`)
 expiry part is mostly that setting.
 
     scripts/bench_fleet.py WEIR [--kills 20] [--state-mb 10,1024] [--lease-ttl 3s]
+                           [--min-state-mib 1024]
 """
 
 import argparse
@@ -163,7 +164,7 @@ def fleet_job(server, job):
     return None
 
 
-def measure(weir, work, catalog, s3, lease, state_mb, kills, rate):
+def measure(weir, work, catalog, s3, lease, state_mb, kills, rate, min_mib):
     servers = [Server(weir, work, n, catalog, s3, lease) for n in range(3)]
     for s in servers:
         s.start()
@@ -180,11 +181,16 @@ def measure(weir, work, catalog, s3, lease, state_mb, kills, rate):
         sizes = []
 
         def grown():
-            # Until the key space is covered: the checkpoint size grew less than 2 % in 10 s.
+            # Until the key space is covered (the checkpoint size grew less than 2 % in 10 s)
+            # and the state is at least `min_mib` (compactions can pause the growth before).
             s, c = http("GET", servers[0].base + f"/api/v1/jobs/{job_id}/checkpoints")
             latest = (c or {}).get("latest") if s == 200 else None
             sizes.append((latest or {}).get("bytes") or 0)
+            if sizes[-1] < min_mib * 2**20:
+                return None
             if len(sizes) > 10 and sizes[-11] > 0 and sizes[-1] < sizes[-11] * 1.02:
+                return sizes[-1]
+            if min_mib and sizes[-1] >= min_mib * 2**20:
                 return sizes[-1]
             return None
 
@@ -245,6 +251,8 @@ def main():
     ap.add_argument("--state-mb", default="10,1024")
     ap.add_argument("--lease-ttl", default="3s")
     ap.add_argument("--rate", type=int, default=200000)
+    ap.add_argument("--min-state-mib", type=int, default=0,
+                    help="wait until the state is at least this large before the kills")
     args = ap.parse_args()
     weir = os.path.abspath(args.weir)
     rows = []
@@ -264,7 +272,7 @@ def main():
             for mb in (int(x) for x in args.state_mb.split(",")):
                 print(f"state {mb} MB, {args.kills} kills, lease {args.lease_ttl}:", file=sys.stderr)
                 size, parts = measure(weir, work, catalog, s3, args.lease_ttl, mb, args.kills,
-                                      args.rate)
+                                      args.rate, args.min_state_mib)
                 rows.append((mb, size, parts))
         finally:
             subprocess.run([os.path.join(HERE, "s3-server.sh"), "stop", s3_dir])
