@@ -309,9 +309,24 @@ impl Host {
         );
         let problems = crate::endpoints::check(&loaded.source, &loaded.spec, &config.endpoints);
         loaded.problems.extend(problems);
-        weir_runtime::plan::build(&loaded)
+        let plan = weir_runtime::plan::build(&loaded)
             .map_err(invalid)
-            .map_err(|e| secrets.mask_error(e))
+            .map_err(|e| secrets.mask_error(e))?;
+        // A `sql` node runs as the several operators it is planned into: the limit holds for
+        // those.
+        let planned = crate::limits::subtasks(&plan.spec);
+        if planned > config.limits.max_job_subtasks {
+            let problem = loaded.source.at_value(
+                "/transforms",
+                format!(
+                    "the job runs {planned} subtasks once its `sql` nodes are planned; this \
+                     server runs at most {} per job (--max-job-subtasks)",
+                    config.limits.max_job_subtasks
+                ),
+            );
+            return Err(invalid(loaded.source.error(vec![problem])));
+        }
+        Ok(plan)
     }
 
     /// Checks and starts a job; `file` names its text in messages.
