@@ -197,6 +197,13 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<Override>,
     },
+    /// Print the plan of a job file: every operator with its keys, state and timers (a `sql`
+    /// node shows as the operators it became).
+    Explain {
+        job: PathBuf,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<Override>,
+    },
     /// Print the JSON Schema of job files (for editors).
     Schema,
     /// Nexmark tools.
@@ -334,6 +341,7 @@ fn main() -> ExitCode {
         Command::Cancel { id, server } => client::cancel(&server, &id),
         Command::State(args) => client::state(&args),
         Command::Validate { job, overrides } => validate(&job, &overrides),
+        Command::Explain { job, overrides } => explain(&job, &overrides),
         Command::Schema => match serde_json::to_string_pretty(&weir_runtime::spec::json_schema()) {
             Ok(s) => {
                 println!("{s}");
@@ -393,6 +401,20 @@ fn validate(job: &std::path::Path, overrides: &[Override]) -> ExitCode {
                 plan.name(),
                 plan.nodes.len()
             );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            run::say!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn explain(job: &std::path::Path, overrides: &[Override]) -> ExitCode {
+    let _secrets = run::job_secrets(job, overrides);
+    match weir_runtime::plan::check_file(job, overrides) {
+        Ok(plan) => {
+            print!("{}", plan.explain());
             ExitCode::SUCCESS
         }
         Err(e) => {

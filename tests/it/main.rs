@@ -68,6 +68,7 @@ mod serve_hardening;
 mod serve_openapi;
 mod serve_views;
 mod spec_errors;
+mod sql;
 mod support;
 mod toolchain;
 mod topology;

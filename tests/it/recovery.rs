@@ -36,6 +36,9 @@ const RATE: u64 = 75_000;
 
 struct Case<'a> {
     query: &'a str,
+    /// The runs with kills run the SQL twin (`jobs/nexmark/sql/`); the golden run is always
+    /// the YAML job.
+    sql: bool,
     /// For a changelog (a running aggregate emits a row per changed key per batch, and batch
     /// boundaries depend on timing): compare the last row of each key.
     upsert_key: Option<&'a str>,
@@ -117,8 +120,13 @@ fn golden(case: &Case<'_>, dir: &Path) -> std::collections::BTreeMap<String, usi
 fn spawn(case: &Case<'_>, data: &Path, out: &Path, run: usize) -> Child {
     let p = case.parallelism[run.min(case.parallelism.len() - 1)];
     let mut cmd = weir(data);
+    let job = if case.sql {
+        format!("jobs/nexmark/sql/{}.yaml", case.query)
+    } else {
+        format!("jobs/nexmark/{}.yaml", case.query)
+    };
     cmd.arg("run")
-        .arg(job_file(&format!("jobs/nexmark/{}.yaml", case.query)))
+        .arg(job_file(&job))
         .arg("--quiet")
         .args(["--from", "latest"]);
     for o in overrides(case, out, p) {
@@ -225,8 +233,30 @@ fn check(case: Case<'_>) {
 }
 
 #[test]
+fn sql_jobs_survive_kills_with_the_rows_of_their_yaml_twins() {
+    for (query, upsert_key, backend, parallelism, seed) in [
+        ("q4", Some("category"), "rocksdb", &[1u32, 2][..], 41),
+        ("q5", None, "heap", &[2, 1][..], 51),
+        ("q8", None, "rocksdb", &[1][..], 81),
+        ("q9", None, "heap", &[1, 2][..], 91),
+        ("q11", None, "rocksdb", &[2][..], 111),
+    ] {
+        check(Case {
+            sql: true,
+            query,
+            upsert_key,
+            backend,
+            parallelism,
+            seed,
+            kills: 2,
+        });
+    }
+}
+
+#[test]
 fn q3_join_survives_kills_on_heap() {
     check(Case {
+        sql: false,
         query: "q3",
         upsert_key: None,
         backend: "heap",
@@ -239,6 +269,7 @@ fn q3_join_survives_kills_on_heap() {
 #[test]
 fn q4_join_then_aggregate_survives_kills_on_rocksdb() {
     check(Case {
+        sql: false,
         query: "q4",
         upsert_key: Some("category"),
         backend: "rocksdb",
@@ -251,6 +282,7 @@ fn q4_join_then_aggregate_survives_kills_on_rocksdb() {
 #[test]
 fn q5_windows_and_top_n_survive_kills_on_heap_and_rocksdb() {
     check(Case {
+        sql: false,
         query: "q5",
         upsert_key: None,
         backend: "heap",
@@ -259,6 +291,7 @@ fn q5_windows_and_top_n_survive_kills_on_heap_and_rocksdb() {
         kills: 3,
     });
     check(Case {
+        sql: false,
         query: "q5",
         upsert_key: None,
         backend: "rocksdb",
@@ -271,6 +304,7 @@ fn q5_windows_and_top_n_survive_kills_on_heap_and_rocksdb() {
 #[test]
 fn q6_over_aggregate_survives_kills_on_heap() {
     check(Case {
+        sql: false,
         query: "q6",
         upsert_key: None,
         backend: "heap",
@@ -283,6 +317,7 @@ fn q6_over_aggregate_survives_kills_on_heap() {
 #[test]
 fn q7_survives_kills_on_rocksdb() {
     check(Case {
+        sql: false,
         query: "q7",
         upsert_key: None,
         backend: "rocksdb",
@@ -295,6 +330,7 @@ fn q7_survives_kills_on_rocksdb() {
 #[test]
 fn q8_window_join_survives_kills_on_heap() {
     check(Case {
+        sql: false,
         query: "q8",
         upsert_key: None,
         backend: "heap",
@@ -307,6 +343,7 @@ fn q8_window_join_survives_kills_on_heap() {
 #[test]
 fn q9_survives_kills_on_rocksdb() {
     check(Case {
+        sql: false,
         query: "q9",
         upsert_key: None,
         backend: "rocksdb",
@@ -319,6 +356,7 @@ fn q9_survives_kills_on_rocksdb() {
 #[test]
 fn q11_sessions_survive_kills_on_heap() {
     check(Case {
+        sql: false,
         query: "q11",
         upsert_key: None,
         backend: "heap",
@@ -331,6 +369,7 @@ fn q11_sessions_survive_kills_on_heap() {
 #[test]
 fn restores_redistribute_state_from_one_subtask_to_two_and_back() {
     check(Case {
+        sql: false,
         query: "q5",
         upsert_key: None,
         backend: "rocksdb",
@@ -339,6 +378,7 @@ fn restores_redistribute_state_from_one_subtask_to_two_and_back() {
         kills: 2,
     });
     check(Case {
+        sql: false,
         query: "q9",
         upsert_key: None,
         backend: "heap",
@@ -347,6 +387,7 @@ fn restores_redistribute_state_from_one_subtask_to_two_and_back() {
         kills: 2,
     });
     check(Case {
+        sql: false,
         query: "q11",
         upsert_key: None,
         backend: "rocksdb",

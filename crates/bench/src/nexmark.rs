@@ -26,6 +26,9 @@ pub enum Compare {
     Chaining,
     /// `two-phase-aggregation` on beside off.
     TwoPhase,
+    /// The query written in SQL (`jobs/nexmark/sql/`) beside its hand-written YAML twin
+    /// (generator source only).
+    Sql,
 }
 
 impl Compare {
@@ -33,6 +36,7 @@ impl Compare {
         match self {
             Compare::Chaining => "chaining",
             Compare::TwoPhase => "two-phase-aggregation",
+            Compare::Sql => "",
         }
     }
 
@@ -41,6 +45,7 @@ impl Compare {
         match self {
             Compare::Chaining => ("chained", "unchained"),
             Compare::TwoPhase => ("two-phase", "one-phase"),
+            Compare::Sql => ("sql", "yaml"),
         }
     }
 }
@@ -78,6 +83,9 @@ pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
                 ),
                 "jsonl" => {
                     let Some(file) = &jsonl else { continue };
+                    if b.compare == Compare::Sql {
+                        continue;
+                    }
                     (
                         b.jobs.join(format!("{q}-jsonl.yaml")),
                         vec![
@@ -104,11 +112,20 @@ pub(crate) fn run(b: &NexmarkBench) -> anyhow::Result<()> {
                                 .parse()
                                 .map_err(anyhow::Error::msg)?,
                         );
-                        o.push(
-                            format!("{}={value}", b.compare.setting())
-                                .parse()
-                                .map_err(anyhow::Error::msg)?,
-                        );
+                        let job = if b.compare == Compare::Sql {
+                            if value {
+                                b.jobs.join("sql").join(format!("{q}.yaml"))
+                            } else {
+                                job.clone()
+                            }
+                        } else {
+                            o.push(
+                                format!("{}={value}", b.compare.setting())
+                                    .parse()
+                                    .map_err(anyhow::Error::msg)?,
+                            );
+                            job.clone()
+                        };
                         arms[arm].push(run_once(&runtime, &job, &o)?);
                     }
                 }

@@ -99,6 +99,18 @@ pub use error::{EvalError, ExprError};
 use compile::Compiler;
 use node::Node;
 
+/// The length of an `INTERVAL` literal in milliseconds (the SQL planner's window sizes and
+/// time bounds), with the expression compiler's own reading of INTERVAL.
+pub(crate) fn interval_millis(expr: &sqlparser::ast::Expr) -> Result<i64, ExprError> {
+    let sqlparser::ast::Expr::Interval(interval) = expr else {
+        return Err(compile::Origin::of(expr).type_error("expected an INTERVAL"));
+    };
+    let node = temporal::interval(interval, &compile::Origin::of(expr))?;
+    node.as_literal()
+        .and_then(|l| l.as_i64())
+        .ok_or_else(|| compile::Origin::of(expr).type_error("expected an INTERVAL"))
+}
+
 /// A compiled, immutable expression. Cheap to clone (the tree is shared), `Send + Sync`.
 #[derive(Debug, Clone)]
 pub struct Expr {

@@ -70,20 +70,45 @@ impl Def<'_> {
     }
 }
 
-/// Plans a loaded job.
+/// Plans a loaded job. `sql` nodes are first planned into the other kinds ([`super::sql`]).
 pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
-    let spec = &loaded.spec;
-    let src = &loaded.source;
-    let mut problems = loaded.problems.clone();
+    match super::sql::lower(loaded) {
+        Some(lowered) => {
+            let mut problems = loaded.problems.clone();
+            problems.extend(lowered.problems);
+            build_spec(
+                &lowered.spec,
+                &lowered.source,
+                problems,
+                &lowered.dropped,
+                &loaded.env_values,
+            )
+        }
+        None => build_spec(
+            &loaded.spec,
+            &loaded.source,
+            loaded.problems.clone(),
+            &loaded.dropped,
+            &loaded.env_values,
+        ),
+    }
+}
 
+fn build_spec(
+    spec: &JobSpec,
+    src: &SpecSource,
+    mut problems: Vec<Problem>,
+    dropped: &Dropped,
+    env_values: &[String],
+) -> Result<Plan, SpecError> {
     if let Err(message) = spec.checkpoint.storage_config() {
         problems.push(src.at_value("/checkpoint/storage", message));
     }
     crate::spec::checks::check_settings(spec, src, &mut problems);
     let mut defs = collect_defs(spec, src, &mut problems);
-    resolve_inputs(&mut defs, src, &loaded.dropped, &mut problems);
+    resolve_inputs(&mut defs, src, dropped, &mut problems);
     let order = topological_order(&defs, src, &mut problems);
-    if loaded.dropped.is_empty() {
+    if dropped.is_empty() {
         // With nodes left out, "feeds no sink" would mostly repeat their problems.
         check_reaches_a_sink(&defs, src, &mut problems);
     }
@@ -95,8 +120,74 @@ pub fn build(loaded: &LoadedJob) -> Result<Plan, SpecError> {
         return Err(src.error(problems));
     }
     let mut plan = assemble(spec, &defs, compiled, &order);
-    plan.env_values = loaded.env_values.clone();
+    plan.env_values = env_values.to_vec();
     Ok(plan)
+}
+
+/// What the SQL planner learns of one node of the job: its output columns and, for a
+/// source's port, its event-time column.
+pub(crate) struct Probed {
+    pub schema: SchemaRef,
+    pub time: Option<String>,
+}
+
+/// Plans the node `reference` names (`node` or `node.port`) and what it reads, nothing else,
+/// to learn its output. `Err` holds the problems found on the way (empty when no node has
+/// that name).
+pub(crate) fn probe(
+    spec: &JobSpec,
+    src: &SpecSource,
+    reference: &str,
+) -> Result<Probed, Vec<Problem>> {
+    // Problems elsewhere in the job are the final planning's to report.
+    let mut defs = collect_defs(spec, src, &mut Vec::new());
+    resolve_inputs(&mut defs, src, &Dropped::default(), &mut Vec::new());
+    let mut problems = Vec::new();
+    let (name, port) = match reference.split_once('.') {
+        Some((n, p)) => (n, Some(p)),
+        None => (reference, None),
+    };
+    let Some(target) = defs.iter().position(|d| d.name == name) else {
+        return Err(Vec::new());
+    };
+    let port = match (port, defs[target].source) {
+        (None, _) => 0,
+        (Some(p), Some(s)) => match source_ports(s).iter().position(|q| q == p) {
+            Some(i) => i,
+            None => return Err(Vec::new()),
+        },
+        (Some(_), None) => return Err(Vec::new()),
+    };
+    let mut needed = vec![false; defs.len()];
+    let mut stack = vec![target];
+    while let Some(j) = stack.pop() {
+        if !std::mem::replace(&mut needed[j], true) {
+            stack.extend(defs[j].inputs.iter().map(|(_, k, _)| *k));
+        }
+    }
+    let order = topological_order(&defs, src, &mut Vec::new());
+    let mut compiled: Vec<Compiled> = (0..defs.len()).map(|_| Compiled::Failed).collect();
+    for &i in order.iter().filter(|&&i| needed[i]) {
+        compiled[i] = compile(spec, &defs, &compiled, i, src, &mut problems);
+    }
+    let time = match &compiled[target] {
+        Compiled::Source {
+            ports, event_time, ..
+        } => event_time
+            .columns
+            .get(port)
+            .copied()
+            .flatten()
+            .and_then(|c| ports.get(port).map(|(_, s)| s.field(c).name().clone())),
+        _ => None,
+    };
+    match compiled[target].schema(port) {
+        Some(schema) if problems.is_empty() => Ok(Probed {
+            schema: schema.clone(),
+            time,
+        }),
+        _ => Err(problems),
+    }
 }
 
 fn valid_name(name: &str) -> bool {
@@ -114,7 +205,7 @@ fn collect_defs<'a>(
     let mut defs: Vec<Def<'a>> = Vec::new();
     let mut seen: HashMap<&str, Section> = HashMap::new();
     let mut add = |def: Def<'a>, problems: &mut Vec<Problem>| {
-        if !valid_name(def.name) {
+        if !valid_name(def.name) && !src.is_generated(&def.pointer()) {
             problems.push(src.at_key(
                 &def.pointer(),
                 format!(

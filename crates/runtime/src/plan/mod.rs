@@ -14,6 +14,8 @@
 //!   checks several kinds share. A transform kind is `operators/<kind>.rs` (running it),
 //!   `nodes/<kind>.rs` (planning it) and its line in the registry.
 //! - [`chaining`]: which nodes run chained in one task.
+//! - `sql`: `kind: sql` nodes, planned before the rest into the kinds above (a query becomes
+//!   the nodes a person would write); `explain`: a plan as text (`weir explain`).
 //!
 //! A [`Plan`] is a description: planning opens no state, creates no directory and contacts no
 //! external system, so validating a job is cheap and has no side effects. The executor
@@ -21,7 +23,9 @@
 
 pub mod build;
 pub mod chaining;
+mod explain;
 mod nodes;
+mod sql;
 
 use std::sync::Arc;
 

@@ -47,7 +47,7 @@ pub struct LoadedJob {
 }
 
 /// Nodes left out of a job because they had structural problems.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Dropped {
     names: HashSet<String>,
     /// A whole section was unusable: any reference may point into it.
@@ -61,6 +61,11 @@ impl Dropped {
 
     pub fn is_empty(&self) -> bool {
         !self.everything && self.names.is_empty()
+    }
+
+    /// Leaves out one more node (a `sql` node that could not be planned).
+    pub(crate) fn insert(&mut self, name: &str) {
+        self.names.insert(name.to_string());
     }
 }
 

@@ -358,6 +358,9 @@ macro_rules! transform_kinds {
             IntervalJoin(IntervalJoinSpec) = "interval-join" in interval_join,
             /// Joins two keyed streams within the same event-time window.
             WindowJoin(WindowJoinSpec) = "window-join" in window_join,
+            /// A query in Flink SQL's streaming subset, planned into the kinds above (see
+            /// `weir explain`).
+            Sql(SqlSpec) = "sql" in sql,
         }
     };
 }
@@ -865,6 +868,38 @@ impl TransformNode for WindowJoinSpec {
             ("left".into(), self.left.as_str()),
             ("right".into(), self.right.as_str()),
         ]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SqlSpec {
+    /// One SELECT over the job's nodes (`FROM nexmark.bid`, `FROM "my-node"`, or a name given
+    /// in `inputs`): projections and filters, GROUP BY, window TVFs (TUMBLE, HOP, SESSION)
+    /// grouped by `window_start, window_end`, joins (time-bounded, windowed, regular),
+    /// ROW_NUMBER()/RANK() as Top-N, aggregates OVER the last rows, subqueries in FROM, and
+    /// `IN (SELECT ...)` as a window semi join. The README's *Queries in SQL* lists the subset.
+    #[schemars(length(min = 1))]
+    pub query: String,
+    /// Names the query uses for nodes of the job: name → node (`bid: nexmark.bid`).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub inputs: IndexMap<String, String>,
+    /// The parallelism of every operator the query becomes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+impl TransformNode for SqlSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        self.inputs
+            .iter()
+            .map(|(name, node)| (format!("inputs.{name}"), node.as_str()))
+            .collect()
     }
 
     fn parallelism(&self) -> Option<u32> {

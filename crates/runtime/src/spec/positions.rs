@@ -14,12 +14,24 @@ pub struct Position {
 }
 
 /// Positions of the nodes of one YAML document.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PositionIndex {
     /// Path → position of the value node.
     pub(super) values: HashMap<String, Position>,
     /// Path → position of the key (for entries of mappings).
     pub(super) keys: HashMap<String, Position>,
+    /// Path → where the text of a quoted or block scalar starts (for positions inside it,
+    /// such as an error in a `sql` node's query).
+    pub(super) texts: HashMap<String, TextStart>,
+}
+
+/// Where a scalar's text starts in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TextStart {
+    /// A block scalar (`|`, `>`): its first content line and the content's indentation.
+    Block { line: usize, indent: usize },
+    /// A quoted scalar: the position of its first character after the quote.
+    Quoted(Position),
 }
 
 impl PositionIndex {
@@ -45,6 +57,45 @@ impl PositionIndex {
                 return Some(*pos);
             }
             p = parent(p)?;
+        }
+    }
+
+    /// The position of `line` and `column` (1-based) of the text of the scalar at `pointer`:
+    /// the start of the scalar's value when its layout is unknown (a plain scalar on one
+    /// line reads the same).
+    pub fn within(&self, pointer: &str, line: usize, column: usize) -> Option<Position> {
+        let line = line.max(1);
+        let column = column.max(1);
+        match self.texts.get(pointer) {
+            Some(TextStart::Block {
+                line: first,
+                indent,
+            }) => Some(Position {
+                line: first + line - 1,
+                column: indent + column,
+            }),
+            Some(TextStart::Quoted(start)) if line == 1 => Some(Position {
+                line: start.line,
+                column: start.column + column - 1,
+            }),
+            Some(TextStart::Quoted(start)) => Some(Position {
+                line: start.line + line - 1,
+                column,
+            }),
+            None => {
+                let start = self.values.get(pointer)?;
+                Some(if line == 1 {
+                    Position {
+                        line: start.line,
+                        column: start.column + column - 1,
+                    }
+                } else {
+                    Position {
+                        line: start.line + line - 1,
+                        column,
+                    }
+                })
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::positions::PositionIndex;
+use super::positions::{Position, PositionIndex};
 
 /// One thing wrong with a job file.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -57,12 +57,23 @@ impl fmt::Display for SpecError {
 }
 
 /// The text a job came from: its name, where its nodes sit, and which paths `--set` replaced.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SpecSource {
     pub file: String,
     pub(crate) index: PositionIndex,
     /// JSON pointers replaced by `--set` overrides (positions in the file would be misleading).
     pub(crate) overridden: Vec<String>,
+    /// Nodes the SQL planner made, each reported at the query that made it.
+    pub(crate) generated: Vec<Generated>,
+}
+
+/// A node the SQL planner made (`/transforms/q5~1key-by`) and where its problems are shown:
+/// the `query` of its `sql` node, at the clause that made it.
+#[derive(Clone, Debug)]
+pub(crate) struct Generated {
+    pub node: String,
+    pub target: String,
+    pub position: Option<Position>,
 }
 
 impl SpecSource {
@@ -76,7 +87,51 @@ impl SpecSource {
             file: file.into(),
             index,
             overridden: Vec::new(),
+            generated: Vec::new(),
         }
+    }
+
+    /// Problems of the node at `node` (a JSON pointer) are shown at `target`, at `position`.
+    pub(crate) fn generate(&mut self, node: String, target: String, position: Option<Position>) {
+        self.generated.retain(|g| g.node != node);
+        self.generated.push(Generated {
+            node,
+            target,
+            position,
+        });
+    }
+
+    /// Forgets a generated node.
+    pub(crate) fn forget(&mut self, node: &str) {
+        self.generated.retain(|g| g.node != node);
+    }
+
+    /// Whether the SQL planner made the node at `node` (a JSON pointer).
+    pub(crate) fn is_generated(&self, node: &str) -> bool {
+        self.generated.iter().any(|g| g.node == node)
+    }
+
+    /// The position of `line` and `column` inside the text of the scalar at `pointer`.
+    pub(crate) fn within(&self, pointer: &str, line: usize, column: usize) -> Option<Position> {
+        if self.overridden.iter().any(|o| o == pointer) {
+            return None;
+        }
+        self.index.within(pointer, line, column)
+    }
+
+    /// A problem at a position inside the scalar at `pointer` (`None`: the scalar itself).
+    pub(crate) fn at_position(
+        &self,
+        pointer: &str,
+        position: Option<Position>,
+        message: impl Into<String>,
+    ) -> Problem {
+        let mut p = self.at_value(pointer, message);
+        if let Some(position) = position {
+            p.line = Some(position.line);
+            p.column = Some(position.column);
+        }
+        p
     }
 
     /// Whether the job file (or a `--set` override) writes the key at `pointer`, rather than
@@ -96,6 +151,27 @@ impl SpecSource {
     }
 
     fn locate(&self, pointer: &str, message: String, key: bool) -> Problem {
+        let inside = |pointer: &str, node: &str| {
+            pointer == node
+                || pointer
+                    .strip_prefix(node)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        // The final node of a `sql` node takes its name: its own keys (`query`) stay.
+        let generated = self
+            .generated
+            .iter()
+            .find(|g| inside(pointer, &g.node) && !inside(pointer, &g.target));
+        if let Some(g) = generated {
+            let mut p = self.locate(&g.target.clone(), message, false);
+            if let Some(position) = g.position
+                && p.origin.is_none()
+            {
+                p.line = Some(position.line);
+                p.column = Some(position.column);
+            }
+            return p;
+        }
         let overridden = self
             .overridden
             .iter()

@@ -24,7 +24,8 @@ use saphyr_parser::{Event, Marker, Parser, ScalarStyle, Span, Tag};
 use serde_json::{Map, Number, Value};
 
 use super::positions::{
-    MAX_DEPTH, MAX_INDEX_BYTES, MAX_NODES, Position, PositionIndex, Refusal, escape_segment,
+    MAX_DEPTH, MAX_INDEX_BYTES, MAX_NODES, Position, PositionIndex, Refusal, TextStart,
+    escape_segment,
 };
 
 /// The most bytes of text a job file may expand to, counting every alias as a copy of the
@@ -64,6 +65,47 @@ pub fn parse(text: &str) -> Result<Document, Refusal> {
 /// [`parse`], also recording every scalar's span ([`Document::scalars`]).
 pub fn parse_with_spans(text: &str) -> Result<Document, Refusal> {
     Builder::new(text, true).run()
+}
+
+/// Where the text of a quoted or block scalar starting at byte `start` begins.
+fn text_start(text: &str, start: usize, mark: &Marker, style: ScalarStyle) -> TextStart {
+    match style {
+        ScalarStyle::Literal | ScalarStyle::Folded => {
+            // The span may start at the `|`/`>` indicator or at the content: skip the
+            // indicator's line, then blank lines; the first content line gives the indent.
+            let rest = text.get(start..).unwrap_or_default();
+            let mut line = mark.line();
+            let body;
+            if rest.starts_with(['|', '>']) {
+                match rest.find('\n') {
+                    Some(i) => {
+                        body = &rest[i + 1..];
+                        line += 1;
+                    }
+                    None => body = "",
+                }
+            } else {
+                // At the content: back to the start of its line.
+                let line_start = text[..start.min(text.len())]
+                    .rfind('\n')
+                    .map_or(0, |i| i + 1);
+                body = text.get(line_start..).unwrap_or_default();
+            }
+            for l in body.split('\n') {
+                if l.trim().is_empty() {
+                    line += 1;
+                    continue;
+                }
+                let indent = l.len() - l.trim_start_matches(' ').len();
+                return TextStart::Block { line, indent };
+            }
+            TextStart::Block { line, indent: 0 }
+        }
+        _ => TextStart::Quoted(Position {
+            line: mark.line(),
+            column: mark.col() + 2,
+        }),
+    }
 }
 
 fn position(mark: &Marker) -> Position {
@@ -360,6 +402,14 @@ impl<'t> Builder<'t> {
                 text: text.to_owned(),
                 key: pointer.is_none(),
             });
+        }
+        if let Some(p) = &pointer
+            && style != ScalarStyle::Plain
+        {
+            let start = self.byte_offset(span.start.index());
+            let layout = text_start(self.text, start, &span.start, style);
+            self.index_bytes += p.len();
+            self.doc.index.texts.insert(p.clone(), layout);
         }
         let at = pointer.clone().unwrap_or_else(|| self.key_pointer(text));
         let value = resolve(text, style, tag).map_err(|message| Refusal {

@@ -16,6 +16,7 @@ mod join;
 mod key_by;
 mod map;
 mod over_aggregate;
+mod sql;
 mod top_n;
 mod union;
 mod window_aggregate;

@@ -1,0 +1,181 @@
+//! `weir explain`: a planned job as text, node by node: its kind, parallelism, what it reads
+//! (and by which key), what it keeps in state and which timers fire it, and its columns. A
+//! `sql` node shows as the nodes it became (`q5/key-by`, `q5/window-aggregate`, ..., `q5`).
+
+use std::fmt::Write;
+
+use super::{Plan, PlanNode};
+use crate::api::NodeRole;
+use crate::spec::{TransformSpec, WindowSpec};
+
+impl Plan {
+    /// The plan as text (see the module docs).
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "job `{}`: {} nodes, {} tasks after chaining",
+            self.name(),
+            self.nodes.len(),
+            self.chains.members.len()
+        );
+        for node in &self.nodes {
+            let _ = writeln!(out);
+            let role = match node.role {
+                NodeRole::Source => "source",
+                NodeRole::Operator => "operator",
+                NodeRole::Sink => "sink",
+            };
+            let _ = writeln!(
+                out,
+                "{}  ({role} `{}`, parallelism {})",
+                node.name, node.kind, node.parallelism
+            );
+            for edge in &node.inputs {
+                let from = &self.nodes[edge.from];
+                let port = from
+                    .ports
+                    .get(edge.port)
+                    .map(|(p, _)| p.as_str())
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!(".{p}"))
+                    .unwrap_or_default();
+                let side = match (node.inputs.len(), edge.input) {
+                    (1, _) => String::new(),
+                    (_, 0) => " (left)".to_string(),
+                    (_, _) => " (right)".to_string(),
+                };
+                let key = match &edge.key {
+                    Some(k) => format!(", hash-partitioned by [{}]", k.names().join(", ")),
+                    None if node.inputs.len() == 1 && from.parallelism == node.parallelism => {
+                        String::new()
+                    }
+                    None => ", rebalanced".to_string(),
+                };
+                let _ = writeln!(out, "  reads {}{port}{side}{key}", from.name);
+            }
+            let (state, timers) = self.state_and_timers(node);
+            if let Some(s) = state {
+                let _ = writeln!(out, "  state: {s}");
+            }
+            if let Some(t) = timers {
+                let _ = writeln!(out, "  timers: {t}");
+            }
+            for (port, schema) in &node.ports {
+                let columns: Vec<String> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| match super::nodes::sql_type(f.data_type()) {
+                        "an unsupported type" => format!("{} ({})", f.name(), f.data_type()),
+                        t => format!("{} {t}", f.name()),
+                    })
+                    .collect();
+                if columns.is_empty() {
+                    continue;
+                }
+                let label = if port.is_empty() {
+                    "columns".to_string()
+                } else {
+                    format!("port {port}")
+                };
+                let _ = writeln!(out, "  {label}: {}", columns.join(", "));
+            }
+        }
+        out
+    }
+
+    /// What the node keeps and what fires it, from its spec.
+    fn state_and_timers(&self, node: &PlanNode) -> (Option<String>, Option<String>) {
+        if node.kind == "local-aggregate" {
+            return (
+                Some(
+                    "none (folds each batch into one partial per key and window, chained \
+                     before the exchange: two-phase aggregation)"
+                        .into(),
+                ),
+                None,
+            );
+        }
+        let Some(t) = self.spec.transforms.get(&node.name) else {
+            return (None, None);
+        };
+        let window = |w: &WindowSpec| match w {
+            WindowSpec::Tumbling { size } => format!("tumbling {size}"),
+            WindowSpec::Sliding { size, slide } => format!("sliding {size} every {slide}"),
+            WindowSpec::Session { gap } => format!("session, gap {gap}"),
+        };
+        match t {
+            TransformSpec::Aggregate(_) => (
+                Some(
+                    "accumulators per key, kept until the key is idle for state.ttl (an \
+                     updating stream: one row per key and batch)"
+                        .into(),
+                ),
+                None,
+            ),
+            TransformSpec::WindowAggregate(w) => (
+                Some(format!(
+                    "accumulators per key and window ({})",
+                    window(&w.window)
+                )),
+                Some("event time: each window's end (then its state is dropped)".into()),
+            ),
+            TransformSpec::TopN(t) => (
+                Some(format!(
+                    "the best {} rows per key and firing time{}",
+                    t.n,
+                    if t.with_ties { " (ties kept)" } else { "" }
+                )),
+                Some(format!(
+                    "event time: `{}` (then the rows are emitted and dropped)",
+                    t.fire_at
+                )),
+            ),
+            TransformSpec::OverAggregate(o) => (
+                Some(format!(
+                    "the last {} rows per key, and rows waiting for the watermark",
+                    o.rows
+                )),
+                o.order_by
+                    .first()
+                    .map(|t| format!("event time: `{t}` of each row")),
+            ),
+            TransformSpec::Join(j) => {
+                let side = |until: &Option<String>, name: &str| match until {
+                    Some(u) => format!("{name} rows until the watermark passes `{u}`"),
+                    None => format!("{name} rows for good (until idle for state.ttl)"),
+                };
+                let bounded = j.left_until.is_some() && j.right_until.is_some();
+                (
+                    Some(format!(
+                        "{}; {}{}",
+                        side(&j.left_until, "left"),
+                        side(&j.right_until, "right"),
+                        if bounded {
+                            ""
+                        } else {
+                            " — a regular join: unbounded unless state.ttl is set"
+                        }
+                    )),
+                    (j.left_until.is_some() || j.right_until.is_some())
+                        .then(|| "event time: each row's until (then it is dropped)".into()),
+                )
+            }
+            TransformSpec::IntervalJoin(j) => (
+                Some(format!(
+                    "both sides' rows within [{}, {}] of the other's time",
+                    j.lower, j.upper
+                )),
+                Some("event time: each row's last possible match".into()),
+            ),
+            TransformSpec::WindowJoin(w) => (
+                Some(format!(
+                    "both sides' rows per key and window ({})",
+                    window(&w.window)
+                )),
+                Some("event time: each window's end".into()),
+            ),
+            _ => (None, None),
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! `kind: sql`: every Nexmark query written in SQL (`jobs/nexmark/sql/`) gives the rows of its
+//! hand-written YAML twin at parallelism 1 and 2 on both state backends, and the stateful ones
+//! the rows of the plain-loop references; problems in a query come with the line and column of
+//! the job file; `weir explain` shows the operators a query became. (Kills with `--from
+//! latest` are in `recovery`.)
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::Value;
+use weir_runtime::connectors::nexmark::{Event, Generator, GeneratorConfig};
+
+use crate::nexmark_reference as reference;
+use crate::support::*;
+
+const EVENTS: u64 = 100_000;
+const DELAY_MS: u64 = 1;
+
+const QUERIES: &[&str] = &[
+    "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11",
+];
+
+fn events() -> Vec<Event> {
+    let generator = Generator::new(GeneratorConfig {
+        inter_event_delay_ns: DELAY_MS * 1_000_000,
+        ..GeneratorConfig::default()
+    });
+    (0..EVENTS).map(|n| generator.event(n)).collect()
+}
+
+/// Runs a job to the end with its result in a file sink; its rows (the last per key of an
+/// upsert stream).
+fn rows(job: &str, query: &str, overrides: &[&str]) -> BTreeMap<String, usize> {
+    let out = out_dir();
+    let mut o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    o.push(format!("sources.nexmark.events={EVENTS}"));
+    o.push(format!("sources.nexmark.inter-event-delay={DELAY_MS}ms"));
+    o.push(format!(
+        "sinks.out={{kind: file, from: {query}, path: {}}}",
+        out.path().display()
+    ));
+    let summary = run_job(&job_file(job), &o);
+    assert_eq!(summary.events, EVENTS, "{job}: every event read");
+    let rows = read_parts(out.path());
+    if query == "q4" {
+        let mut last: BTreeMap<String, Value> = BTreeMap::new();
+        for r in rows {
+            last.insert(r["category"].to_string(), r);
+        }
+        return multiset(last.into_values());
+    }
+    multiset(rows)
+}
+
+fn reference_of(query: &str, events: &[Event]) -> Option<Vec<Value>> {
+    Some(match query {
+        "q3" => reference::q3(events),
+        "q4" => reference::q4(events),
+        "q5" => reference::q5(events),
+        "q6" => reference::q6(events),
+        "q7" => reference::q7(events),
+        "q8" => reference::q8(events),
+        "q9" => reference::q9(events),
+        "q11" => reference::q11(events),
+        _ => return None,
+    })
+}
+
+#[test]
+fn every_sql_nexmark_query_equals_its_yaml_twin_and_the_reference() {
+    let events = events();
+    let configs: &[(&str, &[&str])] = &[
+        ("p=1, heap", &["parallelism=1"]),
+        ("p=2, heap", &["parallelism=2"]),
+        (
+            "p=1, rocksdb",
+            &[
+                "parallelism=1",
+                "state.backend=rocksdb",
+                "state.cache-entries=64",
+            ],
+        ),
+        (
+            "p=2, rocksdb",
+            &[
+                "parallelism=2",
+                "state.backend=rocksdb",
+                "state.cache-entries=64",
+            ],
+        ),
+    ];
+    for query in QUERIES {
+        for (what, overrides) in configs {
+            let mut overrides: Vec<&str> = overrides.to_vec();
+            let state = format!("state.path={}/sql-state", env!("CARGO_TARGET_TMPDIR"));
+            overrides.push(&state);
+            let yaml = rows(&format!("jobs/nexmark/{query}.yaml"), query, &overrides);
+            let sql = rows(&format!("jobs/nexmark/sql/{query}.yaml"), query, &overrides);
+            assert!(
+                !yaml.is_empty(),
+                "{query}, {what}: the YAML job produced rows"
+            );
+            assert_same_rows(&format!("{query} in SQL vs YAML, {what}"), &sql, &yaml);
+            if *what == "p=2, rocksdb"
+                && let Some(expected) = reference_of(query, &events)
+            {
+                let mut expected = expected;
+                if *query == "q4" {
+                    let mut last: BTreeMap<String, Value> = BTreeMap::new();
+                    for r in expected {
+                        last.insert(r["category"].to_string(), r);
+                    }
+                    expected = last.into_values().collect();
+                }
+                assert_same_rows(
+                    &format!("{query} in SQL vs the reference, {what}"),
+                    &sql,
+                    &multiset(expected),
+                );
+            }
+        }
+    }
+}
+
+/// A job whose one transform is `query` (written as a block scalar from line 7, indented 6).
+fn job_with(query: &str) -> String {
+    let mut text = String::from(
+        "name: sql-problems\nsources:\n  nexmark:\n    kind: nexmark\ntransforms:\n  q:\n    kind: sql\n    query: |\n",
+    );
+    for line in query.lines() {
+        text.push_str("      ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str("sinks:\n  out:\n    kind: blackhole\n    from: q\n");
+    text
+}
+
+/// The one problem of a job with `query`: (line, column, message).
+fn problem(query: &str) -> (usize, usize, String) {
+    let text = job_with(query);
+    let err = match weir_runtime::plan::check_str("job.yaml", &text, &[]) {
+        Ok(_) => panic!("the query was accepted:\n{query}"),
+        Err(e) => e,
+    };
+    assert_eq!(err.problems.len(), 1, "one problem: {err}");
+    let p = &err.problems[0];
+    assert_eq!(p.path, "transforms.q.query", "{err}");
+    (
+        p.line.expect("a line"),
+        p.column.expect("a column"),
+        p.message.clone(),
+    )
+}
+
+#[test]
+fn problems_in_a_query_have_the_line_and_column_of_the_job_file() {
+    // The query starts on line 9, column 7 of the file.
+    let (line, column, message) = problem("SELECT auction,\n       pricee\nFROM nexmark.bid");
+    assert_eq!((line, column), (10, 14), "{message}");
+    assert!(message.contains("unknown column `pricee`"), "{message}");
+    assert!(message.contains("did you mean `price`"), "{message}");
+
+    let (line, column, message) = problem("SELECT auction\nFROM nexmark.bid\nWHERE");
+    assert_eq!(line, 11, "{message}");
+    assert!(column >= 7, "{message}");
+    assert!(message.contains("cannot parse the query"), "{message}");
+
+    let (line, column, message) = problem("SELECT auction FROM nexmark.bid\nORDER BY price");
+    assert_eq!((line, column), (10, 16), "at the ordered column: {message}");
+    assert!(message.contains("ORDER BY"), "{message}");
+
+    // A type error, found by the expression compiler, at the item that has it.
+    let (line, column, message) =
+        problem("SELECT auction,\n       price + 'x' AS p\nFROM nexmark.bid");
+    assert_eq!(line, 10, "{message}");
+    assert_eq!(column, 14, "{message}");
+
+    let (line, _, message) = problem("SELECT * FROM nexmark.bids");
+    assert_eq!(line, 9, "{message}");
+    assert!(message.contains("did you mean `nexmark.bid`"), "{message}");
+}
+
+#[test]
+fn constructs_with_unbounded_state_or_retractions_are_refused_with_what_and_where() {
+    // A Top-N that nothing makes final.
+    let (line, _, message) = problem(
+        "SELECT * FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn\n  FROM nexmark.bid\n) WHERE rn <= 1",
+    );
+    assert_eq!(line, 10, "{message}");
+    assert!(message.contains("final at a known time"), "{message}");
+
+    // An aggregate over an updating stream.
+    let (_, _, message) = problem(
+        "SELECT c, COUNT(*) AS n FROM (\n  SELECT category, COUNT(*) AS c FROM nexmark.auction GROUP BY category\n) GROUP BY c",
+    );
+    assert!(message.contains("updating stream"), "{message}");
+
+    // Outer joins.
+    let (line, _, message) = problem(
+        "SELECT a.id FROM nexmark.auction a\nLEFT JOIN nexmark.person p ON a.seller = p.id",
+    );
+    assert_eq!(line, 10, "{message}");
+    assert!(message.contains("only inner joins"), "{message}");
+
+    // A cross join.
+    let (_, _, message) = problem("SELECT a.id FROM nexmark.auction a, nexmark.person p");
+    assert!(message.contains("needs an equality"), "{message}");
+
+    // ORDER BY without a rank, DISTINCT, LIMIT.
+    for (query, what) in [
+        ("SELECT DISTINCT auction FROM nexmark.bid", "DISTINCT"),
+        ("SELECT auction FROM nexmark.bid LIMIT 10", "LIMIT"),
+    ] {
+        let (_, _, message) = problem(query);
+        assert!(message.contains(what), "{query}: {message}");
+    }
+}
+
+#[test]
+fn explain_shows_the_operators_a_query_became() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("explain")
+        .arg(job_file("jobs/nexmark/sql/q5.yaml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for expected in [
+        "q5/window-aggregate  (operator `window-aggregate`",
+        "reads q5/window-aggregate.local, hash-partitioned by [auction]",
+        "state: none (folds each batch into one partial per key and window",
+        "state: accumulators per key and window (sliding 10s every 2s)",
+        "timers: event time: each window's end",
+        "q5  (operator `top-n`",
+        "hash-partitioned by [starttime, endtime]",
+        "columns: auction INT, num INT, starttime TIMESTAMP, endtime TIMESTAMP",
+    ] {
+        assert!(text.contains(expected), "`{expected}` in:\n{text}");
+    }
+    assert!(!text.contains("`sql`"), "no opaque sql node:\n{text}");
+}
+
+/// The plan of a job whose one transform is `query`, as `weir explain` prints it.
+fn explained(query: &str) -> String {
+    match weir_runtime::plan::check_str("job.yaml", &job_with(query), &[]) {
+        Ok(plan) => plan.explain(),
+        Err(e) => panic!("{e}\n{query}"),
+    }
+}
+
+#[test]
+fn joins_unions_and_having_plan_into_the_operators_a_person_would_write() {
+    // An interval join: each side leaves state once the other can no longer match it.
+    let text = explained(
+        "SELECT B.auction, B.price, A.seller\nFROM nexmark.auction A JOIN nexmark.bid B\n  ON A.id = B.auction\n  AND B.dateTime BETWEEN A.dateTime - INTERVAL '5' SECOND AND A.dateTime + INTERVAL '5' SECOND",
+    );
+    for expected in [
+        "q  (operator `join`",
+        "reads nexmark.auction (left), hash-partitioned by [id]",
+        "reads nexmark.bid (right), hash-partitioned by [auction]",
+        "left rows until the watermark passes `dateTime + INTERVAL '5' SECOND`",
+        "right rows until the watermark passes `dateTime + INTERVAL '5000' MILLISECOND`",
+        "columns: auction INT, price INT, seller INT",
+    ] {
+        assert!(text.contains(expected), "`{expected}` in:\n{text}");
+    }
+    // A join without a bound says that its state is unbounded.
+    let text = explained(
+        "SELECT A.id, P.name FROM nexmark.auction A JOIN nexmark.person P ON A.seller = P.id",
+    );
+    assert!(text.contains("a regular join: unbounded"), "{text}");
+
+    // A window join of two TUMBLEs.
+    let text = explained(
+        "SELECT P.id, A.id AS auction, P.window_start\nFROM TABLE(TUMBLE(TABLE nexmark.person, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) P\nJOIN TABLE(TUMBLE(TABLE nexmark.auction, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) A\n  ON P.id = A.seller AND P.window_start = A.window_start AND P.window_end = A.window_end",
+    );
+    for expected in [
+        "q  (operator `window-join`",
+        "both sides' rows per key and window (tumbling 10s)",
+        "columns: id INT, auction INT, window_start TIMESTAMP",
+    ] {
+        assert!(text.contains(expected), "`{expected}` in:\n{text}");
+    }
+
+    // EXISTS with a correlated key plans as the same window semi join as IN.
+    let tumble = |t: &str| {
+        format!("TABLE(TUMBLE(TABLE nexmark.{t}, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))")
+    };
+    let with_in = explained(&format!(
+        "SELECT P.id, P.name FROM {} P\nWHERE P.id IN (SELECT A.seller FROM {} A\n  WHERE A.window_start = P.window_start AND A.window_end = P.window_end)",
+        tumble("person"),
+        tumble("auction")
+    ));
+    let with_exists = explained(&format!(
+        "SELECT P.id, P.name FROM {} P\nWHERE EXISTS (SELECT * FROM {} A\n  WHERE A.seller = P.id AND A.window_start = P.window_start AND A.window_end = P.window_end)",
+        tumble("person"),
+        tumble("auction")
+    ));
+    assert!(with_in.contains("q  (operator `window-join`"), "{with_in}");
+    assert_eq!(with_in, with_exists);
+
+    // UNION ALL: a filter per branch, one union.
+    let text = explained(
+        "SELECT auction, price FROM nexmark.bid WHERE price > 1000\nUNION ALL\nSELECT auction, price FROM nexmark.bid WHERE price < 10",
+    );
+    for expected in [
+        "q/filter  (operator `filter`",
+        "q/filter-2  (operator `filter`",
+    ] {
+        assert!(text.contains(expected), "`{expected}` in:\n{text}");
+    }
+
+    // HAVING over a window aggregate: a filter after it.
+    let text = explained(
+        "SELECT auction, window_start, window_end, COUNT(*) AS n\nFROM TABLE(TUMBLE(TABLE nexmark.bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))\nGROUP BY auction, window_start, window_end\nHAVING COUNT(*) > 10",
+    );
+    for expected in [
+        "q/window-aggregate  (operator `window-aggregate`",
+        "q  (operator `filter`",
+    ] {
+        assert!(text.contains(expected), "`{expected}` in:\n{text}");
+    }
+}
