@@ -235,8 +235,14 @@ fn check(case: Case<'_>) {
 #[test]
 fn sql_jobs_survive_kills_with_the_rows_of_their_yaml_twins() {
     for (query, upsert_key, backend, parallelism, seed) in [
-        ("q4", Some("category"), "rocksdb", &[1u32, 2][..], 41),
+        ("q0", None, "heap", &[1u32][..], 1),
+        ("q1", None, "rocksdb", &[2][..], 11),
+        ("q2", None, "heap", &[2, 1][..], 21),
+        ("q3", None, "rocksdb", &[1][..], 31),
+        ("q4", Some("category"), "rocksdb", &[1, 2][..], 41),
         ("q5", None, "heap", &[2, 1][..], 51),
+        ("q6", None, "rocksdb", &[1][..], 61),
+        ("q7", None, "heap", &[2][..], 71),
         ("q8", None, "rocksdb", &[1][..], 81),
         ("q9", None, "heap", &[1, 2][..], 91),
         ("q11", None, "rocksdb", &[2][..], 111),

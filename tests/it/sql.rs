@@ -190,6 +190,14 @@ fn constructs_with_unbounded_state_or_retractions_are_refused_with_what_and_wher
     assert_eq!(line, 10, "{message}");
     assert!(message.contains("final at a known time"), "{message}");
 
+    // A Top-N of no rows, or of more than a partition may keep.
+    for n in ["0", "99999999999"] {
+        let (_, _, message) = problem(&format!(
+            "SELECT * FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price DESC) AS rn\n  FROM TABLE(TUMBLE(TABLE nexmark.bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))\n) WHERE rn <= {n}"
+        ));
+        assert!(message.contains("a Top-N keeps 1 to"), "{message}");
+    }
+
     // An aggregate over an updating stream.
     let (_, _, message) = problem(
         "SELECT c, COUNT(*) AS n FROM (\n  SELECT category, COUNT(*) AS c FROM nexmark.auction GROUP BY category\n) GROUP BY c",

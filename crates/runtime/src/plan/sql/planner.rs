@@ -25,6 +25,9 @@ use crate::spec::{
     TransformSpec, WindowAggregateSpec, WindowSpec,
 };
 
+/// The most rows a Top-N keeps per partition.
+const MAX_TOP_N: u32 = 100_000;
+
 /// The most queries one UNION ALL joins.
 const MAX_UNION_INPUTS: usize = 64;
 
@@ -845,12 +848,15 @@ impl Lowering<'_> {
                 ),
             ));
         };
-        if n < 1 {
+        let Some(n) = u32::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_TOP_N).contains(n))
+        else {
             return Err(SqlError::at(
                 at,
-                "a Top-N keeps at least one row: rn <= N with N ≥ 1",
+                format!("a Top-N keeps 1 to {MAX_TOP_N} rows: rn <= N with 1 ≤ N ≤ {MAX_TOP_N}"),
             ));
-        }
+        };
         let rel = &side.rel;
         let window = rel
             .window
@@ -885,7 +891,7 @@ impl Lowering<'_> {
             TransformSpec::TopN(TopNSpec {
                 from: keyed,
                 order_by: rank.order.clone(),
-                n: n as u32,
+                n,
                 with_ties: rank.with_ties,
                 fire_at,
                 columns: hidden.then_some(visible.clone()),
