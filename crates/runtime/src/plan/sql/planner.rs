@@ -295,32 +295,25 @@ impl Lowering<'_> {
             }
         };
         let mut rel = self.input(&parts, table.span())?;
+        let side = Side {
+            alias: String::new(),
+            rel: rel.clone(),
+        };
+        let scope = Scope::One(&side);
         let mut partition = Vec::new();
         if let Some(Expr::Function(p)) = args.first()
             && call_name(p) == "partition"
         {
-            for key in call_args(p)?.into_iter().flatten() {
-                let Expr::Identifier(k) = key else {
-                    return Err(SqlError::at(key.span(), "PARTITION BY takes columns"));
-                };
-                let side = Side {
-                    alias: String::new(),
-                    rel: rel.clone(),
-                };
-                partition.push(Scope::One(&side).resolve(None, k)?.1);
-            }
+            let keys: Vec<&Expr> = call_args(p)?.into_iter().flatten().collect();
+            partition = plain_columns(&scope, keys, "PARTITION BY")?;
             args.remove(0);
         }
         let descriptor = match args.first() {
             Some(Expr::Function(d)) if call_name(d) == "descriptor" => {
-                match call_args(d)?.as_slice() {
-                    [Some(Expr::Identifier(c))] => {
-                        let side = Side {
-                            alias: String::new(),
-                            rel: rel.clone(),
-                        };
-                        Scope::One(&side).resolve(None, c)?.1
-                    }
+                match plain_columns(&scope, call_args(d)?.into_iter().flatten(), "DESCRIPTOR")?
+                    .as_slice()
+                {
+                    [c] => c.clone(),
                     _ => {
                         return Err(SqlError::at(
                             d.name.span(),
@@ -351,29 +344,16 @@ impl Lowering<'_> {
             ("cumulate", _) => {
                 return Err(unsupported(f.name.span(), "CUMULATE windows"));
             }
-            ("tumble", _) => {
-                return Err(SqlError::at(
-                    f.name.span(),
-                    "TUMBLE(TABLE t, DESCRIPTOR(time), size)",
-                ));
-            }
-            ("hop", _) => {
-                return Err(SqlError::at(
-                    f.name.span(),
-                    "HOP(TABLE t, DESCRIPTOR(time), slide, size)",
-                ));
-            }
-            ("session", _) => {
-                return Err(SqlError::at(
-                    f.name.span(),
-                    "SESSION(TABLE t [PARTITION BY k], DESCRIPTOR(time), gap)",
-                ));
-            }
-            _ => {
-                return Err(SqlError::at(
-                    f.name.span(),
-                    format!("`{name}` is not a window function: use TUMBLE, HOP or SESSION"),
-                ));
+            (other, _) => {
+                let usage = match other {
+                    "tumble" => "TUMBLE(TABLE t, DESCRIPTOR(time), size)".to_string(),
+                    "hop" => "HOP(TABLE t, DESCRIPTOR(time), slide, size)".to_string(),
+                    "session" => {
+                        "SESSION(TABLE t [PARTITION BY k], DESCRIPTOR(time), gap)".to_string()
+                    }
+                    _ => format!("`{name}` is not a window function: use TUMBLE, HOP or SESSION"),
+                };
+                return Err(SqlError::at(f.name.span(), usage));
             }
         };
         if !partition.is_empty() && !matches!(window, WindowSpec::Session { .. }) {
