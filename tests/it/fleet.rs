@@ -10,6 +10,8 @@
 //!   its copy and commits nothing more; a server cut off from the catalog (a proxy that drops
 //!   its connections) stops its copies by itself and the other server resumes them. Outputs
 //!   again equal an uninterrupted run's.
+//! - A server whose runtime is blocked for three lease times still renews its lease (the
+//!   renewals run on a thread of their own): a busy server is not taken for a dead one.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -602,4 +604,58 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
         jobs(v).values().all(|j| j.1 == "finished")
     });
     assert_outputs(dir.path(), &cluster, &names, &expected);
+}
+
+/// A server whose runtime is saturated (a large restore on two cores) must still renew its
+/// leases, or a busy server is taken for a dead one and its jobs move back and forth. The
+/// renewals run on a thread of their own: here the runtime's only thread is blocked for three
+/// lease times, and the lease must still be this server's, unexpired, renewed all along.
+#[test]
+fn leases_are_renewed_while_the_servers_runtime_is_blocked() {
+    use weir_http_ui::fleet::{Fleet, FleetConfig};
+
+    let cluster = crate::postgres::Cluster::start();
+    let url = catalog_url(cluster.port());
+    let lease = Duration::from_secs(2);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let halt = tokio_util::sync::CancellationToken::new();
+    let (fleet, epoch, mut lease_thread) = runtime.block_on(async {
+        let config = FleetConfig {
+            advertise: "http://127.0.0.1:9".into(),
+            lease_ttl: lease,
+        };
+        let fleet = Fleet::join(&url, config).await.unwrap();
+        let epoch = fleet.acquire(7, "busy", true, 4).await.unwrap();
+        let lease_thread = fleet.clone().renew_on_own_thread(halt.clone()).unwrap();
+        (fleet, epoch, lease_thread)
+    });
+    // The runtime's thread is this one: while it sleeps, nothing on that runtime runs.
+    let blocked = Instant::now();
+    runtime.block_on(async {
+        std::thread::sleep(lease * 3);
+    });
+    let rows = cluster.psql(
+        "SELECT owner, epoch, expires_at > clock_timestamp() FROM weir_leases WHERE job_id = 7",
+    );
+    assert_eq!(
+        rows,
+        [format!("{}|{epoch}|t", fleet.me())],
+        "the lease stayed this server's and unexpired while its runtime was blocked"
+    );
+    let last = lease_thread.renewals.borrow_and_update().clone().unwrap();
+    assert!(
+        last.sent > blocked + lease * 2,
+        "renewals went on while the runtime was blocked: the last was sent {:?} after the block began",
+        last.sent - blocked
+    );
+    assert_eq!(last.leases.unwrap(), [(7, epoch)]);
+    lease_thread.stop();
+    // Stopped: the lease now lapses (nobody renews it), as a dead server's would.
+    std::thread::sleep(lease + Duration::from_millis(500));
+    let rows =
+        cluster.psql("SELECT expires_at > clock_timestamp() FROM weir_leases WHERE job_id = 7");
+    assert_eq!(rows, ["f"], "a stopped lease thread renews nothing");
 }

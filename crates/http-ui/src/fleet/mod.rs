@@ -8,7 +8,10 @@
 //! - **Leases**: every live job has one lease row: its owner, an epoch never given twice, and
 //!   an expiry the owner renews every quarter of the lease time. Taking a lease (a new job, a
 //!   placed one, an expired one) is one `UPDATE` of rows locked with `FOR UPDATE SKIP LOCKED`,
-//!   so two servers never take the same job, and each take gives a new epoch.
+//!   so two servers never take the same job, and each take gives a new epoch. Heartbeats and
+//!   renewals run on a thread of their own with its own small runtime and connection: a
+//!   server whose data tasks saturate the machine (restoring a large job, say) still renews
+//!   on time, so a busy server is never mistaken for a dead one.
 //! - **Fencing**: the epoch travels with everything the owner writes for the job: snapshot ids
 //!   are reserved and snapshots published through the lease ([`fence`],
 //!   [`weir_checkpoint::fence`]), and the job's catalog document is written only with the
@@ -57,6 +60,47 @@ struct Held {
     epoch: u64,
     /// When it was taken: a renewal sent before then cannot have seen it.
     since: Instant,
+}
+
+/// What one round of the lease thread learned: when it was sent, and the leases (job, epoch)
+/// the database renewed for this server, or why it could not.
+#[derive(Clone, Debug)]
+pub struct Renewal {
+    pub sent: Instant,
+    pub leases: Result<Vec<(u64, u64)>, DbError>,
+}
+
+/// The thread renewing a server's leases ([`Fleet::renew_on_own_thread`]); stopped and joined
+/// by [`LeaseThread::stop`] or when dropped.
+pub struct LeaseThread {
+    /// The latest renewal (each replaces the last: the reader settles the newest, however
+    /// far behind it is).
+    pub renewals: tokio::sync::watch::Receiver<Option<Renewal>>,
+    halt: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LeaseThread {
+    /// Stops the thread and waits for it (it drops a statement under way). Blocks briefly:
+    /// from async code, call it on a blocking thread.
+    pub fn stop(mut self) {
+        self.halt_and_join();
+    }
+
+    fn halt_and_join(&mut self) {
+        self.halt.cancel();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the fleet's lease thread panicked");
+        }
+    }
+}
+
+impl Drop for LeaseThread {
+    fn drop(&mut self) {
+        self.halt_and_join();
+    }
 }
 
 /// A lease taken over (or placed here): the job, the new epoch, the latest snapshot.
@@ -138,10 +182,10 @@ pub struct Fleet {
     /// new holder (its predecessor's leases expire and are taken like any other).
     me: String,
     location: String,
-    /// Heartbeats, renewals and takeovers, on a connection of their own: a slow fence call
-    /// never delays a renewal.
+    /// Heartbeats and renewals, on a connection of their own used only by the lease thread
+    /// ([`Fleet::keep`]): neither a slow fence call nor busy data tasks delay a renewal.
     keeper: Link,
-    /// Fences, placement and views.
+    /// Takeovers, fences, placement and views.
     ops: Link,
     held: Mutex<HashMap<u64, Held>>,
     draining: AtomicBool,
@@ -173,9 +217,9 @@ impl Fleet {
             .as_bytes(),
         );
         let me = format!("{}#{:08x}", config.advertise, instance as u32);
-        // A statement gets an eighth of the lease time: a stuck connection is dropped well
-        // before a lease could lapse unnoticed.
-        let deadline = (config.lease_ttl / 8).max(Duration::from_millis(200));
+        // A renewal gets a quarter of the lease time, the time between rounds: a stuck
+        // connection is dropped with three rounds left before the lease could lapse.
+        let deadline = (config.lease_ttl / 4).max(Duration::from_millis(200));
         let fleet = Arc::new(Fleet {
             keeper: Link::new(url, &location, deadline),
             ops: Link::new(url, &location, deadline.max(Duration::from_secs(2))),
@@ -187,7 +231,7 @@ impl Fleet {
             forwarder: forward::Forwarder::default(),
         });
         fleet
-            .keeper
+            .ops
             .run("creating the fleet's tables", |c| {
                 Box::pin(async move {
                     let tx = c.transaction().await?;
@@ -198,7 +242,7 @@ impl Fleet {
                 })
             })
             .await?;
-        fleet.heartbeat().await?;
+        fleet.heartbeat(&fleet.ops).await?;
         Ok(fleet)
     }
 
@@ -254,11 +298,11 @@ impl Fleet {
         })
     }
 
-    async fn heartbeat(&self) -> Result<(), DbError> {
+    /// Sends a heartbeat on `link` (the keeper's, but for the first and a drain's).
+    async fn heartbeat(&self, link: &Link) -> Result<(), DbError> {
         let (me, url, draining) = (self.me.clone(), self.url().to_owned(), self.is_draining());
         let forget = ms(self.config.lease_ttl * 60);
-        self.keeper
-            .run("sending a heartbeat", move |c| {
+        link.run("sending a heartbeat", move |c| {
                 Box::pin(async move {
                     c.execute(
                         "INSERT INTO weir_servers (id, url, heartbeat_at, draining)
@@ -309,7 +353,7 @@ impl Fleet {
     /// expired lease (so a dead server's jobs spread over the others, a round at a time).
     async fn claim(&self) -> Result<Vec<Claimed>, DbError> {
         let (me, ttl) = (self.me.clone(), ms(self.config.lease_ttl));
-        self.keeper
+        self.ops
             .run("taking over leases", move |c| {
                 Box::pin(async move {
                     let tx = c.transaction().await?;
@@ -683,33 +727,44 @@ impl Fleet {
         })
     }
 
-    /// Keeps this server's part in the fleet until `stop`: every quarter of the lease time,
-    /// a heartbeat, the renewal of its leases (a lease found lost stops its copy here), and
-    /// the takeover of leases placed here or expired. A server that cannot renew for half the
-    /// lease time stops every copy it runs: by then another server may take them. (After a
-    /// pause the renewal says which leases are still this server's; only those another server
-    /// took are stopped.)
+    /// Keeps this server's part in the fleet until `stop`. The lease thread
+    /// ([`Fleet::renew_on_own_thread`]) sends a heartbeat and renews this server's leases
+    /// every quarter of the lease time; here, on the host's runtime, each renewal is settled
+    /// (a lease found lost stops its copy here) and the leases placed here or expired are
+    /// taken over. A server that has not renewed for half the lease time stops every copy it
+    /// runs: by then another server may take them. (After a pause the renewal says which
+    /// leases are still this server's; only those another server took are stopped.)
     pub(crate) async fn keep(self: Arc<Self>, host: Weak<Host>, stop: CancellationToken) {
         let round = self.config.lease_ttl / 4;
-        let mut renewed = Instant::now();
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(round) => {}
-                () = stop.cancelled() => return,
+        let mut lease_thread = match self.clone().renew_on_own_thread(stop.child_token()) {
+            Ok(thread) => thread,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the fleet's lease thread: this server's leases lapse and its jobs move");
+                return;
             }
-            let Some(host) = host.upgrade() else { return };
-            let sent = Instant::now();
-            let renewal = async {
-                self.heartbeat().await?;
-                self.renew().await
-            };
-            match renewal.await {
-                Ok(in_db) => {
+        };
+        let mut renewed = Instant::now();
+        let mut settled: Option<Instant> = None;
+        loop {
+            // A tick besides the renewals: a lease thread stuck on a connection still lets
+            // this loop notice that half the lease time went by.
+            tokio::select! {
+                changed = lease_thread.renewals.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(round) => {}
+                () = stop.cancelled() => break,
+            }
+            let Some(host) = host.upgrade() else { break };
+            let latest: Option<Renewal> = lease_thread.renewals.borrow_and_update().clone();
+            match latest {
+                Some(Renewal {
+                    sent,
+                    leases: Ok(in_db),
+                }) if settled.is_none_or(|s| s < sent) => {
+                    settled = Some(sent);
                     renewed = sent;
                     self.settle(&host, &in_db, sent).await;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot renew this server's leases");
+                _ => {
                     // Past half the lease time another server may take them any moment:
                     // stop every copy here first (the fence refuses them anyway).
                     if renewed.elapsed() > self.config.lease_ttl / 2 {
@@ -739,6 +794,65 @@ impl Fleet {
                 Err(e) => tracing::warn!(error = %e, "cannot take over leases"),
             }
         }
+        if tokio::task::spawn_blocking(move || lease_thread.stop())
+            .await
+            .is_err()
+        {
+            tracing::error!("the fleet's lease thread could not be joined");
+        }
+    }
+
+    /// Starts the lease thread: a heartbeat and the renewal of every lease of this server
+    /// every quarter of the lease time, on a current-thread runtime of its own with its own
+    /// connection, until `halt` (or [`LeaseThread::stop`]).
+    ///
+    /// The host's runtime may be saturated by data tasks (a 1 GiB restore on two cores kept
+    /// renewals waiting past their deadline there, and leases moved back and forth between
+    /// two busy servers): the operating system schedules this thread beside them instead.
+    pub fn renew_on_own_thread(
+        self: Arc<Self>,
+        halt: CancellationToken,
+    ) -> std::io::Result<LeaseThread> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (renewals, latest) = tokio::sync::watch::channel(None);
+        let halted = halt.clone();
+        let thread = std::thread::Builder::new()
+            .name("weir-fleet-lease".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let mut rounds = tokio::time::interval(self.config.lease_ttl / 4);
+                    rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tokio::select! {
+                            _ = rounds.tick() => {}
+                            () = halted.cancelled() => return,
+                        }
+                        let sent = Instant::now();
+                        let renewal = async {
+                            self.heartbeat(&self.keeper).await?;
+                            self.renew().await
+                        };
+                        let leases = tokio::select! {
+                            leases = renewal => leases,
+                            () = halted.cancelled() => return,
+                        };
+                        if let Err(e) = &leases {
+                            tracing::warn!(error = %e, "cannot renew this server's leases");
+                        }
+                        // Every receiver gone: nobody settles renewals any more.
+                        if renewals.send(Some(Renewal { sent, leases })).is_err() {
+                            return;
+                        }
+                    }
+                });
+            })?;
+        Ok(LeaseThread {
+            renewals: latest,
+            halt,
+            thread: Some(thread),
+        })
     }
 
     /// Compares the leases held here with those the database renewed: a lease held here but
@@ -790,6 +904,6 @@ impl Fleet {
 
     /// Sends a heartbeat now (the draining flag, for placement elsewhere).
     pub async fn beat(&self) -> Result<(), DbError> {
-        self.heartbeat().await
+        self.heartbeat(&self.ops).await
     }
 }
