@@ -122,7 +122,7 @@ bench-peers: build
 ## its server SIGKILLed BENCH_FLEET_KILLS times; prints p50/p99 of lease expiry, restore and
 ## the first new checkpoint. BENCH_FLEET_ARGS passes more (`--state-mb 10,100 --lease-ttl 3s`).
 BENCH_FLEET_KILLS ?= 20
-BENCH_FLEET_ARGS ?= --state-mb 10,3000 --lease-ttl 3s
+BENCH_FLEET_ARGS ?= --state-mb 10,6000 --min-state-mib 1024 --lease-ttl 3s
 bench-fleet: build
 	scripts/s3-server.sh install
 	python3 scripts/bench_fleet.py $(WEIR) --kills $(BENCH_FLEET_KILLS) $(BENCH_FLEET_ARGS)

@@ -252,7 +252,8 @@ def main():
     ap.add_argument("--lease-ttl", default="3s")
     ap.add_argument("--rate", type=int, default=200000)
     ap.add_argument("--min-state-mib", type=int, default=0,
-                    help="wait until the state is at least this large before the kills")
+                    help="wait until the state is at least this large before the kills "
+                         "(rows of --state-mb at least this large)")
     args = ap.parse_args()
     weir = os.path.abspath(args.weir)
     rows = []
@@ -271,8 +272,11 @@ def main():
             s3 = f"http://127.0.0.1:{s3_port}"
             for mb in (int(x) for x in args.state_mb.split(",")):
                 print(f"state {mb} MB, {args.kills} kills, lease {args.lease_ttl}:", file=sys.stderr)
+                # The size floor is for the rows asked to grow that large (a 10 MB row
+                # beside a 1 GiB one never would).
+                floor = args.min_state_mib if mb >= args.min_state_mib else 0
                 size, parts = measure(weir, work, catalog, s3, args.lease_ttl, mb, args.kills,
-                                      args.rate, args.min_state_mib)
+                                      args.rate, floor)
                 rows.append((mb, size, parts))
         finally:
             subprocess.run([os.path.join(HERE, "s3-server.sh"), "stop", s3_dir])
