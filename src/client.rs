@@ -181,24 +181,41 @@ pub fn submit(server: &ServerArgs, job: &Path, args: &SubmitArgs) -> ExitCode {
     })())
 }
 
-/// `weir jobs`: one line per job.
+/// `weir jobs`: one line per job (in a fleet, every server's, with the server running each).
 pub fn jobs(server: &ServerArgs) -> ExitCode {
     report((|| {
         let v = Client::new(&server.server).ok("GET", "/api/v1/jobs", None)?;
         let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+        let fleet = jobs.iter().any(|j| j["server"].is_string());
         println!(
-            "{:>4}  {:24}  {:11}  {:>14}  {:>12}  {:>9}",
-            "id", "name", "state", "events", "events/s", "time"
+            "{:>4}  {:24}  {:11}  {:>14}  {:>12}  {:>9}{}",
+            "id",
+            "name",
+            "state",
+            "events",
+            "events/s",
+            "time",
+            if fleet { "  server" } else { "" }
         );
         for j in jobs {
             println!(
-                "{:>4}  {:24}  {:11}  {:>14}  {:>12}  {:>8.1}s",
+                "{:>4}  {:24}  {:11}  {:>14}  {:>12}  {:>8.1}s{}",
                 j["id"].as_str().unwrap_or_default(),
                 j["name"].as_str().unwrap_or_default(),
                 j["state"].as_str().unwrap_or_default(),
                 crate::run::group(j["events"].as_u64().unwrap_or(0)),
                 crate::run::group(j["events-per-second"].as_f64().unwrap_or(0.0) as u64),
                 j["duration-ms"].as_f64().unwrap_or(0.0) / 1000.0,
+                j["server"]
+                    .as_str()
+                    .map(|s| format!("  {s}"))
+                    .unwrap_or_default(),
+            );
+        }
+        for missing in v["unanswered"].as_array().into_iter().flatten() {
+            eprintln!(
+                "not listed: the jobs of {}",
+                missing.as_str().unwrap_or_default()
             );
         }
         Ok(())

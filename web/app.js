@@ -353,12 +353,12 @@ async function jobsPage() {
     }
     morph(el, `<table><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">events</th>
       <th class="num">events/s</th><th>throughput</th><th class="num">watermark</th><th class="num">duration</th></tr></thead><tbody>
-      ${jobs.slice().reverse().map(j => `<tr class="link" data-id="${esc(j.id)}" data-href="#/jobs/${esc(j.id)}"><td>${esc(j.id)}</td>
-        <td><b>${esc(j.name)}</b><div class="muted">${esc(j.description || "")}</div></td><td>${badge(j.state)}</td>
+      ${jobs.slice().sort((a, b) => Number(b.id) - Number(a.id)).map(j => `<tr class="link" data-id="${esc(j.id)}" data-href="#/jobs/${esc(j.id)}"><td>${esc(j.id)}</td>
+        <td><b>${esc(j.name)}</b><div class="muted">${esc(j.description || "")}</div>${j.server ? `<div class="muted">on ${esc(j.server)}</div>` : ""}</td><td>${badge(j.state)}</td>
         <td class="num">${num(j.events)}</td><td class="num">${rate(j["events-per-second"])}</td>
         <td>${sparkline(j.throughput, 140, 28)}</td>
         <td class="num">${watermark(j)}</td><td class="num">${dur(j["duration-ms"])}</td></tr>`).join("")}
-      </tbody></table>`);
+      </tbody></table>${(r.data.unanswered || []).map(u => `<div class="muted">Not listed: the jobs of ${esc(u)} (the <a href="#/fleet">fleet</a> page names them).</div>`).join("")}`);
   });
 }
 

@@ -5,7 +5,8 @@
 //! - Six jobs submitted to one server spread two by two over three; the server owning the most
 //!   is SIGKILLed and its jobs run on the others within the lease time plus a restore; another
 //!   server is drained and its jobs move by savepoint. Every job's committed output equals an
-//!   uninterrupted run's: nothing lost, nothing twice.
+//!   uninterrupted run's: nothing lost, nothing twice. Every server's jobs list is the
+//!   fleet's, each job with the server running it.
 //! - A server SIGSTOPped past its lease, then SIGCONTinued, finds its job taken over, stops
 //!   its copy and commits nothing more; a server cut off from the catalog (a proxy that drops
 //!   its connections) stops its copies by itself and the other server resumes them. Outputs
@@ -327,6 +328,28 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
         [2, 2, 2],
         "placed on the least loaded server each time: {view}"
     );
+    // Any server's jobs list is the fleet's: every job once, with the server running it.
+    for server in &servers {
+        let list = server.checked("GET", "/api/v1/jobs");
+        let listed: BTreeMap<String, Option<String>> = list["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                (
+                    j["id"].as_str().unwrap().to_owned(),
+                    j["server"].as_str().map(str::to_owned),
+                )
+            })
+            .collect();
+        let placed: BTreeMap<String, Option<String>> = jobs(&view)
+            .into_iter()
+            .map(|(id, (_, _, server))| (id, server))
+            .collect();
+        assert_eq!(list["jobs"].as_array().unwrap().len(), 6, "{list}");
+        assert_eq!(listed, placed, "{list}");
+        assert!(list.get("unanswered").is_none(), "{list}");
+    }
     // Every job checkpoints, asked through the first server (forwarded to each owner).
     for id in jobs(&view).keys() {
         servers[0].wait(
@@ -554,11 +577,13 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     });
     std::thread::sleep(Duration::from_secs(1));
     second.signal(nix::sys::signal::Signal::SIGCONT);
-    // Woken, it finds the lease gone and stops its copy: it lists the job no more.
+    // Woken, it finds the lease gone and stops its copy: it lists the job no more as its own
+    // (its list is the fleet's: the first server's copy is there, named by its server).
     second.wait("/api/v1/jobs", Duration::from_secs(60), |v| {
-        v["jobs"]
-            .as_array()
-            .is_some_and(|j| j.iter().all(|j| j["id"] != id.as_str()))
+        v["jobs"].as_array().is_some_and(|j| {
+            j.iter()
+                .all(|j| j["id"] != id.as_str() || j["server"] != second.base.as_str())
+        })
     });
     let log = second.log_text();
     assert!(
@@ -589,9 +614,10 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
         |v| v["run"].as_u64().unwrap_or(0) >= 2,
     );
     second.wait("/api/v1/jobs", Duration::from_secs(60), |v| {
-        v["jobs"]
-            .as_array()
-            .is_some_and(|j| j.iter().all(|j| j["id"] != third.as_str()))
+        v["jobs"].as_array().is_some_and(|j| {
+            j.iter()
+                .all(|j| j["id"] != third.as_str() || j["server"] != second.base.as_str())
+        })
     });
     assert!(
         second.log_text().contains("has not renewed"),

@@ -196,10 +196,22 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Api
     }
 }
 
-async fn list_jobs(State(host): State<Arc<Host>>) -> Result<Masked<JobList>, ApiError> {
+async fn list_jobs(
+    State(host): State<Arc<Host>>,
+    headers: axum::http::HeaderMap,
+) -> Result<Masked<JobList>, ApiError> {
     let jobs = host.jobs();
+    let fleet = host.fleet();
+    let here = fleet.map(|f| f.url().to_owned());
     let list = JobList {
-        jobs: jobs.iter().map(|j| j.overview()).collect(),
+        jobs: jobs
+            .iter()
+            .map(|j| JobOverview {
+                server: here.clone(),
+                ..j.overview()
+            })
+            .collect(),
+        unanswered: Vec::new(),
     };
     let mut value = serde_json::to_value(list)
         .map_err(|e| ApiError::Internal(format!("writing the jobs list as JSON: {e}")))?;
@@ -207,6 +219,21 @@ async fn list_jobs(State(host): State<Arc<Host>>) -> Result<Masked<JobList>, Api
     if let Some(overviews) = value.get_mut("jobs").and_then(|v| v.as_array_mut()) {
         for (job, overview) in jobs.iter().zip(overviews) {
             job.secrets.mask_json(overview);
+        }
+    }
+    // In a fleet, the other servers' jobs too (each list masked by its own server). A list
+    // asked for by another server is this server's alone.
+    if let Some(fleet) = fleet
+        && !crate::fleet::forward::was_forwarded(&headers)
+    {
+        let (others, unanswered) = fleet
+            .other_servers_jobs(headers.get(header::AUTHORIZATION))
+            .await;
+        if let Some(list) = value.get_mut("jobs").and_then(|v| v.as_array_mut()) {
+            list.extend(others);
+        }
+        if !unanswered.is_empty() {
+            value["unanswered"] = serde_json::Value::from(unanswered);
         }
     }
     Ok(Masked(value, PhantomData))

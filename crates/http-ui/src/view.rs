@@ -47,6 +47,9 @@ pub struct JobOverview {
     pub progress: Option<f64>,
     /// Events per second over the last [`OVERVIEW_POINTS`] sampling intervals, oldest first.
     pub throughput: Vec<f64>,
+    /// In a fleet's jobs list, the URL of the server running the job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// Points of throughput history in a job's overview (the jobs list shows them as sparklines).
@@ -386,6 +389,7 @@ impl HostedJob {
                     .map(|w| rate(w[0].events, w[1].events, w[1].at - w[0].at))
                     .collect()
             },
+            server: None,
         }
     }
 
@@ -706,10 +710,15 @@ fn known(w: i64) -> Option<i64> {
     (w != BEGINNING_OF_TIME && w != END_OF_TIME).then_some(w)
 }
 
-/// `GET /api/v1/jobs`: every hosted job.
+/// `GET /api/v1/jobs`: every hosted job; in a fleet, every job of every server that answered.
 #[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
 pub struct JobList {
     pub jobs: Vec<JobOverview>,
+    /// In a fleet, the servers whose jobs are missing from the list, each with why (`URL:
+    /// reason`); `GET /api/v1/fleet` still names their jobs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unanswered: Vec<String>,
 }
 
 /// `POST /api/v1/jobs/validate`: the file is valid (problems are a 400 instead), and what it

@@ -22,6 +22,13 @@ pub const FORWARDED: &str = "x-weir-forwarded";
 /// How long the owner has to answer a forwarded request (a rescale waits for a savepoint).
 const ANSWER_WITHIN: Duration = Duration::from_secs(120);
 
+/// How long another server has to answer a read made for a fleet-wide answer (the jobs list):
+/// a server that does not is named as missing rather than holding the answer up.
+const READ_WITHIN: Duration = Duration::from_secs(5);
+
+/// The largest answer read from another server for a fleet-wide answer.
+const READ_LIMIT: usize = 16 << 20;
+
 /// An HTTP client to the other servers of the fleet.
 pub struct Forwarder {
     client: Client<HttpConnector, Body>,
@@ -90,5 +97,39 @@ impl Forwarder {
             ))
             .into_response(),
         }
+    }
+
+    /// `GET path` on the server at `base`, as JSON, with the caller's credentials
+    /// (`authorization`, passed on as it came): for answers about the whole fleet. Within
+    /// [`READ_WITHIN`]; an error says why not, for the caller to name the server.
+    pub async fn read_json(
+        &self,
+        base: &str,
+        path: &str,
+        authorization: Option<&HeaderValue>,
+    ) -> Result<serde_json::Value, String> {
+        let mut request = Request::new(Body::empty());
+        *request.uri_mut() = path.parse().map_err(|e| format!("bad path {path}: {e}"))?;
+        if let Some(credentials) = authorization {
+            request
+                .headers_mut()
+                .insert(header::AUTHORIZATION, credentials.clone());
+        }
+        let read = async {
+            let answer = self.forward(base, request).await;
+            let status = answer.status();
+            let body = axum::body::to_bytes(answer.into_body(), READ_LIMIT)
+                .await
+                .map_err(|e| format!("its answer could not be read: {e}"))?;
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body);
+                let text: String = text.chars().take(300).collect();
+                return Err(format!("it answered {status}: {text}"));
+            }
+            serde_json::from_slice(&body).map_err(|e| format!("its answer is not JSON: {e}"))
+        };
+        tokio::time::timeout(READ_WITHIN, read)
+            .await
+            .map_err(|_| format!("no answer within {READ_WITHIN:?}"))?
     }
 }

@@ -183,7 +183,8 @@ pub struct Fleet {
     me: String,
     location: String,
     /// Heartbeats and renewals, on a connection of their own used only by the lease thread
-    /// ([`Fleet::keep`]): neither a slow fence call nor busy data tasks delay a renewal.
+    /// ([`Fleet::renew_on_own_thread`]): neither a slow fence call nor busy data tasks delay a
+    /// renewal.
     keeper: Link,
     /// Takeovers, fences, placement and views.
     ops: Link,
@@ -725,6 +726,55 @@ impl Fleet {
             servers,
             jobs,
         })
+    }
+
+    /// The jobs lists of the fleet's other live servers (`GET /api/v1/jobs` on each, at once,
+    /// with the caller's `authorization`), each overview naming its server; and the servers
+    /// that did not answer, with why.
+    pub async fn other_servers_jobs(
+        &self,
+        authorization: Option<&axum::http::HeaderValue>,
+    ) -> (Vec<serde_json::Value>, Vec<String>) {
+        let view = match self.view().await {
+            Ok(view) => view,
+            Err(e) => return (Vec::new(), vec![format!("the other servers: {e}")]),
+        };
+        // One per URL: a server restarted on its URL may still have its old row for a while.
+        let mut urls: Vec<String> = view
+            .servers
+            .into_iter()
+            .filter(|s| s.alive && !s.this && s.url != self.url())
+            .map(|s| s.url)
+            .collect();
+        urls.sort();
+        urls.dedup();
+        let reads = urls.iter().map(|url| async move {
+            let read = self
+                .forwarder
+                .read_json(url, "/api/v1/jobs", authorization)
+                .await;
+            (url, read)
+        });
+        let mut jobs = Vec::new();
+        let mut unanswered = Vec::new();
+        for (url, read) in futures::future::join_all(reads).await {
+            match read {
+                Ok(mut list) => {
+                    let Some(listed) = list.get_mut("jobs").and_then(|v| v.as_array_mut()) else {
+                        unanswered.push(format!("{url}: its answer has no jobs list"));
+                        continue;
+                    };
+                    for mut job in listed.drain(..) {
+                        if let Some(fields) = job.as_object_mut() {
+                            fields.insert("server".into(), serde_json::Value::from(url.as_str()));
+                        }
+                        jobs.push(job);
+                    }
+                }
+                Err(reason) => unanswered.push(format!("{url}: {reason}")),
+            }
+        }
+        (jobs, unanswered)
     }
 
     /// Keeps this server's part in the fleet until `stop`. The lease thread
