@@ -62,6 +62,7 @@ impl Run {
             failed: CancellationToken::new(),
         });
         let last_id = highest.max(restored_id);
+        clear_aborted_snapshots(&self.work_dir().join("snapshots"), last_id);
         // In a fleet, this run's ids come from its lease, a block at a time.
         let fence = match &self.options.fence {
             Some(fence) => {
@@ -341,4 +342,53 @@ fn sink_factories(plan: &Plan) -> Vec<(usize, Arc<dyn SinkFactory>)> {
             _ => None,
         })
         .collect()
+}
+
+/// Removes what an earlier attempt left in the scratch directory `scratch` (one directory per
+/// checkpoint id) for checkpoints above `last_id`, the last completed one. A completed
+/// checkpoint's scratch is removed once stored, so these are checkpoints the attempt was
+/// taking when it failed; this attempt numbers its checkpoints from `last_id` again, and a
+/// snapshot refuses to write into a directory that exists. Failures are logged: the
+/// checkpoint of that id then fails and the next one is tried.
+fn clear_aborted_snapshots(scratch: &std::path::Path, last_id: u64) {
+    let entries = match std::fs::read_dir(scratch) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            tracing::warn!(dir = %scratch.display(), error = %e, "cannot read the checkpoint scratch directory");
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let aborted = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u64>().ok())
+            .is_some_and(|id| id > last_id);
+        if aborted && let Err(e) = std::fs::remove_dir_all(entry.path()) {
+            tracing::warn!(dir = %entry.path().display(), error = %e, "cannot remove an aborted checkpoint's scratch directory");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clear_aborted_snapshots;
+
+    #[test]
+    fn only_checkpoints_above_the_last_completed_are_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        for id in ["3", "4", "5", "6", "not-an-id"] {
+            std::fs::create_dir_all(dir.path().join(id).join("counts-0")).unwrap();
+        }
+        clear_aborted_snapshots(dir.path(), 4);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["3", "4", "not-an-id"]);
+        // A job that never checkpointed has no scratch directory: nothing to do.
+        clear_aborted_snapshots(&dir.path().join("missing"), 0);
+    }
 }
