@@ -728,6 +728,32 @@ impl Fleet {
         })
     }
 
+    /// The URLs of the other live servers, once each (a server restarted on its URL may still
+    /// have its old row for a lease time).
+    async fn other_live_urls(&self) -> Result<Vec<String>, DbError> {
+        let (me, url, ttl) = (
+            self.me.clone(),
+            self.url().to_owned(),
+            ms(self.config.lease_ttl),
+        );
+        self.ops
+            .run("finding the other servers", move |c| {
+                Box::pin(async move {
+                    let rows = c
+                        .query(
+                            "SELECT DISTINCT url FROM weir_servers
+                             WHERE id <> $1 AND url <> $2
+                               AND heartbeat_at > clock_timestamp() - $3::BIGINT * interval '1 millisecond'
+                             ORDER BY url",
+                            &[&me, &url, &ttl],
+                        )
+                        .await?;
+                    rows.iter().map(|r| r.try_get(0)).collect()
+                })
+            })
+            .await
+    }
+
     /// The jobs lists of the fleet's other live servers (`GET /api/v1/jobs` on each, at once,
     /// with the caller's `authorization`), each overview naming its server; and the servers
     /// that did not answer, with why.
@@ -735,19 +761,10 @@ impl Fleet {
         &self,
         authorization: Option<&axum::http::HeaderValue>,
     ) -> (Vec<serde_json::Value>, Vec<String>) {
-        let view = match self.view().await {
-            Ok(view) => view,
+        let urls = match self.other_live_urls().await {
+            Ok(urls) => urls,
             Err(e) => return (Vec::new(), vec![format!("the other servers: {e}")]),
         };
-        // One per URL: a server restarted on its URL may still have its old row for a while.
-        let mut urls: Vec<String> = view
-            .servers
-            .into_iter()
-            .filter(|s| s.alive && !s.this && s.url != self.url())
-            .map(|s| s.url)
-            .collect();
-        urls.sort();
-        urls.dedup();
         let reads = urls.iter().map(|url| async move {
             let read = self
                 .forwarder
@@ -759,18 +776,11 @@ impl Fleet {
         let mut unanswered = Vec::new();
         for (url, read) in futures::future::join_all(reads).await {
             match read {
-                Ok(mut list) => {
-                    let Some(listed) = list.get_mut("jobs").and_then(|v| v.as_array_mut()) else {
-                        unanswered.push(format!("{url}: its answer has no jobs list"));
-                        continue;
-                    };
-                    for mut job in listed.drain(..) {
-                        if let Some(fields) = job.as_object_mut() {
-                            fields.insert("server".into(), serde_json::Value::from(url.as_str()));
-                        }
-                        jobs.push(job);
-                    }
-                }
+                // Its own list names it as each job's server already.
+                Ok(mut list) => match list.get_mut("jobs").and_then(|v| v.as_array_mut()) {
+                    Some(listed) => jobs.append(listed),
+                    None => unanswered.push(format!("{url}: its answer has no jobs list")),
+                },
                 Err(reason) => unanswered.push(format!("{url}: {reason}")),
             }
         }
@@ -786,6 +796,9 @@ impl Fleet {
     /// leases are still this server's; only those another server took are stopped.)
     pub(crate) async fn keep(self: Arc<Self>, host: Weak<Host>, stop: CancellationToken) {
         let round = self.config.lease_ttl / 4;
+        // The send time of the last renewal settled (before the thread starts, so its first
+        // renewal is newer).
+        let mut renewed = Instant::now();
         let mut lease_thread = match self.clone().renew_on_own_thread(stop.child_token()) {
             Ok(thread) => thread,
             Err(e) => {
@@ -793,8 +806,6 @@ impl Fleet {
                 return;
             }
         };
-        let mut renewed = Instant::now();
-        let mut settled: Option<Instant> = None;
         loop {
             // A tick besides the renewals: a lease thread stuck on a connection still lets
             // this loop notice that half the lease time went by.
@@ -809,8 +820,7 @@ impl Fleet {
                 Some(Renewal {
                     sent,
                     leases: Ok(in_db),
-                }) if settled.is_none_or(|s| s < sent) => {
-                    settled = Some(sent);
+                }) if sent > renewed => {
                     renewed = sent;
                     self.settle(&host, &in_db, sent).await;
                 }
