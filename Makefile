@@ -86,6 +86,7 @@ bench: build
 	$(WEIR) bench nexmark --queries q0,q1,q2
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000
 	$(WEIR) bench nexmark --compare two-phase --queries q4,q5 --events 3000000
+	$(WEIR) bench nexmark --compare slicing --queries q5 --events 3000000
 	$(WEIR) bench nexmark --compare sql --queries q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000
 	$(WEIR) bench timers
 	$(WEIR) bench backends

@@ -303,8 +303,9 @@ fn a_savepoint_from_the_command_line_stops_the_job_and_resumes_on_rocksdb() {
     let expected = golden(dir.path());
     let data = dir.path().join("data");
     let out = dir.path().join("out");
-    // Stopped while it aggregates in one phase, resumed in two (the default): the local phase
-    // keeps no state, so a savepoint restores either way.
+    // Stopped while it aggregates in one phase over whole windows, resumed in two phases over
+    // slices (the defaults): the local phase keeps no state, and the sliced operator merges the
+    // whole windows it restores into the windows it fires, so a savepoint restores either way.
     let sets: Vec<String> = base_overrides(&out)
         .into_iter()
         .chain([
@@ -312,6 +313,7 @@ fn a_savepoint_from_the_command_line_stops_the_job_and_resumes_on_rocksdb() {
             "checkpoint.interval=150ms".into(),
             "state.backend=heap".into(),
             "two-phase-aggregation=false".into(),
+            "window-slicing=false".into(),
         ])
         .collect();
 

@@ -147,6 +147,18 @@ fn check(q: &Query) {
                 format!("sources.nexmark.path={}", ordered_file().display()),
             ],
         ));
+        // Sliding windows kept whole (slices are the default), so both stay checked.
+        if q.name == "q5" {
+            runs.push((
+                format!("jsonl, whole windows, p={parallelism}"),
+                job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),
+                vec![
+                    format!("parallelism={parallelism}"),
+                    "window-slicing=false".into(),
+                    format!("sources.nexmark.path={}", ordered_file().display()),
+                ],
+            ));
+        }
         runs.push((
             format!("shuffled jsonl, p={parallelism}"),
             job_file(&format!("jobs/nexmark/{}-jsonl.yaml", q.name)),

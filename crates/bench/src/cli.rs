@@ -202,7 +202,8 @@ enum Bench {
         data: PathBuf,
     },
     /// Nexmark queries with a blackhole sink, chained beside unchained (or in two aggregation
-    /// phases beside one), from the generator and from a JSON-lines file.
+    /// phases beside one, sliced windows beside whole ones, SQL beside YAML), from the
+    /// generator and from a JSON-lines file.
     Nexmark {
         /// Queries to run (job files jobs/nexmark/<q>.yaml and <q>-jsonl.yaml).
         #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2")]
@@ -228,7 +229,8 @@ enum Bench {
         /// Where the generated JSON-lines input is kept between runs.
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
-        /// What the two arms differ in: chaining, or aggregating in two phases.
+        /// What the two arms differ in: chaining, aggregating in two phases, keeping sliding
+        /// windows as slices, or SQL.
         #[arg(long, value_enum, default_value = "chaining")]
         compare: crate::nexmark::Compare,
     },

@@ -1,5 +1,6 @@
 //! `weir bench nexmark`: Nexmark queries with a blackhole sink, chained beside unchained (or
-//! aggregating in two phases beside one), from the generator and from a JSON-lines file.
+//! aggregating in two phases beside one, sliced windows beside whole ones, SQL beside YAML),
+//! from the generator and from a JSON-lines file.
 
 use std::path::PathBuf;
 
@@ -26,6 +27,8 @@ pub enum Compare {
     Chaining,
     /// `two-phase-aggregation` on beside off.
     TwoPhase,
+    /// `window-slicing` on beside off.
+    Slicing,
     /// The query written in SQL (`jobs/nexmark/sql/`) beside its hand-written YAML twin
     /// (generator source only).
     Sql,
@@ -36,6 +39,7 @@ impl Compare {
         match self {
             Compare::Chaining => "chaining",
             Compare::TwoPhase => "two-phase-aggregation",
+            Compare::Slicing => "window-slicing",
             Compare::Sql => "",
         }
     }
@@ -45,6 +49,7 @@ impl Compare {
         match self {
             Compare::Chaining => ("chained", "unchained"),
             Compare::TwoPhase => ("two-phase", "one-phase"),
+            Compare::Slicing => ("sliced", "whole"),
             Compare::Sql => ("sql", "yaml"),
         }
     }

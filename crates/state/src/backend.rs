@@ -639,6 +639,25 @@ impl<A: Aggregator> AggregatingState<'_, A> {
         self.values.get(key, ns)
     }
 
+    /// Calls `f` with the accumulator of (key, namespace), if any, without copying it.
+    pub fn with_accumulator<R>(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        f: impl FnOnce(Option<&A::Acc>) -> R,
+    ) -> Result<R, StateError> {
+        self.values.with(key, ns, f)
+    }
+
+    /// Removes the accumulator, returning it.
+    pub fn take_accumulator(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+    ) -> Result<Option<A::Acc>, StateError> {
+        self.values.remove(key, ns)
+    }
+
     /// Removes the accumulator, returning its result.
     pub fn take(&mut self, key: KeyRef<'_>, ns: &[u8]) -> Result<Option<A::Output>, StateError> {
         let agg = self.aggregator;

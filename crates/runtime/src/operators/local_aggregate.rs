@@ -20,8 +20,8 @@
 //! already in state, which only the global phase sees.
 //!
 //! The wire format of a partial: the key columns, for windows `window_start` and `window_end`
-//! and [`RECORDS_COLUMN`], then [`PARTIAL_COLUMN`], the accumulators encoded as keyed state
-//! stores them.
+//! (a slice's bounds where the global phase keeps slices) and [`RECORDS_COLUMN`], then
+//! [`PARTIAL_COLUMN`], the accumulators encoded as keyed state stores them.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -52,6 +52,9 @@ pub const RECORDS_COLUMN: &str = "records";
 pub struct LocalWindows {
     pub time: Expr,
     pub windowing: Windowing,
+    /// The global phase keeps the windows as slices ([`Windowing::sliced`]): a partial is then
+    /// per slice, and every record of a slice has the slice's last window as its last one.
+    pub sliced: bool,
 }
 
 /// What the local phase of one aggregate is, shared by its subtasks and by the global phase.
@@ -208,6 +211,10 @@ impl Operator for LocalAggregate {
                         no_time += 1;
                         continue;
                     };
+                    if w.sliced {
+                        fold(row, w.windowing.slice(t), true)?;
+                        continue;
+                    }
                     w.windowing.assign(t, &mut self.scratch);
                     let last = self.scratch.iter().map(|w| w.end).max();
                     for window in &self.scratch {
@@ -475,6 +482,15 @@ mod tests {
 
     #[test]
     fn two_phase_sliding_windows_equal_a_naive_assignment_and_count_late_records() {
+        two_phase_sliding_windows(false);
+    }
+
+    #[test]
+    fn two_phase_sliced_windows_equal_a_naive_assignment_and_count_late_records() {
+        two_phase_sliding_windows(true);
+    }
+
+    fn two_phase_sliding_windows(sliced: bool) {
         let (size, slide) = (20, 5);
         let window = WindowSpec::Sliding {
             size: HumanDuration(std::time::Duration::from_millis(size as u64)),
@@ -490,6 +506,7 @@ mod tests {
                 Some(LocalWindows {
                     time: time.clone(),
                     windowing,
+                    sliced,
                 }),
             )
             .unwrap(),
@@ -501,6 +518,7 @@ mod tests {
             time,
             windowing,
             lateness: 0,
+            sliced,
             schema: WindowAggregateDef::output_schema(&keys(), &names, &aggs.calls),
             aggs,
         });
@@ -593,6 +611,7 @@ mod tests {
         let windows = LocalWindows {
             time: Expr::compile("t", &schema()).unwrap(),
             windowing: Windowing::Session { gap: 10 },
+            sliced: false,
         };
         assert!(LocalPhase::new(keys(), Arc::new(calls(&["count(*)"])), Some(windows)).is_err());
     }

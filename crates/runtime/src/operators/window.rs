@@ -90,6 +90,63 @@ impl Windowing {
     pub fn is_session(&self) -> bool {
         matches!(self, Windowing::Session { .. })
     }
+
+    /// Whether a window aggregate keeps these windows as slices: sliding windows covering more
+    /// than one slide, without allowed lateness.
+    ///
+    /// A record falls into `size / slide` sliding windows, so kept whole every record updates
+    /// that many accumulators (and, with two phases, crosses the exchange as that many partials).
+    /// Cut into slices of one slide each (Flink's window slicing), a record updates the one
+    /// slice holding it, and a window is the merge of the slices it covers, read once when it
+    /// fires. Allowed lateness keeps whole windows: a late record there re-emits every window it
+    /// updates, which slices would have to rebuild one by one.
+    pub fn sliced(&self, lateness: i64) -> bool {
+        matches!(*self, Windowing::Sliding { size, slide } if size > slide) && lateness == 0
+    }
+
+    /// The slice holding time `t`: `[t - t mod slide, + slide)` for sliding windows, the window
+    /// itself for tumbling ones, `None` for sessions. Every time in a slice falls into the same
+    /// windows, so the slice's windows are `assign(slice.start)`.
+    pub fn slice(&self, t: i64) -> Option<Window> {
+        let step = match *self {
+            Windowing::Sliding { slide, .. } => slide,
+            Windowing::Tumbling { size } => size,
+            Windowing::Session { .. } => return None,
+        };
+        let start = t.saturating_sub(t.rem_euclid(step));
+        Some(Window::new(start, start.saturating_add(step)))
+    }
+
+    /// The window with the latest end among those holding `slice` (the one starting with it):
+    /// the slice is needed until that window fires, and a record in it is late exactly when
+    /// that window is.
+    pub fn last_window_of(&self, slice: &Window) -> Window {
+        match *self {
+            Windowing::Sliding { size, .. } | Windowing::Tumbling { size } => {
+                Window::new(slice.start, slice.start.saturating_add(size))
+            }
+            Windowing::Session { .. } => *slice,
+        }
+    }
+
+    /// The slices window `w` covers, in order of start: `size / slide` for a sliding window
+    /// (fewer where time saturates), the window itself otherwise.
+    pub fn slices_of(&self, w: &Window, out: &mut Vec<Window>) {
+        out.clear();
+        let Windowing::Sliding { slide, .. } = *self else {
+            out.push(*w);
+            return;
+        };
+        let mut start = w.start;
+        while start < w.end {
+            let end = start.saturating_add(slide).min(w.end);
+            out.push(Window::new(start, end));
+            match start.checked_add(slide) {
+                Some(next) => start = next,
+                None => break,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +214,58 @@ mod tests {
                     .collect();
                 assert_eq!(out, naive, "size {size}, slide {slide}, t {t}");
             }
+        }
+    }
+
+    #[test]
+    fn a_windows_slices_hold_exactly_the_times_the_window_holds() {
+        // For every t: t's slice is among the slices of each window holding t, and the slices of
+        // a window partition it. Brute force over a range of times, against `assign`.
+        for (size, slide) in [(10, 2), (6, 3), (12, 1), (4, 4)] {
+            let w = Windowing::Sliding { size, slide };
+            let mut windows = Vec::new();
+            let mut slices = Vec::new();
+            for t in -30..30 {
+                let slice = w.slice(t).unwrap();
+                assert!(slice.start <= t && t < slice.end, "slice {slice:?} of {t}");
+                w.assign(t, &mut windows);
+                assert_eq!(windows.last(), Some(&w.last_window_of(&slice)), "t {t}");
+                let mut of_slice = Vec::new();
+                w.assign(slice.start, &mut of_slice);
+                assert_eq!(
+                    windows, of_slice,
+                    "every time of a slice is in the same windows"
+                );
+                for win in &windows {
+                    w.slices_of(win, &mut slices);
+                    assert_eq!(slices.len() as i64, size / slide);
+                    assert!(slices.contains(&slice), "{win:?} lacks {slice:?}");
+                    assert_eq!(slices[0].start, win.start);
+                    assert_eq!(slices.last().map(|s| s.end), Some(win.end));
+                    assert!(slices.windows(2).all(|p| p[0].end == p[1].start));
+                }
+            }
+        }
+        assert!(Windowing::Sliding { size: 10, slide: 2 }.sliced(0));
+        assert!(!Windowing::Sliding { size: 10, slide: 2 }.sliced(5));
+        assert!(!Windowing::Sliding { size: 4, slide: 4 }.sliced(0));
+        assert!(!Windowing::Tumbling { size: 4 }.sliced(0));
+    }
+
+    #[test]
+    fn slices_at_the_ends_of_time_stay_inside_their_window() {
+        let w = Windowing::Sliding { size: 10, slide: 2 };
+        let mut out = Vec::new();
+        for t in [i64::MAX, i64::MAX - 3, i64::MIN, i64::MIN + 2] {
+            let slice = w.slice(t).unwrap();
+            assert!(slice.start <= slice.end, "{slice:?}");
+            let last = w.last_window_of(&slice);
+            w.slices_of(&last, &mut out);
+            assert!(!out.is_empty() && out.len() <= 5, "t = {t}: {out:?}");
+            assert!(
+                out.iter()
+                    .all(|s| s.start >= last.start && s.end <= last.end)
+            );
         }
     }
 

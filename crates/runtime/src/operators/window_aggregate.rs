@@ -7,6 +7,15 @@
 //! end its result is emitted and, without allowed lateness, its state cleared. With allowed
 //! lateness the state stays until `end + lateness`: late records update it and re-emit the
 //! window; records later than that are dropped and counted.
+//!
+//! Sliding windows without allowed lateness are kept as slices instead ([`Windowing::sliced`]):
+//! one accumulator per (key, slice of one slide), in `slices`, so a record updates one
+//! accumulator rather than `size / slide`. Each slice sets the timers of the windows it is in;
+//! when one fires, the window is the merge of its slices, and its first slice, which no later
+//! window covers, is removed. Windows kept whole in `windows` by an earlier version of this
+//! operator (a checkpoint taken before slicing) are still found and merged when they fire, and
+//! the whole-window mode merges slices it finds the same way, so switching between the two
+//! across a restore loses nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -38,6 +47,8 @@ pub struct WindowAggregateDef {
     pub lateness: i64,
     pub aggs: Accumulators,
     pub schema: SchemaRef,
+    /// Keep the windows as slices ([`Windowing::sliced`]); the planner decides.
+    pub sliced: bool,
 }
 
 impl WindowAggregateDef {
@@ -71,6 +82,7 @@ pub struct WindowAggregate {
     keys: KeyEncoder,
     state: KeyedStateBackend,
     windows_state: AggregatingId<Accumulators>,
+    slices_state: AggregatingId<Accumulators>,
     sessions_state: ValueId<Vec<Session>>,
     watermark: i64,
     metrics: Arc<SubtaskMetrics>,
@@ -90,12 +102,14 @@ impl WindowAggregate {
         metrics: Arc<SubtaskMetrics>,
     ) -> Result<Self, OperatorError> {
         let windows_state = state.aggregating_state("windows")?;
+        let slices_state = state.aggregating_state("slices")?;
         let sessions_state = state.value_state("sessions")?;
         Ok(Self {
             def,
             keys,
             state,
             windows_state,
+            slices_state,
             sessions_state,
             watermark: i64::MIN,
             metrics,
@@ -161,6 +175,9 @@ impl WindowAggregate {
         args: &[Vec<ArrayRef>],
         row: usize,
     ) -> Result<bool, OperatorError> {
+        if self.def.sliced {
+            return self.add_to_slice(key, t, args, row);
+        }
         let mut windows = std::mem::take(&mut self.scratch);
         self.def.windowing.assign(t, &mut windows);
         let mut live = false;
@@ -179,14 +196,67 @@ impl WindowAggregate {
         Ok(live)
     }
 
-    /// Merges a partial of the local phase into its window, unless the window is late; says
-    /// whether it was live.
+    /// Sliced windows: adds the record to its slice, unless the slice's last window is late;
+    /// says whether it was live.
+    fn add_to_slice(
+        &mut self,
+        key: KeyRef<'_>,
+        t: i64,
+        args: &[Vec<ArrayRef>],
+        row: usize,
+    ) -> Result<bool, OperatorError> {
+        let Some(slice) = self.def.windowing.slice(t) else {
+            return Ok(false);
+        };
+        if self.late(&self.def.windowing.last_window_of(&slice)) {
+            return Ok(false);
+        }
+        let created = self
+            .state
+            .aggregating(&self.slices_state, &self.def.aggs)
+            .add(key, &slice.to_namespace(), (args, row))??;
+        if created {
+            self.set_slice_timers(key, &slice)?;
+        }
+        Ok(true)
+    }
+
+    /// A new slice: the timer of the first window holding it that has not fired yet. The
+    /// windows after it are chained: when a window fires and a slice other than its first is
+    /// still there, it sets the next window's timer ([`Self::on_timer`]). So a slice costs one
+    /// timer, not one per window, and a key's timers are one per window it has data in.
+    fn set_slice_timers(&mut self, key: KeyRef<'_>, slice: &Window) -> Result<(), OperatorError> {
+        let mut windows = std::mem::take(&mut self.scratch);
+        self.def.windowing.assign(slice.start, &mut windows);
+        let first = windows.iter().find(|w| !self.late(w)).copied();
+        self.scratch = windows;
+        match first {
+            Some(w) => self.set_timers(key, &w),
+            None => Ok(()),
+        }
+    }
+
+    /// Merges a partial of the local phase into its window (its slice, when sliced), unless
+    /// that is late; says whether it was live.
     fn merge_partial(
         &mut self,
         key: KeyRef<'_>,
         w: &Window,
         accs: Vec<Acc>,
     ) -> Result<bool, OperatorError> {
+        if self.def.sliced {
+            if self.late(&self.def.windowing.last_window_of(w)) {
+                return Ok(false);
+            }
+            let created = self
+                .state
+                .aggregating(&self.slices_state, &self.def.aggs)
+                .merge(key, &w.to_namespace(), &accs)??;
+            if created {
+                self.set_slice_timers(key, w)?;
+            }
+            return Ok(true);
+        }
         if self.late(w) {
             return Ok(false);
         }
@@ -331,14 +401,81 @@ impl WindowAggregate {
         }
         let ns = &timer.namespace;
         let mut view = self.state.aggregating(&self.windows_state, &self.def.aggs);
-        let accs = view.accumulator(key, ns)?;
-        if cleanup {
-            view.take(key, ns)?;
+        let mut accs = if cleanup {
+            view.take_accumulator(key, ns)?
+        } else {
+            view.accumulator(key, ns)?
+        };
+        if let Windowing::Sliding { slide, .. } = self.def.windowing {
+            let (from_slices, more) = self.merge_slices(key, &window, cleanup)?;
+            if fire && more {
+                // A slice after the window's first is still there, so the next window holds
+                // data: its timer (due now if the watermark is already past it, and then
+                // fired in this same pass, in order).
+                let next = Window::new(
+                    window.start.saturating_add(slide),
+                    window.end.saturating_add(slide),
+                );
+                if next != window {
+                    self.set_timers(key, &next)?;
+                }
+            }
+            if let Some(other) = from_slices {
+                match &mut accs {
+                    Some(accs) => merge_all(accs, &self.def.aggs.calls, &other)?,
+                    None => accs = Some(other),
+                }
+                // Slices left by the sliced mode, in a window kept whole since: its cleanup
+                // timer removes them.
+                if fire && !cleanup {
+                    let ns = window.to_namespace();
+                    let at = window.max_timestamp().saturating_add(self.def.lateness);
+                    self.state
+                        .timers()
+                        .set(TimeDomain::EventTime, at, key, &ns, None)?;
+                }
+            }
         }
         if let (true, Some(accs)) = (fire, accs) {
             self.pending.push((timer.key.clone(), window, accs));
         }
         Ok(())
+    }
+
+    /// The merge of the slices window `w` covers, if any has an accumulator, and whether a
+    /// slice after the first has one; with `last`, the window is the last one of its first
+    /// slice, which is removed.
+    fn merge_slices(
+        &mut self,
+        key: KeyRef<'_>,
+        w: &Window,
+        last: bool,
+    ) -> Result<(Option<Vec<Acc>>, bool), OperatorError> {
+        let mut slices = std::mem::take(&mut self.scratch);
+        self.def.windowing.slices_of(w, &mut slices);
+        let calls = &self.def.aggs.calls;
+        let mut view = self.state.aggregating(&self.slices_state, &self.def.aggs);
+        let mut merged: Option<Vec<Acc>> = None;
+        let mut more = false;
+        for (i, slice) in slices.iter().enumerate() {
+            let ns = slice.to_namespace();
+            if i == 0 && last {
+                merged = view.take_accumulator(key, &ns)?;
+                continue;
+            }
+            // Read in place: only the first accumulator found is copied.
+            let found = view.with_accumulator(key, &ns, |accs| match (accs, &mut merged) {
+                (None, _) => Ok(false),
+                (Some(accs), None) => {
+                    merged = Some(accs.clone());
+                    Ok(true)
+                }
+                (Some(accs), Some(m)) => merge_all(m, calls, accs).map(|()| true),
+            })??;
+            more |= found && i > 0;
+        }
+        self.scratch = slices;
+        Ok((merged, more))
     }
 
     fn emit(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
@@ -483,6 +620,17 @@ mod tests {
         lateness: i64,
         dir: &Option<tempfile::TempDir>,
     ) -> (WindowAggregate, Arc<SubtaskMetrics>) {
+        let sliced = Windowing::from_spec(&window).unwrap().sliced(lateness);
+        operator_on(window, lateness, backend(dir), sliced)
+    }
+
+    /// An operator over `state`, keeping its windows as slices or whole.
+    fn operator_on(
+        window: WindowSpec,
+        lateness: i64,
+        state: KeyedStateBackend,
+        sliced: bool,
+    ) -> (WindowAggregate, Arc<SubtaskMetrics>) {
         let schema = input_schema();
         let keys = Arc::new(KeySelector::new(
             vec![Expr::compile("k", &schema).unwrap()],
@@ -500,9 +648,9 @@ mod tests {
             lateness,
             aggs: Accumulators { calls },
             schema: out,
+            sliced,
         });
         let metrics = Arc::new(SubtaskMetrics::default());
-        let state = backend(dir);
         let op = WindowAggregate::new(def, KeyEncoder::new(keys).unwrap(), state, metrics.clone())
             .unwrap();
         (op, metrics)
@@ -577,12 +725,7 @@ mod tests {
                 rows(&out),
                 vec![("b".into(), 10, 20, 1, 10), ("a".into(), 30, 40, 1, 4)]
             );
-            assert_eq!(
-                op.state.entries(),
-                0,
-                "{name}: fired windows leave no state"
-            );
-            assert!(op.state.timers().is_empty().unwrap());
+            assert_drained(&mut op, name);
         }
     }
 
@@ -667,6 +810,146 @@ mod tests {
             let expected: BTreeMap<(i64, i64), i64> =
                 [((0, 10), 1), ((5, 15), 2), ((10, 20), 1)].into();
             assert_eq!(got, expected, "{name}");
+        }
+    }
+
+    fn sliding(size: u64, slide: u64) -> WindowSpec {
+        WindowSpec::Sliding {
+            size: HumanDuration::from_millis(size),
+            slide: HumanDuration::from_millis(slide),
+        }
+    }
+
+    /// Random rows over five keys, times drifting forward with some disorder; xorshift keeps
+    /// them the same on every run.
+    fn random_rows(seed: u64, n: usize) -> Vec<(String, i64, i64)> {
+        let mut x = seed;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut now = 0i64;
+        (0..n)
+            .map(|_| {
+                now += (next() % 4) as i64;
+                let t = now - (next() % 50) as i64;
+                let key = ["a", "b", "c", "d", "e"][(next() % 5) as usize];
+                (key.to_string(), t, (next() % 100) as i64)
+            })
+            .collect()
+    }
+
+    /// (key, start, end) → (count, sum) of the naive computation: a record counts in every
+    /// window holding it whose end the watermark had not reached when it came.
+    type Naive = BTreeMap<(String, i64, i64), (i64, i64)>;
+
+    fn naive_add(expected: &mut Naive, row: &(String, i64, i64), w: &Windowing, watermark: i64) {
+        let mut windows = Vec::new();
+        w.assign(row.1, &mut windows);
+        for win in windows {
+            if win.max_timestamp() > watermark {
+                let e = expected
+                    .entry((row.0.clone(), win.start, win.end))
+                    .or_default();
+                e.0 += 1;
+                e.1 += row.2;
+            }
+        }
+    }
+
+    /// Feeds `rows` in batches of 7 with the watermark 20 behind the latest time, into `op`,
+    /// collecting its output and the naive result.
+    fn feed(
+        op: &mut WindowAggregate,
+        input: &[(String, i64, i64)],
+        w: &Windowing,
+        watermark: &mut i64,
+        expected: &mut Naive,
+        got: &mut Naive,
+    ) {
+        for chunk in input.chunks(7) {
+            for r in chunk {
+                naive_add(expected, r, w, *watermark);
+            }
+            let refs: Vec<(&str, i64, i64)> =
+                chunk.iter().map(|r| (r.0.as_str(), r.1, r.2)).collect();
+            let mut out = Vec::new();
+            op.process_batch(0, batch(&refs), &mut out).unwrap();
+            let latest = chunk.iter().map(|r| r.1).max().unwrap_or(i64::MIN);
+            *watermark = (*watermark).max(latest - 20);
+            op.process_watermark(*watermark, &mut out).unwrap();
+            for r in rows(&out) {
+                assert!(
+                    got.insert((r.0.clone(), r.1, r.2), (r.3, r.4)).is_none(),
+                    "a window fires once: {r:?}"
+                );
+            }
+        }
+    }
+
+    /// Fires every window left and adds its rows to `got`.
+    fn finish(op: &mut WindowAggregate, got: &mut Naive) {
+        let mut out = Vec::new();
+        op.process_watermark(i64::MAX, &mut out).unwrap();
+        for r in rows(&out) {
+            got.insert((r.0.clone(), r.1, r.2), (r.3, r.4));
+        }
+    }
+
+    /// Every window fired and its state dropped: no state, no timers.
+    fn assert_drained(op: &mut WindowAggregate, what: &str) {
+        assert_eq!(op.state.entries(), 0, "{what}: no state left");
+        assert!(
+            op.state.timers().is_empty().unwrap(),
+            "{what}: no timer left"
+        );
+    }
+
+    #[test]
+    fn sliced_and_whole_sliding_windows_equal_a_naive_count_on_both_backends() {
+        let spec = sliding(20, 5);
+        let w = Windowing::from_spec(&spec).unwrap();
+        let rows = random_rows(0x2545_f491_4f6c_dd1d, 2_000);
+        for sliced in [false, true] {
+            for (name, dir) in backends() {
+                let (mut op, metrics) = operator_on(spec.clone(), 0, backend(&dir), sliced);
+                let (mut watermark, mut expected, mut got) = (i64::MIN, Naive::new(), Naive::new());
+                feed(&mut op, &rows, &w, &mut watermark, &mut expected, &mut got);
+                finish(&mut op, &mut got);
+                assert_eq!(got, expected, "{name}, sliced {sliced}");
+                assert!(
+                    metrics.late_dropped.load(Ordering::Relaxed) > 0,
+                    "some rows were late"
+                );
+                assert_drained(&mut op, &format!("{name}, sliced {sliced}"));
+            }
+        }
+    }
+
+    #[test]
+    fn windows_kept_whole_before_a_restore_and_slices_after_merge_both_ways() {
+        // A checkpoint of one mode restored into the other: the state and timers carry over
+        // (here by handing the backend on), and every window fires with what both modes
+        // gathered.
+        let spec = sliding(20, 5);
+        let w = Windowing::from_spec(&spec).unwrap();
+        let rows = random_rows(0x9e37_79b9_7f4a_7c15, 1_200);
+        let (before, after) = rows.split_at(600);
+        for first_sliced in [false, true] {
+            for (name, dir) in backends() {
+                let (mut op, _) = operator_on(spec.clone(), 0, backend(&dir), first_sliced);
+                let (mut watermark, mut expected, mut got) = (i64::MIN, Naive::new(), Naive::new());
+                feed(&mut op, before, &w, &mut watermark, &mut expected, &mut got);
+                let state = std::mem::replace(&mut op.state, backend(&None));
+                let (mut op, _) = operator_on(spec.clone(), 0, state, !first_sliced);
+                op.watermark = watermark;
+                feed(&mut op, after, &w, &mut watermark, &mut expected, &mut got);
+                finish(&mut op, &mut got);
+                assert_eq!(got, expected, "{name}, sliced first {first_sliced}");
+                assert_drained(&mut op, name);
+            }
         }
     }
 }

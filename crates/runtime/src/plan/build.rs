@@ -603,6 +603,7 @@ fn compile(
         input: schema,
         key_groups: spec.key_groups,
         two_phase: spec.two_phase_aggregation,
+        window_slicing: spec.window_slicing,
     };
     let result = nodes::plan(&mut planner, transform).unwrap_or(Compiled::Failed);
     if problems.len() > before {

@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use super::{Plan, PlanNode};
 use crate::api::NodeRole;
+use crate::operators::window::Windowing;
 use crate::spec::{TransformSpec, WindowSpec};
 
 impl Plan {
@@ -89,8 +90,8 @@ impl Plan {
         if node.kind == "local-aggregate" {
             return (
                 Some(
-                    "none (folds each batch into one partial per key and window, chained \
-                     before the exchange: two-phase aggregation)"
+                    "none (folds each batch into one partial per key and window, or slice \
+                     of a sliced window, chained before the exchange: two-phase aggregation)"
                         .into(),
                 ),
                 None,
@@ -113,13 +114,26 @@ impl Plan {
                 ),
                 None,
             ),
-            TransformSpec::WindowAggregate(w) => (
-                Some(format!(
-                    "accumulators per key and window ({})",
-                    window(&w.window)
-                )),
-                Some("event time: each window's end (then its state is dropped)".into()),
-            ),
+            TransformSpec::WindowAggregate(w) => {
+                let sliced = Windowing::from_spec(&w.window).is_ok_and(|windowing| {
+                    super::nodes::window_aggregate::keeps_slices(
+                        self.spec.window_slicing,
+                        &windowing,
+                        w,
+                    )
+                });
+                let state = match &w.window {
+                    WindowSpec::Sliding { size, slide } if sliced => format!(
+                        "accumulators per key and slice of {slide} (sliding {size} every \
+                         {slide}: a window merges its slices when it fires)"
+                    ),
+                    other => format!("accumulators per key and window ({})", window(other)),
+                };
+                (
+                    Some(state),
+                    Some("event time: each window's end (then its state is dropped)".into()),
+                )
+            }
             TransformSpec::TopN(t) => (
                 Some(format!(
                     "the best {} rows per key and firing time{}",

@@ -75,6 +75,12 @@ pub struct JobSpec {
     /// Results are the same either way; turn off to compare.
     #[serde(default = "default_true")]
     pub two_phase_aggregation: bool,
+    /// Keep the sliding windows of a `window-aggregate` without allowed lateness (and not
+    /// declared queryable) as slices of one slide: a record updates the one slice holding it
+    /// instead of every window holding it, and a window is the merge of its slices when it
+    /// fires. Results are the same either way; turn off to compare.
+    #[serde(default = "default_true")]
+    pub window_slicing: bool,
     /// Most records in one batch moved between tasks.
     #[serde(default = "default_batch_size")]
     #[schemars(range(min = 1, max = 1048576))]

@@ -19,7 +19,7 @@ mod over_aggregate;
 mod sql;
 mod top_n;
 mod union;
-mod window_aggregate;
+pub(super) mod window_aggregate;
 mod window_join;
 
 use std::sync::Arc;
@@ -171,6 +171,8 @@ pub(super) struct Planner<'a, 'd> {
     pub(super) key_groups: u32,
     /// The job's `two-phase-aggregation`.
     pub(super) two_phase: bool,
+    /// The job's `window-slicing`.
+    pub(super) window_slicing: bool,
 }
 
 impl Planner<'_, '_> {
