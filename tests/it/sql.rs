@@ -239,7 +239,7 @@ fn explain_shows_the_operators_a_query_became() {
         "reads q5/window-aggregate.local, hash-partitioned by [auction]",
         "state: none (folds each batch into one partial per key and window",
         "state: accumulators per key and slice of 2s (sliding 10s every 2s: a window merges its slices when it fires)",
-        "timers: event time: each window's end",
+        "timers: event time: the end of each key's next window to fire, one at a time",
         "q5  (operator `top-n`",
         "hash-partitioned by [starttime, endtime]",
         "columns: auction INT, num INT, starttime TIMESTAMP, endtime TIMESTAMP",

@@ -129,10 +129,13 @@ impl Plan {
                     ),
                     other => format!("accumulators per key and window ({})", window(other)),
                 };
-                (
-                    Some(state),
-                    Some("event time: each window's end (then its state is dropped)".into()),
-                )
+                let timers = if sliced {
+                    "event time: the end of each key's next window to fire, one at a time (then \
+                     the window's slices are merged and the oldest is dropped)"
+                } else {
+                    "event time: each window's end (then its state is dropped)"
+                };
+                (Some(state), Some(timers.into()))
             }
             TransformSpec::TopN(t) => (
                 Some(format!(
