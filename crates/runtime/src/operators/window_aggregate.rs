@@ -23,7 +23,8 @@ use std::sync::atomic::Ordering;
 use arrow_array::{ArrayRef, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_state::{
-    AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE, TimeDomain, ValueId, Window,
+    AggregatingId, AggregatingState, KeyRef, KeyedStateBackend, NO_NAMESPACE, TimeDomain, ValueId,
+    Window,
 };
 
 use super::accumulators::{
@@ -76,6 +77,9 @@ impl WindowAggregateDef {
         Arc::new(Schema::new(fields))
     }
 }
+
+/// The windows' (or slices') accumulators, as a record or a partial is folded in.
+type Aggregating<'a> = AggregatingState<'a, Accumulators>;
 
 pub struct WindowAggregate {
     def: Arc<WindowAggregateDef>,
@@ -175,48 +179,67 @@ impl WindowAggregate {
         args: &[Vec<ArrayRef>],
         row: usize,
     ) -> Result<bool, OperatorError> {
+        let add = |state: &mut Aggregating<'_>, ns: &[u8]| -> Result<bool, OperatorError> {
+            state.add(key, ns, (args, row))?
+        };
         if self.def.sliced {
-            return self.add_to_slice(key, t, args, row);
+            return match self.def.windowing.slice(t) {
+                Some(slice) => self.fold_into(key, &slice, add),
+                None => Ok(false),
+            };
         }
         let mut windows = std::mem::take(&mut self.scratch);
         self.def.windowing.assign(t, &mut windows);
         let mut live = false;
         for w in &windows {
-            if self.late(w) {
-                continue;
-            }
-            live = true;
-            let created = self
-                .state
-                .aggregating(&self.windows_state, &self.def.aggs)
-                .add(key, &w.to_namespace(), (args, row))??;
-            self.updated(key, w, created)?;
+            live |= self.fold_into(key, w, add)?;
         }
         self.scratch = windows;
         Ok(live)
     }
 
-    /// Sliced windows: adds the record to its slice, unless the slice's last window is late;
-    /// says whether it was live.
-    fn add_to_slice(
+    /// Merges a partial of the local phase into its window (its slice, when sliced), unless
+    /// that is late; says whether it was live.
+    fn merge_partial(
         &mut self,
         key: KeyRef<'_>,
-        t: i64,
-        args: &[Vec<ArrayRef>],
-        row: usize,
+        w: &Window,
+        accs: Vec<Acc>,
     ) -> Result<bool, OperatorError> {
-        let Some(slice) = self.def.windowing.slice(t) else {
-            return Ok(false);
+        self.fold_into(key, w, |state, ns| state.merge(key, ns, &accs)?)
+    }
+
+    /// Folds a record or a partial (`fold`, given the state and the namespace) into window `w`
+    /// of `key`, or into slice `w` when sliced, unless it is late (a slice is late when its
+    /// last window is); says whether it was live.
+    fn fold_into(
+        &mut self,
+        key: KeyRef<'_>,
+        w: &Window,
+        fold: impl FnOnce(&mut Aggregating<'_>, &[u8]) -> Result<bool, OperatorError>,
+    ) -> Result<bool, OperatorError> {
+        let sliced = self.def.sliced;
+        let last = if sliced {
+            self.def.windowing.last_window_of(w)
+        } else {
+            *w
         };
-        if self.late(&self.def.windowing.last_window_of(&slice)) {
+        if self.late(&last) {
             return Ok(false);
         }
-        let created = self
-            .state
-            .aggregating(&self.slices_state, &self.def.aggs)
-            .add(key, &slice.to_namespace(), (args, row))??;
-        if created {
-            self.set_slice_timers(key, &slice)?;
+        let id = if sliced {
+            &self.slices_state
+        } else {
+            &self.windows_state
+        };
+        let created = fold(
+            &mut self.state.aggregating(id, &self.def.aggs),
+            &w.to_namespace(),
+        )?;
+        if !sliced {
+            self.updated(key, w, created)?;
+        } else if created {
+            self.set_slice_timers(key, w)?;
         }
         Ok(true)
     }
@@ -234,38 +257,6 @@ impl WindowAggregate {
             Some(w) => self.set_timers(key, &w),
             None => Ok(()),
         }
-    }
-
-    /// Merges a partial of the local phase into its window (its slice, when sliced), unless
-    /// that is late; says whether it was live.
-    fn merge_partial(
-        &mut self,
-        key: KeyRef<'_>,
-        w: &Window,
-        accs: Vec<Acc>,
-    ) -> Result<bool, OperatorError> {
-        if self.def.sliced {
-            if self.late(&self.def.windowing.last_window_of(w)) {
-                return Ok(false);
-            }
-            let created = self
-                .state
-                .aggregating(&self.slices_state, &self.def.aggs)
-                .merge(key, &w.to_namespace(), &accs)??;
-            if created {
-                self.set_slice_timers(key, w)?;
-            }
-            return Ok(true);
-        }
-        if self.late(w) {
-            return Ok(false);
-        }
-        let created = self
-            .state
-            .aggregating(&self.windows_state, &self.def.aggs)
-            .merge(key, &w.to_namespace(), &accs)??;
-        self.updated(key, w, created)?;
-        Ok(true)
     }
 
     /// After window `w` of `key` changed: its timers if the change created it, and a re-emit if
@@ -406,40 +397,58 @@ impl WindowAggregate {
         } else {
             view.accumulator(key, ns)?
         };
-        if let Windowing::Sliding { slide, .. } = self.def.windowing {
-            let (from_slices, more) = self.merge_slices(key, &window, cleanup)?;
-            if fire && more {
-                // A slice after the window's first is still there, so the next window holds
-                // data: its timer (due now if the watermark is already past it, and then
-                // fired in this same pass, in order).
-                let next = Window::new(
-                    window.start.saturating_add(slide),
-                    window.end.saturating_add(slide),
-                );
-                if next != window {
-                    self.set_timers(key, &next)?;
-                }
-            }
-            if let Some(other) = from_slices {
-                match &mut accs {
-                    Some(accs) => merge_all(accs, &self.def.aggs.calls, &other)?,
-                    None => accs = Some(other),
-                }
-                // Slices left by the sliced mode, in a window kept whole since: its cleanup
-                // timer removes them.
-                if fire && !cleanup {
-                    let ns = window.to_namespace();
-                    let at = window.max_timestamp().saturating_add(self.def.lateness);
-                    self.state
-                        .timers()
-                        .set(TimeDomain::EventTime, at, key, &ns, None)?;
-                }
+        if let Some(from_slices) = self.fire_slices(key, &window, fire, cleanup)? {
+            match &mut accs {
+                Some(accs) => merge_all(accs, &self.def.aggs.calls, &from_slices)?,
+                None => accs = Some(from_slices),
             }
         }
         if let (true, Some(accs)) = (fire, accs) {
             self.pending.push((timer.key.clone(), window, accs));
         }
         Ok(())
+    }
+
+    /// A sliding window's timer, for its slices: the merge of those it covers (whichever mode
+    /// kept them: a window kept whole may have slices from before a restore), with the next
+    /// window's timer chained when a later slice holds data, and the first slice removed at
+    /// cleanup. `None` when no slice holds data (and always for other windows).
+    fn fire_slices(
+        &mut self,
+        key: KeyRef<'_>,
+        window: &Window,
+        fire: bool,
+        cleanup: bool,
+    ) -> Result<Option<Vec<Acc>>, OperatorError> {
+        let Windowing::Sliding { slide, .. } = self.def.windowing else {
+            return Ok(None);
+        };
+        let (merged, more) = self.merge_slices(key, window, cleanup)?;
+        if fire && more {
+            // A slice after the window's first is still there, so the next window holds
+            // data: its timer (due now if the watermark is already past it, and then fired in
+            // this same pass, in order).
+            let next = Window::new(
+                window.start.saturating_add(slide),
+                window.end.saturating_add(slide),
+            );
+            if next != *window {
+                self.set_timers(key, &next)?;
+            }
+        }
+        if merged.is_some() && fire && !cleanup {
+            // Slices left by the sliced mode, in a window kept whole since: its cleanup timer
+            // removes them.
+            let at = window.max_timestamp().saturating_add(self.def.lateness);
+            self.state.timers().set(
+                TimeDomain::EventTime,
+                at,
+                key,
+                &window.to_namespace(),
+                None,
+            )?;
+        }
+        Ok(merged)
     }
 
     /// The merge of the slices window `w` covers, if any has an accumulator, and whether a

@@ -6,7 +6,6 @@ use std::fmt::Write;
 
 use super::{Plan, PlanNode};
 use crate::api::NodeRole;
-use crate::operators::window::Windowing;
 use crate::spec::{TransformSpec, WindowSpec};
 
 impl Plan {
@@ -115,13 +114,8 @@ impl Plan {
                 None,
             ),
             TransformSpec::WindowAggregate(w) => {
-                let sliced = Windowing::from_spec(&w.window).is_ok_and(|windowing| {
-                    super::nodes::window_aggregate::keeps_slices(
-                        self.spec.window_slicing,
-                        &windowing,
-                        w,
-                    )
-                });
+                let sliced =
+                    super::nodes::window_aggregate::keeps_slices(self.spec.window_slicing, w);
                 let state = match &w.window {
                     WindowSpec::Sliding { size, slide } if sliced => format!(
                         "accumulators per key and slice of {slide} (sliding {size} every \

@@ -15,12 +15,11 @@ use crate::spec::WindowAggregateSpec;
 /// Whether the window aggregate `w` keeps its windows as slices: with the job's
 /// `window-slicing`, for sliding windows without allowed lateness ([`Windowing::sliced`]). A
 /// queryable one keeps whole windows, so a lookup reads a window's value as it is stored.
-pub(crate) fn keeps_slices(
-    window_slicing: bool,
-    windowing: &Windowing,
-    w: &WindowAggregateSpec,
-) -> bool {
-    window_slicing && windowing.sliced(w.allowed_lateness.as_millis_i64()) && w.queryable.is_none()
+pub(crate) fn keeps_slices(window_slicing: bool, w: &WindowAggregateSpec) -> bool {
+    window_slicing
+        && w.queryable.is_none()
+        && Windowing::from_spec(&w.window)
+            .is_ok_and(|windowing| windowing.sliced(w.allowed_lateness.as_millis_i64()))
 }
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<Compiled> {
@@ -31,16 +30,13 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
     taken.extend(["window_start".to_string(), "window_end".to_string()]);
     let (names, calls) = p.calls(&w.aggregates, &schema, &taken);
     let out = WindowAggregateDef::output_schema(&keys, &names, &calls);
-    let windowing = windowing?;
-    let lateness = w.allowed_lateness.as_millis_i64();
-    let sliced = keeps_slices(p.window_slicing, &windowing, w);
     let def = Arc::new(WindowAggregateDef {
         time: time?,
-        windowing,
-        lateness,
+        windowing: windowing?,
+        lateness: w.allowed_lateness.as_millis_i64(),
         aggs: Accumulators { calls },
         schema: out.clone(),
-        sliced,
+        sliced: keeps_slices(p.window_slicing, w),
     });
     // Sessions stay one phase: whether a record joins a session depends on the sessions in
     // state, which only the keyed operator sees.
@@ -50,7 +46,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
             let windows = LocalWindows {
                 time: def.time.clone(),
                 windowing,
-                sliced,
+                sliced: def.sliced,
             };
             p.local_phase(&keys, &def.aggs, Some(windows))
         }
