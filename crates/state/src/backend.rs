@@ -742,6 +742,26 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
             .map(|_| ())
     }
 
+    /// Puts `user_key → value` and returns the smallest user key the map held before: what
+    /// [`first_key`](Self::first_key) then [`put`](Self::put) would give, with one lookup of
+    /// (key, namespace) instead of two.
+    pub fn put_after_first_key(
+        &mut self,
+        key: KeyRef<'_>,
+        ns: &[u8],
+        user_key: K,
+        value: V,
+    ) -> Result<Option<K>, StateError> {
+        let v = &mut self.0;
+        v.table
+            .modify(v.store, SlotRef::new(key, ns), v.now, BTreeMap::new, |m| {
+                let first = m.first_key_value().map(|(k, _)| k.clone());
+                m.insert(user_key, value);
+                first
+            })
+            .map(|(first, _)| first)
+    }
+
     /// Changes the map of (key, namespace) in place (an empty map afterwards removes it).
     fn change<R>(
         &mut self,

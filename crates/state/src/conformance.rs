@@ -102,8 +102,17 @@ fn value_list_and_map_states_match_a_model_on_random_operations() {
                 ),
                 5 => {
                     let uk = rng.below(6) as i64;
-                    b.map(&maps).put(kr, &ns, uk, format!("y{step}")).unwrap();
-                    mm.entry((k, n)).or_default().insert(uk, format!("y{step}"));
+                    let model = mm.entry((k, n)).or_default();
+                    if step % 2 == 0 {
+                        b.map(&maps).put(kr, &ns, uk, format!("y{step}")).unwrap();
+                    } else {
+                        let first = b
+                            .map(&maps)
+                            .put_after_first_key(kr, &ns, uk, format!("y{step}"))
+                            .unwrap();
+                        assert_eq!(first, model.keys().next().copied(), "{kind:?}");
+                    }
+                    model.insert(uk, format!("y{step}"));
                 }
                 6 => {
                     let uk = rng.below(6) as i64;

@@ -221,9 +221,7 @@ impl Operator for Join {
                 continue;
             }
             self.arrivals += 1;
-            let mut side_state = self.state.map(&self.sides[side]);
-            let earliest = side_state.first_key(key, NO_NAMESPACE)?;
-            side_state.put(
+            let earliest = self.state.map(&self.sides[side]).put_after_first_key(
                 key,
                 NO_NAMESPACE,
                 (keep_until, self.arrivals),
