@@ -338,6 +338,79 @@ mod tests {
         assert_eq!(multiset(got), multiset(expected));
     }
 
+    /// A join whose batches repeat one hot key many times (its matches are looked up once
+    /// per batch and shared), with values that are sometimes null (the condition is then
+    /// null and drops the pair) and batches whose pairs all fail: exactly the nested loop's
+    /// pairs.
+    #[test]
+    fn a_join_of_hot_keys_and_null_values_emits_exactly_the_nested_loop_pairs() {
+        let mut h = Harness::new(
+            &job(
+                "    kind: join\n    left: lk\n    right: rk\n    where: l.v < r.v\n    \
+                  columns: {k: l.k, lt: l.t, rt: r.t, lv: l.v, rv: r.v}",
+            ),
+            "op",
+        );
+        let mut random = Random(0x5851_f42d_4c95_7f2d);
+        // (k, t, v): key 0 for about two rows in three, v null for about one in eight.
+        let mut rows = |n: usize, from: i64, high: bool| -> Vec<(i64, i64, Option<i64>)> {
+            (0..n)
+                .map(|i| {
+                    let k = if random.below(3) < 2 {
+                        0
+                    } else {
+                        1 + random.below(5) as i64
+                    };
+                    let v = (random.below(8) != 0).then(|| {
+                        // A batch of right rows all below every left value: no pair passes.
+                        if high {
+                            100 + random.below(50) as i64
+                        } else {
+                            random.below(100) as i64
+                        }
+                    });
+                    (k, from + i as i64, v)
+                })
+                .collect()
+        };
+        let as_json = |rows: &[(i64, i64, Option<i64>)]| -> Vec<Value> {
+            rows.iter()
+                .map(|(k, t, v)| json!({"k": k, "t": t, "v": v}))
+                .collect()
+        };
+        let mut left = Vec::new();
+        let mut right = Vec::new();
+        let mut got = Vec::new();
+        for n in 0..8 {
+            // Left rows with high values on even batches make a right batch match nothing.
+            let l = rows(40, n * 100, n % 2 == 0);
+            let r = rows(40, n * 100 + 50, false);
+            h.push(0, &as_json(&l));
+            h.push(1, &as_json(&r));
+            left.extend(l);
+            right.extend(r);
+            got.extend(h.take());
+            if n == 4 {
+                h.restart();
+            }
+        }
+        h.finish();
+        got.extend(h.take());
+        let mut expected = Vec::new();
+        for (lk, lt, lv) in &left {
+            for (rk, rt, rv) in &right {
+                if let (Some(lv), Some(rv)) = (lv, rv)
+                    && lk == rk
+                    && lv < rv
+                {
+                    expected.push(json!({"k": lk, "lt": lt, "rt": rt, "lv": lv, "rv": rv}));
+                }
+            }
+        }
+        assert!(expected.len() > 1000, "{} pairs", expected.len());
+        assert_eq!(multiset(got), multiset(expected));
+    }
+
     /// A tumbling window join, inner, restored between watermarks: every pair of the same
     /// key and 10 ms window, each once, and none before the watermark passes its window.
     #[test]

@@ -2,17 +2,21 @@
 //!
 //! Each side's rows wait in map state per key, ordered by (retain-until, arrival), so rows whose
 //! time is up leave state in one ordered range removal when the watermark passes them. A row
-//! arriving on one side is first matched against the other side's rows (all pairs are built for
-//! the whole batch and the condition is evaluated once over them), then stored if it can still
-//! match later. Without `*-until` a side is kept for good: a regular join. An interval join is
-//! a join whose condition and retention follow from its bounds.
+//! arriving on one side is first matched against the other side's rows, then stored if it can
+//! still match later. Matching works a batch at a time: each key of the batch is looked up once
+//! and each stored row it finds is decoded once, however many of the batch's rows pair with it
+//! (a hot key's); the condition is evaluated over the pairs with only the columns it reads, and
+//! only the pairs it keeps are built whole. Without `*-until` a side is kept for good: a regular
+//! join. An interval join is a join whose condition and retention follow from its bounds.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array, new_null_array};
 use arrow_schema::{Field, Schema, SchemaRef};
 use arrow_select::filter::filter_record_batch;
 use arrow_select::take::take;
+use hashbrown::HashMap;
 use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain};
 
 use super::keyed::{KeyEncoder, RowCodec};
@@ -73,6 +77,7 @@ pub struct JoinDef {
     pub keep: [Vec<usize>; 2],
     /// Per side: when a stored row can no longer match (`None`: never).
     pub until: [Option<Expr>; 2],
+    /// The kept left columns, then the kept right ones (no extra columns).
     pub joined: SchemaRef,
     pub condition: Option<Expr>,
     pub projection: Projection,
@@ -124,40 +129,125 @@ impl Join {
     }
 }
 
-/// Builds joined rows from `this` side's batch rows and the other side's encoded rows.
-pub fn pair_batch(
-    joined: &SchemaRef,
+/// The other side's rows matched by one batch, each stored row copied once however many of
+/// the batch's rows it pairs with: a key that comes back in the batch (a hot auction's bids)
+/// reuses the rows its first probe found, without another state lookup.
+#[derive(Default)]
+struct Matches {
+    /// The distinct matched rows back to back, as stored.
+    bytes: Vec<u8>,
+    /// Where each distinct row ends in `bytes`.
+    ends: Vec<usize>,
+    /// Per pair: the batch row and the distinct row it pairs with.
+    this_rows: Vec<u32>,
+    other_rows: Vec<u32>,
+}
+
+impl Matches {
+    /// Distinct rows added so far: the index the next one gets.
+    fn distinct_len(&self) -> u32 {
+        self.ends.len() as u32
+    }
+
+    /// Adds a distinct stored row.
+    fn add_row(&mut self, row: &[u8]) {
+        self.bytes.extend_from_slice(row);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Pairs batch row `this` with distinct rows `other`.
+    fn pair(&mut self, this: u32, other: Range<u32>) {
+        for o in other {
+            self.this_rows.push(this);
+            self.other_rows.push(o);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.this_rows.is_empty()
+    }
+
+    fn distinct(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(s, &e)| &self.bytes[s..e])
+    }
+}
+
+/// The joined rows of `matches` (`this` side's rows from `batch`) that meet `condition`: the
+/// condition is evaluated over only the columns it reads, so pairs it drops are never built
+/// whole. `None` when no pair is left.
+fn join_matches(
+    def: &JoinDef,
     side: usize,
     batch: &RecordBatch,
-    this_rows: Vec<u32>,
     other_codec: &RowCodec,
-    other_rows: &[Vec<u8>],
-    extra: Vec<ArrayRef>,
-) -> Result<RecordBatch, OperatorError> {
-    let index = UInt32Array::from(this_rows);
-    let this: Vec<ArrayRef> = batch
-        .columns()
-        .iter()
-        .map(|c| take(c.as_ref(), &index, None))
-        .collect::<Result<_, _>>()?;
-    let other = other_codec.decode(other_rows.iter().map(Vec::as_slice))?;
-    let mut columns = if side == 0 {
-        this.clone()
+    matches: Matches,
+) -> Result<Option<RecordBatch>, OperatorError> {
+    let other = other_codec.decode(matches.distinct())?;
+    let this_index = UInt32Array::from(matches.this_rows);
+    let other_index = UInt32Array::from(matches.other_rows);
+    // Per joined side (left, right): its rows and which of them each pair takes.
+    let (sides, mut index) = if side == 0 {
+        ([batch, &other], [this_index, other_index])
     } else {
-        other.columns().to_vec()
+        ([&other, batch], [other_index, this_index])
     };
-    columns.extend(if side == 0 {
-        other.columns().to_vec()
-    } else {
-        this
-    });
-    columns.extend(extra);
-    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(index.len()));
-    Ok(RecordBatch::try_new_with_options(
-        joined.clone(),
-        columns,
-        &options,
-    )?)
+    let left_width = def.inputs[0].fields().len();
+    // The joined column `c` is column `c` of the left rows, or `c - left_width` of the right
+    // (a join's joined schema has no extra columns).
+    let column = |c: usize, index: &[UInt32Array; 2]| -> Result<ArrayRef, OperatorError> {
+        let s = usize::from(c >= left_width);
+        Ok(take(
+            sides[s].column(c - s * left_width).as_ref(),
+            &index[s],
+            None,
+        )?)
+    };
+    let width = def.joined.fields().len();
+    let batch_of = |columns: Vec<ArrayRef>, rows: usize| {
+        let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
+        RecordBatch::try_new_with_options(def.joined.clone(), columns, &options)
+    };
+    if let Some(condition) = &def.condition {
+        let pairs = index[0].len();
+        let reads = condition.columns();
+        let narrow = (0..width)
+            .map(|c| {
+                if reads.contains(&c) {
+                    column(c, &index)
+                } else {
+                    Ok(new_null_array(def.joined.field(c).data_type(), pairs))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mask = condition.evaluate(&batch_of(narrow, pairs)?)?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<arrow_array::BooleanArray>()
+            .ok_or_else(|| OperatorError::Internal("join condition is not BOOL".into()))?;
+        let kept = mask.true_count();
+        if kept == 0 {
+            return Ok(None);
+        }
+        if kept < pairs {
+            // A pair whose condition is null is dropped, as filtering the whole rows did.
+            for i in &mut index {
+                let values: Vec<u32> = i
+                    .values()
+                    .iter()
+                    .zip(mask.iter())
+                    .filter_map(|(&v, m)| (m == Some(true)).then_some(v))
+                    .collect();
+                *i = UInt32Array::from(values);
+            }
+        }
+    }
+    let rows = index[0].len();
+    let columns = (0..width)
+        .map(|c| column(c, &index))
+        .collect::<Result<Vec<_>, _>>()?;
+    let joined = batch_of(columns, rows)?;
+    Ok(Some(def.projection.apply(&joined)?))
 }
 
 /// Keeps the rows of `joined` where `condition` holds.
@@ -197,18 +287,29 @@ impl Operator for Join {
         };
         let batch = batch.project(&self.def.keep[side])?;
         let rows = self.rows[side].encode(&batch)?;
-        let mut this_rows = Vec::new();
-        let mut other_rows = Vec::new();
+        let mut matches = Matches::default();
+        // The other side does not change while this batch is processed, so a key's matches
+        // are looked up once per batch: key → its distinct rows in `matches`.
+        let mut probed: HashMap<&[u8], Range<u32>> = HashMap::new();
         for row in 0..batch.num_rows() {
             let key = keys.key(row);
-            self.state
-                .map(&self.sides[other])
-                .with(key, NO_NAMESPACE, |entries| {
-                    for (_, r) in entries {
-                        this_rows.push(row as u32);
-                        other_rows.push(r.clone());
-                    }
-                })?;
+            let found = match probed.get(key.bytes) {
+                Some(found) => found.clone(),
+                None => {
+                    let start = matches.distinct_len();
+                    self.state
+                        .map(&self.sides[other])
+                        .with(key, NO_NAMESPACE, |entries| {
+                            for (_, r) in entries {
+                                matches.add_row(r);
+                            }
+                        })?;
+                    let found = start..matches.distinct_len();
+                    probed.insert(key.bytes, found.clone());
+                    found
+                }
+            };
+            matches.pair(row as u32, found);
             let keep_until = match &until {
                 None => i64::MAX,
                 Some(u) => match u[row] {
@@ -250,20 +351,11 @@ impl Operator for Join {
                 }
             }
         }
-        if !this_rows.is_empty() {
-            let joined = pair_batch(
-                &self.def.joined,
-                side,
-                &batch,
-                this_rows,
-                &self.rows[other],
-                &other_rows,
-                Vec::new(),
-            )?;
-            let kept = filter(joined, self.def.condition.as_ref())?;
-            if kept.num_rows() > 0 {
-                out.push(self.def.projection.apply(&kept)?);
-            }
+        if !matches.is_empty()
+            && let Some(joined) = join_matches(&self.def, side, &batch, &self.rows[other], matches)?
+            && joined.num_rows() > 0
+        {
+            out.push(joined);
         }
         Ok(())
     }
