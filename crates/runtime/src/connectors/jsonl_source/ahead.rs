@@ -24,6 +24,11 @@
 //! lines (plus their decoded columns, about as large) beyond what inline decoding holds. The
 //! channel to the threads holds at most the pieces in flight, so sending never waits.
 //!
+//! **Behind the operators**: a decode thread runs at a lower priority than the job's tasks
+//! (nice +10), so it takes the cores the operators leave idle and not theirs: a join reading
+//! the file keeps its core, and a query whose decoding is the bottleneck still decodes on every
+//! core (BENCHMARKS.md, "Decode threads behind the operators").
+//!
 //! **Owned**: the threads belong to the [`DecodeAhead`], which belongs to the source. Dropping
 //! it (the job ends, is cancelled or fails) tells the threads to stop, closes their channel
 //! and joins them: a thread finishes at most the piece it is decoding, and none outlives its
@@ -157,6 +162,7 @@ impl DecodeAhead {
                 .name(format!("weir-decode-{i}"))
                 .spawn(move || {
                     let _alive = alive;
+                    yield_to_operators();
                     decode_pieces(&receiver, &stop, decoder)
                 });
             match spawned {
@@ -350,6 +356,26 @@ impl Drop for DecodeAhead {
             0,
             "a decode thread outlived its join"
         );
+    }
+}
+
+/// How much lower than the job's tasks a decode thread runs (a nice value: 10 is about a tenth
+/// of their weight where they share a core).
+const DECODE_NICENESS: i32 = 10;
+
+/// Lowers the calling decode thread's priority, so that where it shares a core with the job's
+/// operators, they, not it, run: decoding ahead then takes only the cores they leave idle. A
+/// job whose operators are its bottleneck (a join reading the file) keeps a core for them, and
+/// one whose decoding is the bottleneck still decodes on every core, as its operators mostly
+/// wait. Best effort: where the call is refused the thread runs at the job's priority.
+fn yield_to_operators() {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid();
+        let current = rustix::process::getpriority_process(Some(tid)).unwrap_or(0);
+        if let Err(e) = rustix::process::setpriority_process(Some(tid), current + DECODE_NICENESS) {
+            tracing::debug!(error = %e, "could not lower a decode thread's priority");
+        }
     }
 }
 

@@ -372,3 +372,49 @@ async fn dropping_the_source_stops_its_decode_threads() {
         assert_eq!(live.load(Ordering::SeqCst), 0, "every thread joined");
     }
 }
+
+/// Decode threads run behind the job's tasks: each is 10 nice levels below the thread that
+/// started it (read from /proc, where Linux keeps a thread's nice value).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn decode_threads_run_at_a_lower_priority_than_the_job() {
+    let nice = |tid: &str| -> Option<i64> {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+        // Fields after the parenthesised name: state is field 3, nice field 19.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(16)?
+            .parse()
+            .ok()
+    };
+    let decoders = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| {
+                let tid = t.ok()?.file_name().into_string().ok()?;
+                let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+                comm.starts_with("weir-decode-").then_some(tid)
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (text, _) = random_file(31, 20_000);
+    let path = dir.path().join("f.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let spec = spec(&path, 4096, "skip");
+    let mut source = subtask(&spec, text.len() as u64, 0, 1, 2).source;
+    let _ = read_then_checkpoint(&mut source, 1).await;
+    let own = nice(&rustix::thread::gettid().as_raw_nonzero().to_string()).unwrap();
+    // This source's two threads, and any of tests running beside it (started as this one was).
+    let niceness: Vec<(String, i64)> = decoders()
+        .into_iter()
+        .filter_map(|tid| Some((tid.clone(), nice(&tid)?)))
+        .collect();
+    assert!(niceness.len() >= 2, "{niceness:?}");
+    assert!(
+        niceness.iter().all(|(_, n)| *n == (own + 10).min(19)),
+        "own nice {own}, decode threads {niceness:?}"
+    );
+    drop(source);
+}
