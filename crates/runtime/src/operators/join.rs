@@ -12,9 +12,11 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt32Type;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array, new_null_array};
 use arrow_schema::{Field, Schema, SchemaRef};
-use arrow_select::filter::filter_record_batch;
+use arrow_select::filter::{FilterBuilder, filter_record_batch};
 use arrow_select::take::take;
 use hashbrown::HashMap;
 use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain};
@@ -92,6 +94,9 @@ pub struct Join {
     sides: [MapId<(i64, i64), Vec<u8>>; 2],
     arrivals: i64,
     watermark: i64,
+    /// Per joined column: whether the condition reads it (the pairs' condition is evaluated
+    /// over these columns alone).
+    condition_reads: Vec<bool>,
 }
 
 impl Join {
@@ -101,6 +106,14 @@ impl Join {
         mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
         let sides = [state.map_state("left")?, state.map_state("right")?];
+        let reads = def
+            .condition
+            .as_ref()
+            .map(Expr::columns)
+            .unwrap_or_default();
+        let condition_reads = (0..def.joined.fields().len())
+            .map(|c| reads.contains(&c))
+            .collect();
         Ok(Self {
             rows: [
                 RowCodec::new(def.inputs[0].clone())?,
@@ -112,6 +125,7 @@ impl Join {
             sides,
             arrivals: 0,
             watermark: i64::MIN,
+            condition_reads,
         })
     }
 
@@ -163,91 +177,86 @@ impl Matches {
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.this_rows.is_empty()
-    }
-
     fn distinct(&self) -> impl Iterator<Item = &[u8]> {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         starts.zip(&self.ends).map(|(s, &e)| &self.bytes[s..e])
     }
 }
 
-/// The joined rows of `matches` (`this` side's rows from `batch`) that meet `condition`: the
-/// condition is evaluated over only the columns it reads, so pairs it drops are never built
-/// whole. `None` when no pair is left.
-fn join_matches(
-    def: &JoinDef,
-    side: usize,
-    batch: &RecordBatch,
-    other_codec: &RowCodec,
-    matches: Matches,
-) -> Result<Option<RecordBatch>, OperatorError> {
-    let other = other_codec.decode(matches.distinct())?;
-    let this_index = UInt32Array::from(matches.this_rows);
-    let other_index = UInt32Array::from(matches.other_rows);
-    // Per joined side (left, right): its rows and which of them each pair takes.
-    let (sides, mut index) = if side == 0 {
-        ([batch, &other], [this_index, other_index])
-    } else {
-        ([&other, batch], [other_index, this_index])
-    };
-    let left_width = def.inputs[0].fields().len();
-    // The joined column `c` is column `c` of the left rows, or `c - left_width` of the right
-    // (a join's joined schema has no extra columns).
-    let column = |c: usize, index: &[UInt32Array; 2]| -> Result<ArrayRef, OperatorError> {
-        let s = usize::from(c >= left_width);
-        Ok(take(
-            sides[s].column(c - s * left_width).as_ref(),
-            &index[s],
-            None,
-        )?)
-    };
-    let width = def.joined.fields().len();
-    let batch_of = |columns: Vec<ArrayRef>, rows: usize| {
-        let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
-        RecordBatch::try_new_with_options(def.joined.clone(), columns, &options)
-    };
-    if let Some(condition) = &def.condition {
-        let pairs = index[0].len();
-        let reads = condition.columns();
-        let narrow = (0..width)
-            .map(|c| {
-                if reads.contains(&c) {
-                    column(c, &index)
-                } else {
-                    Ok(new_null_array(def.joined.field(c).data_type(), pairs))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mask = condition.evaluate(&batch_of(narrow, pairs)?)?;
-        let mask = mask
-            .as_any()
-            .downcast_ref::<arrow_array::BooleanArray>()
-            .ok_or_else(|| OperatorError::Internal("join condition is not BOOL".into()))?;
-        let kept = mask.true_count();
-        if kept == 0 {
+impl Join {
+    /// The joined rows of `matches` (`side`'s rows from `batch`) that meet the condition: it is
+    /// evaluated over only the columns it reads, so pairs it drops are never built whole.
+    /// `None` when no pair is left.
+    fn join_matches(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        matches: Matches,
+    ) -> Result<Option<RecordBatch>, OperatorError> {
+        if matches.this_rows.is_empty() {
             return Ok(None);
         }
-        if kept < pairs {
-            // A pair whose condition is null is dropped, as filtering the whole rows did.
-            for i in &mut index {
-                let values: Vec<u32> = i
-                    .values()
-                    .iter()
-                    .zip(mask.iter())
-                    .filter_map(|(&v, m)| (m == Some(true)).then_some(v))
-                    .collect();
-                *i = UInt32Array::from(values);
+        let def = &self.def;
+        let other = self.rows[1 - side].decode(matches.distinct())?;
+        let this_index = UInt32Array::from(matches.this_rows);
+        let other_index = UInt32Array::from(matches.other_rows);
+        // Per joined side (left, right): its rows and which of them each pair takes.
+        let (sides, mut index) = if side == 0 {
+            ([batch, &other], [this_index, other_index])
+        } else {
+            ([&other, batch], [other_index, this_index])
+        };
+        let left_width = def.inputs[0].fields().len();
+        // The joined column `c` is column `c` of the left rows, or `c - left_width` of the
+        // right (a join's joined schema has no extra columns).
+        let column = |c: usize, index: &[UInt32Array; 2]| -> Result<ArrayRef, OperatorError> {
+            let s = usize::from(c >= left_width);
+            Ok(take(
+                sides[s].column(c - s * left_width).as_ref(),
+                &index[s],
+                None,
+            )?)
+        };
+        let batch_of = |columns: Vec<ArrayRef>, rows: usize| {
+            let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
+            RecordBatch::try_new_with_options(def.joined.clone(), columns, &options)
+        };
+        if let Some(condition) = &def.condition {
+            let pairs = index[0].len();
+            let narrow = self
+                .condition_reads
+                .iter()
+                .enumerate()
+                .map(|(c, &read)| {
+                    if read {
+                        column(c, &index)
+                    } else {
+                        Ok(new_null_array(def.joined.field(c).data_type(), pairs))
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mask = condition.evaluate(&batch_of(narrow, pairs)?)?;
+            let mask = mask
+                .as_boolean_opt()
+                .ok_or_else(|| OperatorError::Internal("join condition is not BOOL".into()))?;
+            let kept = mask.true_count();
+            if kept == 0 {
+                return Ok(None);
+            }
+            if kept < pairs {
+                // A pair whose condition is null is dropped, as SQL's WHERE does.
+                let keep = FilterBuilder::new(mask).build();
+                for i in &mut index {
+                    *i = keep.filter(i)?.as_primitive::<UInt32Type>().clone();
+                }
             }
         }
+        let columns = (0..def.joined.fields().len())
+            .map(|c| column(c, &index))
+            .collect::<Result<Vec<_>, _>>()?;
+        let joined = batch_of(columns, index[0].len())?;
+        Ok(Some(def.projection.apply(&joined)?))
     }
-    let rows = index[0].len();
-    let columns = (0..width)
-        .map(|c| column(c, &index))
-        .collect::<Result<Vec<_>, _>>()?;
-    let joined = batch_of(columns, rows)?;
-    Ok(Some(def.projection.apply(&joined)?))
 }
 
 /// Keeps the rows of `joined` where `condition` holds.
@@ -351,10 +360,7 @@ impl Operator for Join {
                 }
             }
         }
-        if !matches.is_empty()
-            && let Some(joined) = join_matches(&self.def, side, &batch, &self.rows[other], matches)?
-            && joined.num_rows() > 0
-        {
+        if let Some(joined) = self.join_matches(side, &batch, matches)? {
             out.push(joined);
         }
         Ok(())

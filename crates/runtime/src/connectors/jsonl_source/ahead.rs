@@ -27,7 +27,8 @@
 //! **Behind the operators**: a decode thread runs at a lower priority than the job's tasks
 //! (nice +10), so it takes the cores the operators leave idle and not theirs: a join reading
 //! the file keeps its core, and a query whose decoding is the bottleneck still decodes on every
-//! core (BENCHMARKS.md, "Decode threads behind the operators").
+//! core (BENCHMARKS.md, "The join's pairs built once, and decode threads behind the
+//! operators").
 //!
 //! **Owned**: the threads belong to the [`DecodeAhead`], which belongs to the source. Dropping
 //! it (the job ends, is cancelled or fails) tells the threads to stop, closes their channel
