@@ -1,5 +1,6 @@
 //! The JSON-lines decoder: each input line through a single layout (every type, nested
-//! objects) and a variants layout, flushing now and then; what decodes is encoded back.
+//! objects) and a variants layout, flushing now and then; what decodes is encoded back. The
+//! byte scanner and serde_json alone must agree on every line.
 
 use std::sync::LazyLock;
 
@@ -45,22 +46,33 @@ static LAYOUTS: LazyLock<[JsonLayout; 2]> = LazyLock::new(|| {
     [JsonLayout::Single(fields), JsonLayout::Variants(variants)]
 });
 
-/// Decodes the input's lines through both layouts, encoding back what decodes.
+/// Decodes the input's lines through both layouts, encoding back what decodes. Each line goes
+/// through the decoder as jobs use it (byte scanner first) and through serde_json alone: the
+/// two must agree on every result, error message and batch.
 pub fn jsonl_decode(data: &[u8]) {
     for layout in LAYOUTS.iter() {
         // The last port is unwanted: its lines are recognised and skipped.
         let ports = layout.ports().len();
         let want: Vec<bool> = (0..ports).map(|p| ports == 1 || p + 1 < ports).collect();
         let mut decoder = JsonDecoder::new(layout, &want, 8);
+        let mut reference = JsonDecoder::new(layout, &want, 8).serde_only();
         for (i, line) in data.split(|&b| b == b'\n').enumerate() {
-            let _ = decoder.decode_line(line);
+            let got = decoder.decode_line(line);
+            assert_eq!(got, reference.decode_line(line), "{line:?}");
             if i % 5 == 4 {
-                for (_, batch) in decoder.flush() {
-                    let mut out = Vec::new();
-                    let _ = encode_batch(&batch, &mut out);
-                }
+                flush_both(&mut decoder, &mut reference);
             }
         }
-        decoder.flush();
+        flush_both(&mut decoder, &mut reference);
+    }
+}
+
+/// Flushes both decoders, checks that their batches are equal, and encodes them back.
+fn flush_both(decoder: &mut JsonDecoder, reference: &mut JsonDecoder) {
+    let batches = decoder.flush();
+    assert_eq!(batches, reference.flush());
+    for (_, batch) in batches {
+        let mut out = Vec::new();
+        let _ = encode_batch(&batch, &mut out);
     }
 }

@@ -8,6 +8,10 @@
 //! column the line did not set gets a null; if anything fails, the port's columns are truncated
 //! back to the previous row count, so a bad line leaves no trace.
 //!
+//! Lines are first offered to the byte scanner of [`super::scan`], which takes the plain ones
+//! and gives every other line (escapes, fractions, mismatches, errors) back to this path, the
+//! reference for values and messages.
+//!
 //! Type-mismatch errors are recorded precisely (field path, expected type, value found) in a
 //! slot beside the builders, and serde_json is only told to stop; its own errors become
 //! [`DecodeError::InvalidJson`].
@@ -23,6 +27,7 @@ use super::builders::{Bools, Column, Primitive, Strings};
 use super::error::DecodeError;
 use super::keys::KeyTable;
 use super::layout::{JsonLayout, JsonType, ScalarType, join};
+use super::scan::scan_line;
 
 /// What [`JsonDecoder::decode_line`] did with a line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +54,17 @@ pub struct JsonDecoder {
     batch_size: usize,
     /// Where visitors leave the precise error before telling serde_json to stop.
     error: Option<DecodeError>,
+    /// Try the byte scanner of [`super::scan`] before serde_json.
+    scan: bool,
+    /// Lines the scanner decoded (the rest went to serde_json).
+    scanned: u64,
 }
 
 #[derive(Debug)]
-struct PortBuilder {
-    columns: Vec<Column>,
+pub(super) struct PortBuilder {
+    pub(super) columns: Vec<Column>,
     /// Completed rows; columns may be one value longer while a row is being decoded.
-    rows: usize,
+    pub(super) rows: usize,
 }
 
 impl PortBuilder {
@@ -76,7 +85,7 @@ impl PortBuilder {
 }
 
 #[derive(Debug)]
-enum Root {
+pub(super) enum Root {
     Single(ObjectPlan),
     Variants {
         keys: KeyTable,
@@ -87,15 +96,15 @@ enum Root {
 
 /// How to decode the fields of one object.
 #[derive(Debug)]
-struct ObjectPlan {
+pub(super) struct ObjectPlan {
     /// Dotted path of the object, for messages (`""` at the top of a single layout).
     path: Box<str>,
-    keys: KeyTable,
-    fields: Vec<FieldPlan>,
+    pub(super) keys: KeyTable,
+    pub(super) fields: Vec<FieldPlan>,
 }
 
 #[derive(Debug)]
-enum FieldPlan {
+pub(super) enum FieldPlan {
     Column { index: usize, path: Box<str> },
     Object(ObjectPlan),
 }
@@ -173,7 +182,17 @@ impl JsonDecoder {
             want,
             batch_size,
             error: None,
+            scan: true,
+            scanned: 0,
         }
+    }
+
+    /// Decodes every line with serde_json alone, without the byte scanner that otherwise takes
+    /// the lines it can ([`super::scan`]). The rows and errors are the same either way: this is
+    /// the reference the scanner is tested and benchmarked against.
+    pub fn serde_only(mut self) -> Self {
+        self.scan = false;
+        self
     }
 
     /// The output ports, as [`JsonLayout::ports`] lists them.
@@ -193,12 +212,25 @@ impl JsonDecoder {
             column: e.valid_up_to() + 1,
             message: "invalid UTF-8".to_owned(),
         })?;
+        if matches!(self.root, Root::Single(_)) && !self.want[0] {
+            return Ok(Decoded::Skipped);
+        }
+        if self.scan {
+            match scan_line(&self.root, &mut self.builders, &self.want, text) {
+                Some(routed) => {
+                    self.scanned += 1;
+                    return Ok(self.finish(routed));
+                }
+                None => {
+                    for builder in &mut self.builders {
+                        builder.rollback();
+                    }
+                }
+            }
+        }
         let mut de = serde_json::Deserializer::from_str(text);
         let routed = match &self.root {
             Root::Single(plan) => {
-                if !self.want[0] {
-                    return Ok(Decoded::Skipped);
-                }
                 let port = &mut self.builders[0];
                 let seed = ObjectSeed {
                     plan,
@@ -219,11 +251,7 @@ impl JsonDecoder {
             .deserialize(&mut de),
         };
         match routed.and_then(|routed| de.end().map(|()| routed)) {
-            Ok(Some(port)) if self.want[port] => {
-                self.builders[port].finish_row();
-                Ok(Decoded::Row { port })
-            }
-            Ok(_) => Ok(Decoded::Skipped),
+            Ok(routed) => Ok(self.finish(routed)),
             Err(e) => {
                 for builder in &mut self.builders {
                     builder.rollback();
@@ -231,6 +259,22 @@ impl JsonDecoder {
                 Err(self.error.take().unwrap_or_else(|| invalid_json(&e)))
             }
         }
+    }
+
+    /// Completes the row of the port a line was routed to, if that port is wanted.
+    fn finish(&mut self, routed: Option<usize>) -> Decoded {
+        match routed {
+            Some(port) if self.want[port] => {
+                self.builders[port].finish_row();
+                Decoded::Row { port }
+            }
+            _ => Decoded::Skipped,
+        }
+    }
+
+    /// Lines the byte scanner decoded so far; serde_json decoded (or refused) the others.
+    pub fn lines_scanned(&self) -> u64 {
+        self.scanned
     }
 
     /// Rows buffered for `port` since the last flush.

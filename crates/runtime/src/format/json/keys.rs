@@ -83,6 +83,17 @@ impl KeyTable {
         }
     }
 
+    /// As [`KeyTable::get`], comparing with the key at `expected` first: objects of one file
+    /// mostly list their keys in one order, so a decoder that expects the key after the last
+    /// one it found skips the hash most of the time.
+    #[inline]
+    pub(crate) fn get_expecting(&self, key: &[u8], expected: usize) -> Option<usize> {
+        match self.keys.get(expected) {
+            Some(candidate) if same(candidate, key) => Some(expected),
+            _ => self.get(key),
+        }
+    }
+
     #[inline]
     fn bucket(&self, key: &[u8]) -> usize {
         let h = if self.whole { whole(key) } else { sample(key) };
@@ -218,6 +229,19 @@ mod tests {
                 assert!(!same(word, &other), "{word:?} differs at {i}");
             }
         }
+    }
+
+    #[test]
+    fn an_expected_key_is_confirmed_and_a_wrong_guess_still_resolves() {
+        let declared = ["auction", "bidder", "price"];
+        let table = KeyTable::new(declared);
+        for (i, k) in declared.iter().enumerate() {
+            for expected in 0..5 {
+                assert_eq!(table.get_expecting(k.as_bytes(), expected), Some(i), "{k}");
+            }
+        }
+        assert_eq!(table.get_expecting(b"bidde", 1), None);
+        assert_eq!(table.get_expecting(b"type", 0), None);
     }
 
     #[test]

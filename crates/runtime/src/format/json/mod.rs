@@ -7,6 +7,8 @@
 //! - `keys`: the precompiled key → field lookup used while decoding (no allocation per key).
 //! - `builders`: growable, truncatable column builders turned into Arrow arrays without copying.
 //! - [`decode`]: [`JsonDecoder`], one line at a time into per-port column builders.
+//! - `scan`: the decoder's fast path, a byte scanner for plain lines; it leaves every other
+//!   line, and every error, to the serde_json path of [`decode`].
 //! - [`encode`]: [`encode_batch`] / [`JsonEncoder`], record batches to JSON lines.
 //! - [`error`]: [`DecodeError`], [`EncodeError`], [`LayoutError`].
 //!
@@ -47,6 +49,7 @@ pub mod layout;
 
 mod builders;
 mod keys;
+mod scan;
 
 #[cfg(test)]
 mod nexmark;

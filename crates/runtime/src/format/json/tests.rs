@@ -982,3 +982,188 @@ fn deeply_nested_values_are_refused_or_skipped_per_line_without_deep_recursion()
         }
     }
 }
+
+/// Values for the differential tests: plain ones the scanner takes, and every kind it leaves to
+/// serde_json (escapes, fractions, exponents, `-0`, 19 digits, bad literals, malformed
+/// containers, bad timestamps).
+const VALUES: [&str; 38] = [
+    "0",
+    "7",
+    "-12",
+    "123456789012345678",
+    "-123456789012345678",
+    "1234567890123456789",
+    "99999999999999999999",
+    "-0",
+    "01",
+    "1.5",
+    "2.0",
+    "1e3",
+    "-3E-2",
+    "1.",
+    "-",
+    r#""plain text""#,
+    r#""""#,
+    r#""ünïcödé ✓""#,
+    r#""esc\"aped""#,
+    r#""tab\t""#,
+    r#""\u00e9""#,
+    r#""2024-01-02T03:04:05Z""#,
+    r#""2024-01-02T03:04:05.678+02:00""#,
+    r#""2024-13-01T00:00:00Z""#,
+    "true",
+    "false",
+    "null",
+    "tru",
+    "nul",
+    "{}",
+    "[]",
+    r#"[1,[2,{"a":[]}],"x",null,-1.5e9]"#,
+    r#"{"i":1,"o":{"s":"x"},"s":"y"}"#,
+    r#"{"s":null,"i":"1"}"#,
+    "[1,]",
+    r#"{"a":}"#,
+    r#"{"a" 1}"#,
+    "[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]",
+];
+
+/// Keys for the differential tests: the fields and variants of `differential_layouts`, an
+/// undeclared one, and an escaped spelling of a declared one.
+const KEYS: [&str; 12] = [
+    "i", "f", "s", "b", "t", "o", "x", "type", "bid", "person", "auction", r"\u0069",
+];
+
+const SPACES: [&str; 4] = ["", "", " ", " \t"];
+
+/// A random object: mostly declared keys, mostly with values of their type, now and then of
+/// any kind, nested up to `depth`.
+fn random_object(rng: &mut Rng, depth: u32, out: &mut String) {
+    out.push('{');
+    out.push_str(rng.pick(&SPACES));
+    let mut used = Vec::new();
+    for member in 0..rng.below(6) {
+        if member > 0 {
+            out.push(',');
+            out.push_str(rng.pick(&SPACES));
+        }
+        // Now and then a key twice (an error for a column, not for an object or a variant).
+        let mut key = rng.pick(&KEYS);
+        while used.contains(&key) && rng.below(10) != 0 {
+            key = rng.pick(&KEYS);
+        }
+        used.push(key);
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+        out.push_str(rng.pick(&SPACES));
+        out.push(':');
+        out.push_str(rng.pick(&SPACES));
+        let fitting: &[&str] = match key {
+            "i" => &["0", "7", "-12", "123456789012345678", "null"],
+            "f" => &["3", "-40", "2.5", "null"],
+            "s" => &[r#""plain text""#, r#""""#, r#""ünïcödé ✓""#, "null"],
+            "b" => &["true", "false", "null"],
+            "t" => &["1700000000000", r#""2024-01-02T03:04:05Z""#, "null"],
+            _ => &[],
+        };
+        if depth > 0 && (rng.below(3) == 0 || ["o", "bid", "person", "auction"].contains(&key)) {
+            random_object(rng, depth - 1, out);
+        } else if !fitting.is_empty() && rng.below(8) != 0 {
+            out.push_str(rng.pick(fitting));
+        } else {
+            out.push_str(rng.pick(&VALUES));
+        }
+        out.push_str(rng.pick(&SPACES));
+    }
+    out.push('}');
+}
+
+/// Bytes inserted into lines: structure, an escape, a digit, a control byte, invalid UTF-8.
+const NOISE: &[u8] = b"{}[],:\"\\ 0-a\x01\xff";
+
+/// A random line: an object, sometimes broken by one byte inserted, deleted or cut off.
+fn random_line(rng: &mut Rng) -> Vec<u8> {
+    let mut text = String::new();
+    text.push_str(rng.pick(&SPACES));
+    random_object(rng, 2, &mut text);
+    text.push_str(rng.pick(&["", "", " ", "\r", " x"]));
+    let mut line = text.into_bytes();
+    if !line.is_empty() && rng.below(6) == 0 {
+        let at = rng.below(line.len() as u64) as usize;
+        match rng.below(3) {
+            0 => {
+                line.remove(at);
+            }
+            1 => line.insert(at, NOISE[rng.below(NOISE.len() as u64) as usize]),
+            _ => line.truncate(at),
+        }
+    }
+    line
+}
+
+/// A single layout with every type and nested objects, and a variants layout whose last port
+/// is unwanted (the layouts of the `jsonl_decode` fuzz target).
+fn differential_layouts() -> [(JsonLayout, Vec<bool>); 2] {
+    let fields = r#"{"i":"int","f":"float","s":"string","b":"bool","t":"timestamp","o":{"i":"int","o":{"s":"string"}}}"#;
+    let variants = format!(
+        r#"{{"bid":{fields},"person":{{"i":"int","s":"string"}},"auction":{{"t":"timestamp"}}}}"#
+    );
+    [
+        (single(fields), vec![true]),
+        (self::variants(&variants), vec![true, true, false]),
+    ]
+}
+
+#[test]
+fn the_scanner_decodes_exactly_what_serde_json_decodes() {
+    let mut rng = Rng::new(26);
+    for (layout, want) in differential_layouts() {
+        let mut fast = JsonDecoder::new(&layout, &want, 4);
+        let mut reference = JsonDecoder::new(&layout, &want, 4).serde_only();
+        let (mut rows, mut errors) = (0, 0);
+        for i in 0..40_000 {
+            let line = random_line(&mut rng);
+            let got = fast.decode_line(&line).map_err(|e| e.to_string());
+            let expected = reference.decode_line(&line).map_err(|e| e.to_string());
+            assert_eq!(got, expected, "{}", String::from_utf8_lossy(&line));
+            rows += usize::from(matches!(expected, Ok(Decoded::Row { .. })));
+            errors += usize::from(expected.is_err());
+            if i % 7 == 6 {
+                let got: Vec<_> = fast.flush().iter().map(|(p, b)| (*p, text(b))).collect();
+                let expected: Vec<_> = reference
+                    .flush()
+                    .iter()
+                    .map(|(p, b)| (*p, text(b)))
+                    .collect();
+                assert_eq!(got, expected, "after {}", String::from_utf8_lossy(&line));
+            }
+        }
+        // Both paths were exercised, and so were rows and errors.
+        let scanned = fast.lines_scanned();
+        assert!(
+            scanned > 4_000 && scanned < 36_000,
+            "{scanned} lines scanned"
+        );
+        assert!(
+            rows > 2_000 && errors > 2_000,
+            "{rows} rows, {errors} errors"
+        );
+        assert_eq!(reference.lines_scanned(), 0);
+    }
+}
+
+#[test]
+fn the_scanner_takes_every_generated_nexmark_line() {
+    let lines = nexmark::generate(2_000, 7);
+    let layout = nexmark::layout(true);
+    let mut decoder = JsonDecoder::new(&layout, &[true, true, true], 64);
+    let mut reference = JsonDecoder::new(&layout, &[true, true, true], 64).serde_only();
+    for line in lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        assert_eq!(decoder.decode_line(line), reference.decode_line(line));
+    }
+    assert_eq!(decoder.lines_scanned(), 2_000);
+    let texts = |d: &mut JsonDecoder| -> Vec<(usize, String)> {
+        d.flush().iter().map(|(p, b)| (*p, text(b))).collect()
+    };
+    assert_eq!(texts(&mut decoder), texts(&mut reference));
+}
