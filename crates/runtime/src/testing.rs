@@ -411,6 +411,68 @@ mod tests {
         assert_eq!(multiset(got), multiset(expected));
     }
 
+    /// Top-n per key and time, over batches where one hot key has most rows and
+    /// values repeat (ties), restored mid-stream: each group's rows are what sorting all of
+    /// its rows gives, for `n: 2` with ties and for `n: 1` with a tie-breaker.
+    #[test]
+    fn top_n_keeps_exactly_each_groups_first_rows_of_hot_keys_and_ties() {
+        for (n, ties) in [(2usize, true), (1, false), (3, false)] {
+            let mut h = Harness::new(
+                &job(&format!(
+                    "    kind: top-n\n    from: lk\n    order-by: [v DESC, t ASC]\n    \
+                     n: {n}\n    with-ties: {ties}\n    fire-at: t"
+                )),
+                "op",
+            );
+            let mut random = Random(0x0bad_5eed_1234_5678 ^ n as u64);
+            // (k, t, v): 30 rows a millisecond, key 0 for about three in four, v in 0..6 so
+            // ties are common.
+            let mut rows = Vec::new();
+            for i in 0..1200i64 {
+                let k = if random.below(4) < 3 {
+                    0
+                } else {
+                    1 + random.below(4) as i64
+                };
+                rows.push((k, i / 30, random.below(6) as i64));
+            }
+            let mut got = Vec::new();
+            for (b, chunk) in rows.chunks(64).enumerate() {
+                h.push(0, &as_json(chunk));
+                // Rows of the last time seen may still come.
+                h.watermark(chunk.last().map_or(0, |r| r.1) - 1);
+                if b == 4 {
+                    h.restart();
+                }
+                got.extend(h.take());
+            }
+            h.watermark(i64::MAX);
+            h.finish();
+            got.extend(h.take());
+
+            // Naive: sort each group's rows by (v desc, t asc, arrival), keep the first n, or
+            // every row tied with the n-th on (v, t).
+            // Per (k, t): each row's (v, t, arrival).
+            type Group = Vec<(i64, i64, usize)>;
+            let mut groups: BTreeMap<(i64, i64), Group> = BTreeMap::new();
+            for (arrival, (k, t, v)) in rows.iter().enumerate() {
+                groups.entry((*k, *t)).or_default().push((*v, *t, arrival));
+            }
+            let mut expected = Vec::new();
+            for ((k, _), mut g) in groups {
+                g.sort_by_key(|&(v, t, arrival)| (std::cmp::Reverse(v), t, arrival));
+                let nth = g.get(n - 1).map(|&(v, t, _)| (v, t));
+                for (i, &(v, t, _)) in g.iter().enumerate() {
+                    if i < n || (ties && Some((v, t)) == nth) {
+                        expected.push(json!({"k": k, "t": t, "v": v}));
+                    }
+                }
+            }
+            assert!(expected.len() > 60, "{} rows", expected.len());
+            assert_eq!(multiset(got), multiset(expected), "n {n}, ties {ties}");
+        }
+    }
+
     /// A tumbling window join, inner, restored between watermarks: every pair of the same
     /// key and 10 ms window, each once, and none before the watermark passes its window.
     #[test]
