@@ -22,6 +22,18 @@ mod serve;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turns transparent huge pages off for the process, unless `MIMALLOC_ALLOW_THP` asks mimalloc
+/// for its own choice. mimalloc asks for huge pages for its arenas, so a 2 MiB region is
+/// resident (and zeroed) whole as soon as one byte of it is touched: without them the Nexmark
+/// file jobs peak 35–45% lower at the same speed (BENCHMARKS.md, "Transparent huge pages off by
+/// default"). Called before any thread starts; the flag is the process's, and a failure (a
+/// kernel without THP) changes nothing.
+fn huge_pages_off() {
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        let _ = nix::sys::prctl::set_thp_disable(true);
+    }
+}
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -235,6 +247,7 @@ enum NexmarkCommand {
 }
 
 fn main() -> ExitCode {
+    huge_pages_off();
     let cli = Cli::parse();
     init_logging();
     match cli.command {

@@ -213,12 +213,18 @@ fn ctrl_c_stops_the_sources_drains_and_flushes() {
         assert!(Instant::now() < deadline, "no output after 60 s");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // weir turns transparent huge pages off for itself (checked below, once the child is
+    // stopped, where the kernel shows the flag).
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
     let out = child.wait_with_output().unwrap();
+    if let Some(thp) = status.lines().find(|l| l.starts_with("THP_enabled:")) {
+        assert_eq!(thp.split_whitespace().nth(1), Some("0"), "{thp}");
+    }
     assert!(
         out.status.success(),
         "{}",
