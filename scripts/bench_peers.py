@@ -3,8 +3,8 @@
 
 Both engines run each Nexmark query over the same JSON-lines file. For every query the script
 first checks that they produce the same rows (one untimed run each, writing to files), then
-times interleaved runs (Flink, weir, Flink, weir, ...) with each engine's blackhole sink, and
-prints medians: Flink's net job runtime, weir's whole-process wall time, their ratio, and the
+times interleaved runs (Flink, weir, Flink, weir, ...) with each engine's blackhole sink, each
+run started once the machine is idle, and prints medians: Flink's net job runtime, weir's whole-process wall time, their ratio, and the
 peak memory (maximum resident set) of each.
 
 Layout:
@@ -186,6 +186,30 @@ def run_flink(engines: Engines, query: str, out: Path | None) -> dict:
     return json.loads(lines[-1])
 
 
+def cpu_busy_and_total() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far, in ticks (the first line of /proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+def settle(max_wait: float = 3.0, idle_share: float = 0.9) -> None:
+    """Waits, up to max_wait seconds, until the machine's cores were idle for a fifth of a second.
+
+    A timed run then starts after the previous one's processes have finished exiting (a Flink
+    JVM takes a moment to hand back its 1-3 GiB), so that neither engine's time includes the
+    other's teardown.
+    """
+    deadline = time.monotonic() + max_wait
+    while time.monotonic() < deadline:
+        busy0, total0 = cpu_busy_and_total()
+        time.sleep(0.2)
+        busy1, total1 = cpu_busy_and_total()
+        if total1 > total0 and (busy1 - busy0) / (total1 - total0) <= 1 - idle_share:
+            return
+
+
 def run_weir(engines: Engines, query: str, out: Path | None) -> tuple[float, float]:
     """One weir run of jobs/nexmark/<query>-jsonl.yaml: (wall seconds, peak RSS in MiB).
 
@@ -358,11 +382,14 @@ def main(args: argparse.Namespace) -> None:
 
     # Interleaved: each run of a query on Flink is followed by one on weir, and every query
     # gets its first run before any gets its second, so that a slow spell of a shared machine
-    # falls on both engines and on many queries rather than on one cell.
+    # falls on both engines and on many queries rather than on one cell. Each run waits for an
+    # idle machine first (`settle`).
     results = {q: Timings() for q in queries}
     for run in range(args.runs):
         for query in queries:
+            settle()
             flink = run_flink(engines, query, None)
+            settle()
             wall, peak = run_weir(engines, query, None)
             t = results[query]
             t.flink_s.append(flink["net_ms"] / 1000)
