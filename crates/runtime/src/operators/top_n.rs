@@ -5,8 +5,9 @@
 //! rows (or, with ties, every row tied with the `n`-th) sorted by their memcomparable sort key.
 //! A row that cannot enter is rejected before it is copied, so a group costs at most `n` rows
 //! of state however many arrive; within a batch, each group's rows are first narrowed to the
-//! batch's own best `n`, so state sees one update per group and batch. With `n: 1` and ties this is "the maximum per window joined
-//! back to its rows" (Nexmark q5, q7); with `n: 1` and tie-breakers, "the winner" (q4, q9).
+//! batch's own best `n`, so state sees one update per group and batch. With `n: 1` and ties
+//! this is "the maximum per window joined back to its rows" (Nexmark q5, q7); with `n: 1` and
+//! tie-breakers, "the winner" (q4, q9).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -169,20 +170,22 @@ impl Operator for TopN {
             return Ok(());
         }
 
-        // Encode the candidates' rows only: row `i` is at `taken.binary_search(i)`.
+        // Encode the candidates' rows only: batch row `i` is encoded row
+        // `taken.binary_search(i)` (every candidate is among them).
         let mut taken: Vec<u32> = groups
             .iter()
             .flat_map(|g| g.rows.iter().map(|&(_, i)| i as u32))
             .collect();
         taken.sort_unstable();
+        let taken = UInt32Array::from(taken);
         let rows = if taken.len() == batch.num_rows() {
             self.rows.encode(&batch)?
         } else {
-            let indices = UInt32Array::from(taken.clone());
-            self.rows.encode(&take_record_batch(&batch, &indices)?)?
+            self.rows.encode(&take_record_batch(&batch, &taken)?)?
         };
+        let positions = taken.values();
         let row = |i: usize| {
-            let at = taken.binary_search(&(i as u32)).unwrap_or_default();
+            let at = positions.binary_search(&(i as u32)).unwrap_or_default();
             rows.row(at).data().to_vec()
         };
 
