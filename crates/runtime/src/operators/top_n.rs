@@ -170,24 +170,24 @@ impl Operator for TopN {
             return Ok(());
         }
 
-        // Encode the candidates' rows only: batch row `i` is encoded row
-        // `taken.binary_search(i)` (every candidate is among them).
+        // Encode the candidates' rows only, in batch order: batch row `i` is encoded row
+        // `position[i]`.
         let mut taken: Vec<u32> = groups
             .iter()
             .flat_map(|g| g.rows.iter().map(|&(_, i)| i as u32))
             .collect();
         taken.sort_unstable();
+        let mut position = vec![usize::MAX; batch.num_rows()];
+        for (at, &i) in taken.iter().enumerate() {
+            position[i as usize] = at;
+        }
         let taken = UInt32Array::from(taken);
         let rows = if taken.len() == batch.num_rows() {
             self.rows.encode(&batch)?
         } else {
             self.rows.encode(&take_record_batch(&batch, &taken)?)?
         };
-        let positions = taken.values();
-        let row = |i: usize| {
-            let at = positions.binary_search(&(i as u32)).unwrap_or_default();
-            rows.row(at).data().to_vec()
-        };
+        let row = |i: usize| rows.row(position[i]).data().to_vec();
 
         let mut ns = Vec::with_capacity(8);
         for group in &groups {
