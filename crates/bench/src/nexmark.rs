@@ -29,6 +29,9 @@ pub enum Compare {
     TwoPhase,
     /// `window-slicing` on beside off.
     Slicing,
+    /// `projection-pushdown` on beside off (JSON-lines source: only the columns some node
+    /// reads are decoded, beside all of them).
+    Projection,
     /// The query written in SQL (`jobs/nexmark/sql/`) beside its hand-written YAML twin
     /// (generator source only).
     Sql,
@@ -40,6 +43,7 @@ impl Compare {
             Compare::Chaining => "chaining",
             Compare::TwoPhase => "two-phase-aggregation",
             Compare::Slicing => "window-slicing",
+            Compare::Projection => "projection-pushdown",
             Compare::Sql => "",
         }
     }
@@ -50,6 +54,7 @@ impl Compare {
             Compare::Chaining => ("chained", "unchained"),
             Compare::TwoPhase => ("two-phase", "one-phase"),
             Compare::Slicing => ("sliced", "whole"),
+            Compare::Projection => ("projected", "all-columns"),
             Compare::Sql => ("sql", "yaml"),
         }
     }

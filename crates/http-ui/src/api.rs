@@ -469,12 +469,19 @@ async fn tail(
     let live = job.state().is_live();
     let mut subtasks = Vec::with_capacity(n.subtasks.len());
     let mut encoder = weir_runtime::format::json::JsonEncoder::new();
+    // A source's columns that nothing reads are not decoded (projection pushdown): not shown.
+    let plan = job.plan();
+    let planned = plan.nodes.iter().find(|p| p.name == node);
     for (k, t) in n.subtasks.iter().enumerate() {
         if live {
             t.tail.watch(TAIL_WATCH_MS);
         }
         let mut rows = Vec::new();
         for batch in t.tail.rows() {
+            let batch = match planned {
+                Some(p) => p.without_unread(batch),
+                None => batch,
+            };
             let mut out = Vec::new();
             encoder
                 .encode(&batch, &mut out)

@@ -62,4 +62,13 @@ pub trait SourceFactory: Send + Sync {
     fn checkpoint_complete(&self, states: Vec<serde_json::Value>) {
         let _ = states;
     }
+
+    /// Projection pushdown, offered once at planning: `read[port][column]` says whether
+    /// anything downstream reads that column of that port (the event-time column always
+    /// counts as read). A source that can skip building the others returns a factory that
+    /// does, their columns then arriving all null; the default builds every column.
+    fn project(&self, read: &[Vec<bool>]) -> Option<std::sync::Arc<dyn SourceFactory>> {
+        let _ = read;
+        None
+    }
 }

@@ -119,7 +119,20 @@ fn build_spec(
     if !problems.is_empty() {
         return Err(src.error(problems));
     }
-    let mut plan = assemble(spec, &defs, compiled, &order);
+    let mut reads = if spec.projection_pushdown {
+        super::projection::source_reads(&defs, &compiled, &order)
+    } else {
+        Vec::new()
+    };
+    for (i, read) in reads.iter_mut().enumerate() {
+        if let (Some(columns), Compiled::Source { factory, .. }) = (&*read, &mut compiled[i]) {
+            match factory.project(columns) {
+                Some(projected) => *factory = projected,
+                None => *read = None,
+            }
+        }
+    }
+    let mut plan = assemble(spec, &defs, compiled, &order, reads);
     plan.env_values = env_values.to_vec();
     Ok(plan)
 }
@@ -1051,6 +1064,7 @@ fn assemble(
     defs: &[Def<'_>],
     mut compiled: Vec<Compiled>,
     order: &[usize],
+    mut reads: Vec<Option<Vec<Vec<bool>>>>,
 ) -> Plan {
     let job_parallelism = spec.parallelism as usize;
     let virtual_def = |c: &Compiled| matches!(c, Compiled::KeyBy { .. } | Compiled::Union { .. });
@@ -1167,6 +1181,7 @@ fn assemble(
             ports,
             factory,
             queryable: queryable_of,
+            read: reads.get_mut(i).and_then(Option::take),
         });
     }
     Plan {
@@ -1217,6 +1232,7 @@ fn insert_local_phases(
             ports: vec![(String::new(), phase.schema.clone())],
             factory: Factory::Operator(factory),
             queryable: None,
+            read: None,
         };
         *edge = PlanEdge {
             from: nodes.len(),

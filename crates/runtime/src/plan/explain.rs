@@ -61,7 +61,7 @@ impl Plan {
             if let Some(t) = timers {
                 let _ = writeln!(out, "  timers: {t}");
             }
-            for (port, schema) in &node.ports {
+            for (p, (port, schema)) in node.ports.iter().enumerate() {
                 let columns: Vec<String> = schema
                     .fields()
                     .iter()
@@ -79,6 +79,22 @@ impl Plan {
                     format!("port {port}")
                 };
                 let _ = writeln!(out, "  {label}: {}", columns.join(", "));
+                // Projection pushdown: the columns nothing reads are not built (left null).
+                let read = node.read.as_ref().and_then(|r| r.get(p));
+                if let Some(read) = read.filter(|r| r.contains(&true)) {
+                    let built: Vec<&str> = schema
+                        .fields()
+                        .iter()
+                        .zip(read)
+                        .filter(|(_, r)| **r)
+                        .map(|(f, _)| f.name().as_str())
+                        .collect();
+                    let _ = writeln!(
+                        out,
+                        "    decodes only {} (nothing reads the rest)",
+                        built.join(", ")
+                    );
+                }
             }
         }
         out

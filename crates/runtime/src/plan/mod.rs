@@ -14,6 +14,8 @@
 //!   checks several kinds share. A transform kind is `operators/<kind>.rs` (running it),
 //!   `nodes/<kind>.rs` (planning it) and its line in the registry.
 //! - [`chaining`]: which nodes run chained in one task.
+//! - `projection`: which columns of each source port anything reads, offered to the source
+//!   so that it builds only those (projection pushdown).
 //! - `sql`: `kind: sql` nodes, planned before the rest into the kinds above (a query becomes
 //!   the nodes a person would write); `explain`: a plan as text (`weir explain`).
 //!
@@ -25,6 +27,7 @@ pub mod build;
 pub mod chaining;
 mod explain;
 mod nodes;
+mod projection;
 mod sql;
 
 use std::sync::Arc;
@@ -90,6 +93,29 @@ pub struct PlanNode {
     pub factory: Factory,
     /// Keyed operators: the states declared `queryable`, and how to read them.
     pub queryable: Option<Arc<crate::query::QueryableNode>>,
+    /// Sources: the columns built per port, where projection pushdown left some out (see
+    /// `projection`); `None`: all of them.
+    pub read: Option<Vec<Vec<bool>>>,
+}
+
+impl PlanNode {
+    /// `batch`, one of this node's output batches, without the columns projection pushdown
+    /// left unbuilt (all null, read by nothing): what a view of the node's rows should show.
+    pub fn without_unread(&self, batch: arrow_array::RecordBatch) -> arrow_array::RecordBatch {
+        let Some(read) = &self.read else {
+            return batch;
+        };
+        let port = self.ports.iter().position(|(_, schema)| {
+            Arc::ptr_eq(schema, &batch.schema()) || schema.fields() == batch.schema().fields()
+        });
+        let Some(read) = port.and_then(|p| read.get(p)) else {
+            return batch;
+        };
+        let kept: Vec<usize> = (0..batch.num_columns())
+            .filter(|&c| read.get(c).copied().unwrap_or(true))
+            .collect();
+        batch.project(&kept).unwrap_or(batch)
+    }
 }
 
 /// A planned job: nodes in topological order (every edge goes from a lower to a higher index).

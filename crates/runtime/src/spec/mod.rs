@@ -81,6 +81,12 @@ pub struct JobSpec {
     /// fires. Results are the same either way; turn off to compare.
     #[serde(default = "default_true")]
     pub window_slicing: bool,
+    /// Let sources build only the columns some operator or sink reads (projection pushdown):
+    /// a JSON-lines source then skips the other fields' values like undeclared ones, so a
+    /// value of the wrong type in a field nothing reads is no longer an error. Results are the
+    /// same either way; turn off to compare, or to have every declared field checked.
+    #[serde(default = "default_true")]
+    pub projection_pushdown: bool,
     /// Most records in one batch moved between tasks.
     #[serde(default = "default_batch_size")]
     #[schemars(range(min = 1, max = 1048576))]

@@ -141,6 +141,7 @@ impl JsonlSource {
         let decoding = Decoding {
             layout: layout.clone(),
             want: want.to_vec(),
+            read: Vec::new(),
             on_error: spec.on_error,
             batch_size: batch_size.max(1),
         };
@@ -155,6 +156,13 @@ impl JsonlSource {
             threads: 0,
             ahead: None,
         }
+    }
+
+    /// Builds only the columns `read` marks (per port; see [`JsonDecoder::reading`]).
+    pub fn reading(mut self, read: &[Vec<bool>]) -> Self {
+        self.decoding.read = read.to_vec();
+        self.lines = self.decoding.decoder();
+        self
     }
 
     /// Decodes on `threads` threads of the subtask's own, ahead of what it emits; 0 or 1
@@ -257,6 +265,8 @@ impl Source for JsonlSource {
 struct Decoding {
     layout: JsonLayout,
     want: Vec<bool>,
+    /// The columns built per port; empty: all of them.
+    read: Vec<Vec<bool>>,
     on_error: OnError,
     batch_size: usize,
 }
@@ -264,7 +274,8 @@ struct Decoding {
 impl Decoding {
     fn decoder(&self) -> LineDecoder {
         LineDecoder {
-            decoder: JsonDecoder::new(&self.layout, &self.want, self.batch_size),
+            decoder: JsonDecoder::new(&self.layout, &self.want, self.batch_size)
+                .reading(&self.read),
             on_error: self.on_error,
             batch_size: self.batch_size,
         }
@@ -420,6 +431,8 @@ pub struct JsonlSourceFactory {
     spec: JsonlSourceSpec,
     layout: JsonLayout,
     files: std::sync::Mutex<Vec<(PathBuf, u64)>>,
+    /// The columns built per port (see [`JsonDecoder::reading`]); empty: all of them.
+    read: Vec<Vec<bool>>,
 }
 
 impl JsonlSourceFactory {
@@ -428,6 +441,7 @@ impl JsonlSourceFactory {
             spec: spec.clone(),
             layout,
             files: std::sync::Mutex::new(Vec::new()),
+            read: Vec::new(),
         }
     }
 }
@@ -444,6 +458,13 @@ impl crate::api::SourceFactory for JsonlSourceFactory {
             .lock()
             .map_err(|_| OperatorError::Internal("file list lock poisoned".into()))? = files;
         Ok(Some(total))
+    }
+
+    fn project(&self, read: &[Vec<bool>]) -> Option<Arc<dyn crate::api::SourceFactory>> {
+        Some(Arc::new(Self {
+            read: read.to_vec(),
+            ..Self::new(&self.spec, self.layout.clone())
+        }))
     }
 
     fn create(&self, ctx: &crate::api::SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
@@ -465,6 +486,7 @@ impl crate::api::SourceFactory for JsonlSourceFactory {
                     ctx.batch_size,
                     ctx.metrics.clone(),
                 )
+                .reading(&self.read)
                 .with_decode_threads(threads),
             ));
         }
@@ -483,6 +505,7 @@ impl crate::api::SourceFactory for JsonlSourceFactory {
                 ctx.batch_size,
                 ctx.metrics.clone(),
             )
+            .reading(&self.read)
             .with_decode_threads(threads),
         ))
     }

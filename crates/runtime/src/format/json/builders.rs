@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use arrow_array::{
     ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMillisecondArray,
+    new_null_array,
 };
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 
@@ -222,6 +223,13 @@ pub(crate) enum Column {
     Timestamp(Primitive<i64>),
     String(Strings),
     Bool(Bools),
+    /// A column nothing downstream reads (projection pushdown, see
+    /// [`JsonDecoder::reading`](super::JsonDecoder::reading)): its values are skipped like
+    /// undeclared ones, and it becomes an all-null column of its declared type, `len` long.
+    Unread {
+        ty: ScalarType,
+        len: usize,
+    },
 }
 
 impl Column {
@@ -238,6 +246,18 @@ impl Column {
         }
     }
 
+    /// The declared type of a column being built (`None` for one already unread).
+    pub(crate) fn scalar_type(&self) -> Option<ScalarType> {
+        match self {
+            Column::Int(_) => Some(ScalarType::Int),
+            Column::Float(_) => Some(ScalarType::Float),
+            Column::Timestamp(_) => Some(ScalarType::Timestamp),
+            Column::String(_) => Some(ScalarType::String),
+            Column::Bool(_) => Some(ScalarType::Bool),
+            Column::Unread { .. } => None,
+        }
+    }
+
     /// Values (including nulls) appended so far.
     #[inline]
     pub(crate) fn len(&self) -> usize {
@@ -246,6 +266,7 @@ impl Column {
             Column::Float(c) => c.values.len(),
             Column::String(c) => c.len(),
             Column::Bool(c) => c.values.len,
+            Column::Unread { len, .. } => *len,
         }
     }
 
@@ -255,6 +276,7 @@ impl Column {
             Column::Float(c) => c.push_null(),
             Column::String(c) => c.push_null(),
             Column::Bool(c) => c.push_null(),
+            Column::Unread { len, .. } => *len += 1,
         }
     }
 
@@ -268,6 +290,7 @@ impl Column {
                 c.values.truncate(len);
                 c.validity.truncate(len);
             }
+            Column::Unread { len: n, .. } => *n = len.min(*n),
         }
     }
 
@@ -305,6 +328,7 @@ impl Column {
                 let values = std::mem::replace(&mut c.values, BitVec::with_capacity(capacity));
                 Arc::new(BooleanArray::new(values.finish(), c.validity.finish()))
             }
+            Column::Unread { ty, len } => new_null_array(&ty.data_type(), std::mem::take(len)),
         }
     }
 }

@@ -105,8 +105,14 @@ pub(super) struct ObjectPlan {
 
 #[derive(Debug)]
 pub(super) enum FieldPlan {
-    Column { index: usize, path: Box<str> },
+    Column {
+        index: usize,
+        path: Box<str>,
+    },
     Object(ObjectPlan),
+    /// A declared field nothing reads (see [`JsonDecoder::reading`]): skipped like an
+    /// undeclared one; its columns stay null.
+    Skip,
 }
 
 impl ObjectPlan {
@@ -138,6 +144,25 @@ impl ObjectPlan {
             keys: KeyTable::new(fields.keys().map(String::as_str)),
             fields: plans,
         }
+    }
+
+    /// Turns the fields whose columns are all unread into [`FieldPlan::Skip`]; yields whether
+    /// any column of the object is read. (Recursion as deep as the declared layout, as in
+    /// [`ObjectPlan::compile`].)
+    fn skip_unread(&mut self, read: &[bool]) -> bool {
+        let mut any = false;
+        for field in &mut self.fields {
+            let keep = match field {
+                FieldPlan::Column { index, .. } => read.get(*index).copied().unwrap_or(true),
+                FieldPlan::Object(nested) => nested.skip_unread(read),
+                FieldPlan::Skip => false,
+            };
+            if !keep {
+                *field = FieldPlan::Skip;
+            }
+            any |= keep;
+        }
+        any
     }
 }
 
@@ -185,6 +210,27 @@ impl JsonDecoder {
             scan: true,
             scanned: 0,
         }
+    }
+
+    /// Builds only the columns that are read: `read[port][column]` false makes that column
+    /// all null and its values are skipped as if undeclared (a missing entry means read). This
+    /// is projection pushdown, as Flink's JSON format does it: a value nothing reads is not
+    /// converted, so a value of the wrong type there is no longer an error, while the line must
+    /// still be well-formed JSON.
+    pub fn reading(mut self, read: &[Vec<bool>]) -> Self {
+        let plans: Vec<&mut ObjectPlan> = match &mut self.root {
+            Root::Single(plan) => vec![plan],
+            Root::Variants { plans, .. } => plans.iter_mut().collect(),
+        };
+        for ((plan, builder), read) in plans.into_iter().zip(&mut self.builders).zip(read) {
+            plan.skip_unread(read);
+            for (column, &read) in builder.columns.iter_mut().zip(read) {
+                if !read && let Some(ty) = column.scalar_type() {
+                    *column = Column::Unread { ty, len: 0 };
+                }
+            }
+        }
+        self
     }
 
     /// Decodes every line with serde_json alone, without the byte scanner that otherwise takes
@@ -482,6 +528,9 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
                         error: &mut *error,
                     })?;
                 }
+                Some(FieldPlan::Skip) => {
+                    map.next_value::<IgnoredAny>()?;
+                }
                 Some(FieldPlan::Object(nested)) => {
                     map.next_value_seed(ObjectSeed {
                         plan: nested,
@@ -730,6 +779,9 @@ impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, '_> {
                 path,
                 error,
             }),
+            // Unread columns are skipped by their field plans; were one reached, its value
+            // would be skipped too.
+            Column::Unread { .. } => d.deserialize_ignored_any(IgnoredAny).map(|_| ()),
         }
     }
 }

@@ -232,7 +232,7 @@ impl<'a> Scanner<'a> {
                 expected = i + 1;
             }
             match field.map(|i| &plan.fields[i]) {
-                None => self.skip_value()?,
+                None | Some(FieldPlan::Skip) => self.skip_value()?,
                 Some(FieldPlan::Column { index, .. }) => {
                     let column = columns.get_mut(*index)?;
                     if column.len() > rows {

@@ -1167,3 +1167,95 @@ fn the_scanner_takes_every_generated_nexmark_line() {
     };
     assert_eq!(texts(&mut decoder), texts(&mut reference));
 }
+
+/// Projection pushdown: a decoder that builds only some columns builds them exactly as the
+/// full decoder does, leaves the others null, and refuses no line the full decoder takes.
+#[test]
+fn a_projected_decoder_builds_its_columns_as_the_full_one_and_nulls_the_rest() {
+    let mut rng = Rng::new(27);
+    let [(single_layout, _), (variants_layout, _)] = differential_layouts();
+    // Single layout columns: i, f, s, b, t, o.i, o.o.s; variants: bid as single, then person
+    // (i, s), auction (t, unwanted).
+    let cases = [
+        (
+            single_layout.clone(),
+            vec![vec![true, false, true, false, true, false, true]],
+        ),
+        // Every column of the nested object unread: the whole object is skipped.
+        (
+            single_layout,
+            vec![vec![false, true, false, true, false, false, false]],
+        ),
+        (
+            variants_layout,
+            vec![
+                vec![false, false, true, false, true, true, false],
+                vec![true, false],
+                vec![false],
+            ],
+        ),
+    ];
+    for (layout, read) in cases {
+        let want: Vec<bool> = (0..read.len()).map(|p| p < 2).collect();
+        let mut full = JsonDecoder::new(&layout, &want, 4).serde_only();
+        let mut projected = JsonDecoder::new(&layout, &want, 4).reading(&read);
+        let mut projected_serde = JsonDecoder::new(&layout, &want, 4)
+            .serde_only()
+            .reading(&read);
+        let (mut rows, mut taken_only_projected) = (0, 0);
+        for _ in 0..20_000 {
+            let line = random_line(&mut rng);
+            let at = String::from_utf8_lossy(&line).into_owned();
+            let expected = full.decode_line(&line);
+            let got = projected.decode_line(&line);
+            // The scanner and serde_json agree on projected decoders too.
+            assert_eq!(
+                got.as_ref().map_err(ToString::to_string),
+                projected_serde
+                    .decode_line(&line)
+                    .as_ref()
+                    .map_err(ToString::to_string),
+                "{at}"
+            );
+            match (&expected, &got) {
+                (Ok(e), Ok(g)) => assert_eq!(e, g, "{at}"),
+                (Ok(_), Err(e)) => panic!("the projected decoder refused {at}: {e}"),
+                (Err(_), Ok(Decoded::Row { .. })) => taken_only_projected += 1,
+                _ => {}
+            }
+            let (full_batches, got_batches) = (full.flush(), projected.flush());
+            projected_serde.flush();
+            if !matches!(expected, Ok(Decoded::Row { .. })) {
+                continue;
+            }
+            rows += 1;
+            let [(port, e)] = full_batches.as_slice() else {
+                panic!("one row expected: {at}");
+            };
+            let [(got_port, g)] = got_batches.as_slice() else {
+                panic!("one row expected: {at}");
+            };
+            assert_eq!(port, got_port);
+            for (c, read) in read[*port].iter().enumerate() {
+                if *read {
+                    assert_eq!(
+                        g.column(c).as_ref(),
+                        e.column(c).as_ref(),
+                        "{at}: column {c}"
+                    );
+                } else {
+                    assert_eq!(g.column(c).null_count(), 1, "{at}: column {c}");
+                    assert_eq!(g.column(c).data_type(), e.column(c).data_type());
+                }
+            }
+        }
+        assert!(rows > 1_000, "{rows} rows");
+        // Values of the wrong type in unread fields are skipped, not refused.
+        assert!(taken_only_projected > 50, "{taken_only_projected}");
+        assert!(
+            projected.lines_scanned() > 500,
+            "{}",
+            projected.lines_scanned()
+        );
+    }
+}

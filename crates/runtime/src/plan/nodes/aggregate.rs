@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Compiled, Planned, Planner, QueryShape};
+use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of_calls};
 use crate::operators::accumulators::Accumulators;
 use crate::operators::aggregate::{AggCall, Aggregate};
 use crate::operators::keyed::KeyEncoder;
@@ -45,6 +45,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
         }
     }
     let out = Aggregate::output_schema(&keys, &names, &calls);
+    let read = columns_of_calls(&calls);
     let schema = out.clone();
     let aggs = Arc::new(Accumulators { calls });
     let local = p.local_phase(&keys, &aggs, None);
@@ -66,6 +67,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
         }),
     );
     planned.local = local;
+    planned.reads = Some(Reads::only(vec![read]));
     planned.state_ttl = a.state_ttl;
     planned.query_shape = Some(QueryShape {
         kind: "aggregate",

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_schema::DataType;
 
-use super::{Compiled, Planned, Planner, sql_type};
+use super::{Compiled, Planned, Planner, Reads, sql_type};
 use crate::expr::Expr;
 use crate::operators::filter::Filter;
 use crate::spec::FilterSpec;
@@ -27,8 +27,11 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, f: &FilterSpec) -> Option<Compiled> 
             return None;
         }
     };
-    Some(Compiled::Operator(Planned::stateless(
+    let reads = Reads::through(predicate.columns(), 0..schema.fields().len());
+    let mut planned = Planned::stateless(
         schema,
         Arc::new(move |_| Ok(Box::new(Filter::new(predicate.clone())))),
-    )))
+    );
+    planned.reads = Some(reads);
+    Some(Compiled::Operator(planned))
 }

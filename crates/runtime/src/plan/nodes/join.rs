@@ -41,6 +41,10 @@ pub(super) fn planned(
     until: [Option<Expr>; 2],
 ) -> Planned {
     let out = pruned.projection.schema.clone();
+    let mut reads = pruned.reads;
+    for (read, until) in reads.always.iter_mut().zip(&until) {
+        read.extend(until.iter().flat_map(|u| u.columns()));
+    }
     let def = Arc::new(JoinDef {
         inputs: pruned.inputs,
         keep: pruned.keep,
@@ -49,7 +53,7 @@ pub(super) fn planned(
         condition: pruned.condition,
         projection: pruned.projection,
     });
-    Planned::keyed(
+    let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
             Ok(Box::new(
@@ -64,5 +68,7 @@ pub(super) fn planned(
                 .restored(ctx.restore.as_deref()),
             ))
         }),
-    )
+    );
+    planned.reads = Some(reads);
+    planned
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow_schema::{Field, Schema};
 
-use super::{Compiled, Planned, Planner};
+use super::{Compiled, Planned, Planner, Reads};
 use crate::expr::Expr;
 use crate::operators::map::Map;
 use crate::spec::MapSpec;
@@ -27,9 +27,18 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, m: &MapSpec) -> Option<Compiled> {
     }
     let schema = Arc::new(Schema::new(fields));
     let out = schema.clone();
+    let reads = Reads {
+        always: vec![Default::default()],
+        outputs: exprs
+            .iter()
+            .map(|e| e.columns().into_iter().map(|c| (0, c)).collect())
+            .collect(),
+    };
     let columns: Arc<[Expr]> = exprs.into();
-    Some(Compiled::Operator(Planned::stateless(
+    let mut planned = Planned::stateless(
         schema,
         Arc::new(move |_| Ok(Box::new(Map::new(columns.clone(), out.clone())))),
-    )))
+    );
+    planned.reads = Some(reads);
+    Some(Compiled::Operator(planned))
 }

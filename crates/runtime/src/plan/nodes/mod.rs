@@ -22,6 +22,7 @@ mod union;
 pub(super) mod window_aggregate;
 mod window_join;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -106,6 +107,50 @@ pub(super) struct Planned {
     /// Two-phase aggregation: the local phase [`super::build`] chains to each producer of the
     /// operator's input (the operator itself then reads partials).
     pub local: Option<Arc<LocalPhase>>,
+    /// Which input columns it reads, for projection pushdown; `None`: all of them.
+    pub reads: Option<Reads>,
+}
+
+/// Which input columns an operator reads, so that sources can leave the others out (see
+/// [`super::projection`]).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Reads {
+    /// Per input: the columns read whatever the consumers read (conditions, keys of order,
+    /// event times, aggregate arguments, a join's kept columns).
+    pub always: Vec<BTreeSet<usize>>,
+    /// Per output column: the `(input, column)`s it is made of, read only when a consumer
+    /// reads that output column.
+    pub outputs: Vec<Vec<(usize, usize)>>,
+}
+
+impl Reads {
+    /// One input whose columns `read` are read, and whose column `through[j]` becomes output
+    /// column `j` (a filter, a top-n, an over-aggregate's input columns).
+    pub(super) fn through(read: BTreeSet<usize>, through: impl IntoIterator<Item = usize>) -> Self {
+        Reads {
+            always: vec![read],
+            outputs: through.into_iter().map(|c| vec![(0, c)]).collect(),
+        }
+    }
+
+    /// Inputs read only in these columns, whatever the consumers read: the output is
+    /// computed from them (aggregates, joins).
+    pub(super) fn only(read: Vec<BTreeSet<usize>>) -> Self {
+        Reads {
+            always: read,
+            outputs: Vec::new(),
+        }
+    }
+}
+
+/// The columns the expressions read.
+pub(super) fn columns_of<'e>(exprs: impl IntoIterator<Item = &'e Expr>) -> BTreeSet<usize> {
+    exprs.into_iter().flat_map(Expr::columns).collect()
+}
+
+/// The columns the aggregate calls read.
+pub(super) fn columns_of_calls(calls: &[AggCall]) -> BTreeSet<usize> {
+    columns_of(calls.iter().flat_map(|c| &c.args))
 }
 
 impl Planned {
@@ -117,6 +162,7 @@ impl Planned {
             query_shape: None,
             queryable: None,
             local: None,
+            reads: None,
         }
     }
 
@@ -128,6 +174,7 @@ impl Planned {
             query_shape: None,
             queryable: None,
             local: None,
+            reads: None,
         }
     }
 }
@@ -467,6 +514,10 @@ impl Planner<'_, '_> {
         };
         let projection = self.projection(columns, &joined)?;
         Some(PrunedJoin {
+            reads: Reads::only(vec![
+                keep_l.iter().copied().collect(),
+                keep_r.iter().copied().collect(),
+            ]),
             inputs: [lp, rp],
             joined,
             condition,
@@ -478,6 +529,8 @@ impl Planner<'_, '_> {
 
 /// A join over the columns its condition and output read (see [`Planner::pruned_join`]).
 pub(super) struct PrunedJoin {
+    /// What the join reads of its inputs: each side's kept columns.
+    pub reads: Reads,
     /// Each side's rows as kept.
     pub inputs: [SchemaRef; 2],
     /// Both pruned sides side by side (and the window bounds, for window joins).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow_schema::{Field, Schema};
 
-use super::{Compiled, Planned, Planner, split_direction};
+use super::{Compiled, Planned, Planner, Reads, columns_of, columns_of_calls, split_direction};
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::over_aggregate::{OverAggregate, OverAggregateDef};
 use crate::spec::OverAggregateSpec;
@@ -31,6 +31,11 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
             .map(|(n, c)| Field::new(n, c.data_type.clone(), true)),
     );
     let out = Arc::new(Schema::new(fields));
+    let mut read = columns_of(order.iter().map(|(e, _)| e));
+    read.extend(time.iter().flat_map(|t| t.columns()));
+    read.extend(columns_of_calls(&calls));
+    let mut reads = Reads::through(read, 0..schema.fields().len());
+    reads.outputs.resize(out.fields().len(), Vec::new());
     let def = Arc::new(OverAggregateDef {
         time: time?,
         order,
@@ -39,7 +44,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
         input: schema,
         schema: out.clone(),
     });
-    Some(Compiled::Operator(Planned::keyed(
+    let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
             Ok(Box::new(OverAggregate::new(
@@ -49,5 +54,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
                 ctx.metrics.clone(),
             )?))
         }),
-    )))
+    );
+    planned.reads = Some(reads);
+    Some(Compiled::Operator(planned))
 }

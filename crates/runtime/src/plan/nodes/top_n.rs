@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Compiled, Planned, Planner};
+use super::{Compiled, Planned, Planner, Reads, columns_of};
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::top_n::{TopN, TopNDef};
 use crate::spec::TopNSpec;
@@ -33,6 +33,9 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
         }
     };
     let out = Arc::new(schema.project(&columns).ok()?);
+    let mut read = columns_of(order.iter().map(|(e, _)| e));
+    read.extend(fire_at.iter().flat_map(|t| t.columns()));
+    let reads = Reads::through(read, columns.iter().copied());
     let def = Arc::new(TopNDef {
         order,
         n: t.n.max(1) as usize,
@@ -42,7 +45,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
         columns,
         schema: out.clone(),
     });
-    Some(Compiled::Operator(Planned::keyed(
+    let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
             Ok(Box::new(TopN::new(
@@ -52,5 +55,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
                 ctx.metrics.clone(),
             )?))
         }),
-    )))
+    );
+    planned.reads = Some(reads);
+    Some(Compiled::Operator(planned))
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Compiled, Planned, Planner, QueryShape};
+use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of_calls};
 use crate::operators::accumulators::Accumulators;
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::local_aggregate::LocalWindows;
@@ -30,6 +30,8 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
     taken.extend(["window_start".to_string(), "window_end".to_string()]);
     let (names, calls) = p.calls(&w.aggregates, &schema, &taken);
     let out = WindowAggregateDef::output_schema(&keys, &names, &calls);
+    let mut read = columns_of_calls(&calls);
+    read.extend(time.iter().flat_map(|t| t.columns()));
     let def = Arc::new(WindowAggregateDef {
         time: time?,
         windowing: windowing?,
@@ -73,6 +75,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
         }),
     );
     planned.local = local;
+    planned.reads = Some(Reads::only(vec![read]));
     planned.query_shape = Some(QueryShape {
         kind: "window-aggregate",
         values: names,

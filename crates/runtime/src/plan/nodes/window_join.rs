@@ -37,6 +37,10 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compil
         j.columns.as_ref(),
     )?;
     let out = pruned.projection.schema.clone();
+    let mut reads = pruned.reads;
+    for (read, time) in reads.always.iter_mut().zip([&lt, &rt]) {
+        read.extend(time.iter().flat_map(|t| t.columns()));
+    }
     let def = Arc::new(WindowJoinDef {
         inputs: pruned.inputs,
         keep: pruned.keep,
@@ -48,7 +52,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compil
         projection: pruned.projection,
     });
     let keys = [lk, rk];
-    Some(Compiled::Operator(Planned::keyed(
+    let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
             Ok(Box::new(WindowJoin::new(
@@ -61,5 +65,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compil
                 ctx.metrics.clone(),
             )?))
         }),
-    )))
+    );
+    planned.reads = Some(reads);
+    Some(Compiled::Operator(planned))
 }
