@@ -704,9 +704,8 @@ impl<V: StateValue + NotU8> ListState<'_, V> {
     ) -> Result<R, StateError> {
         let v = &mut self.0;
         let slot = SlotRef::new(key, ns);
-        let (r, _) = v.table.modify(v.store, slot, v.now, Vec::new, f)?;
-        v.table.remove_if(v.store, slot, Vec::is_empty);
-        Ok(r)
+        v.table
+            .modify_collection(v.store, slot, v.now, Vec::new, Vec::is_empty, f)
     }
 }
 
@@ -774,9 +773,8 @@ impl<K: MapKey, V: StateValue> MapState<'_, K, V> {
         if v.table.peek(v.store, slot, v.now)?.is_none() {
             return Ok(f(&mut BTreeMap::new()));
         }
-        let (r, _) = v.table.modify(v.store, slot, v.now, BTreeMap::new, f)?;
-        v.table.remove_if(v.store, slot, BTreeMap::is_empty);
-        Ok(r)
+        v.table
+            .modify_collection(v.store, slot, v.now, BTreeMap::new, BTreeMap::is_empty, f)
     }
 
     pub fn remove(

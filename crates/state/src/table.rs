@@ -270,7 +270,11 @@ impl<T: StateValue> Table<T> {
         let r = f(&mut entry.value);
         entry.dirty = true;
         entry.written = now;
-        self.forget_if_absent(store, slot);
+        // A second lookup only when there may be something to forget: for a present value
+        // it would be a second hash and key comparison per update (9.7% of q11's samples).
+        if entry.value.is_none() {
+            self.forget_if_absent(store, slot);
+        }
         self.wrote(store, now);
         Ok(r)
     }
@@ -318,6 +322,28 @@ impl<T: StateValue> Table<T> {
         entry.dirty = true;
         self.forget_if_absent(store, slot);
         Ok(value)
+    }
+
+    /// Changes a list or map in place, creating it with `init` if absent, and drops it if it
+    /// is left empty. Whether it emptied is learnt in place, so a collection left non-empty
+    /// costs one lookup, not two.
+    pub(crate) fn modify_collection<R>(
+        &mut self,
+        store: Option<&Store>,
+        slot: SlotRef<'_>,
+        now: i64,
+        init: impl FnOnce() -> T,
+        empty: impl Fn(&T) -> bool,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, StateError> {
+        let ((r, emptied), _) = self.modify(store, slot, now, init, |value| {
+            let r = f(value);
+            (r, empty(value))
+        })?;
+        if emptied {
+            self.remove_if(store, slot, empty);
+        }
+        Ok(r)
     }
 
     /// Drops an entry that became empty (a list or map with nothing left).
