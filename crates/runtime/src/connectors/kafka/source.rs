@@ -111,6 +111,8 @@ pub struct KafkaSourceFactory {
     node: String,
     /// With a `group-id`: the consumer that commits completed checkpoints' offsets to it.
     committer: std::sync::Mutex<Option<Closing<KafkaConsumer>>>,
+    /// The columns built per port (projection pushdown); empty: all of them.
+    read: Vec<Vec<bool>>,
 }
 
 impl KafkaSourceFactory {
@@ -122,6 +124,7 @@ impl KafkaSourceFactory {
             event_column: spec.event_time.column.clone(),
             node: node.to_owned(),
             committer: std::sync::Mutex::new(None),
+            read: Vec::new(),
         })
     }
 
@@ -163,6 +166,14 @@ impl KafkaSourceFactory {
 impl SourceFactory for KafkaSourceFactory {
     fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
         Ok(None)
+    }
+
+    fn project(&self, read: &[Vec<bool>]) -> Option<Arc<dyn SourceFactory>> {
+        let fresh = Self::new(&self.spec, self.format.clone(), &self.node).ok()?;
+        Some(Arc::new(Self {
+            read: read.to_vec(),
+            ..fresh
+        }))
     }
 
     fn checkpoint_complete(&self, states: Vec<serde_json::Value>) {
@@ -223,7 +234,8 @@ impl SourceFactory for KafkaSourceFactory {
                 &self.spec.metadata,
                 &ctx.want,
                 ctx.batch_size,
-            ),
+            )
+            .reading(&self.read),
             parts,
             topics: self.topics.clone(),
             on_error: self.spec.on_error,

@@ -63,6 +63,8 @@ pub struct NatsSourceFactory {
     node: String,
     /// With `durable`: the task that acknowledges completed checkpoints' sequences to it.
     acker: std::sync::Mutex<Option<Acker>>,
+    /// The columns built per port (projection pushdown); empty: all of them.
+    read: Vec<Vec<bool>>,
 }
 
 impl NatsSourceFactory {
@@ -72,6 +74,7 @@ impl NatsSourceFactory {
             format,
             node: node.to_owned(),
             acker: std::sync::Mutex::new(None),
+            read: Vec::new(),
         }
     }
 
@@ -83,6 +86,13 @@ impl NatsSourceFactory {
 impl SourceFactory for NatsSourceFactory {
     fn prepare(&self, _parallelism: usize) -> Result<Option<u64>, OperatorError> {
         Ok(None)
+    }
+
+    fn project(&self, read: &[Vec<bool>]) -> Option<Arc<dyn SourceFactory>> {
+        Some(Arc::new(Self {
+            read: read.to_vec(),
+            ..Self::new(&self.spec, self.format.clone(), &self.node)
+        }))
     }
 
     fn checkpoint_complete(&self, states: Vec<serde_json::Value>) {
@@ -133,7 +143,8 @@ impl SourceFactory for NatsSourceFactory {
                 &self.spec.metadata,
                 &ctx.want,
                 ctx.batch_size,
-            ),
+            )
+            .reading(&self.read),
             event_columns: partitioned::event_columns(
                 &self.format.ports(&self.spec.metadata),
                 self.spec.event_time.column.as_deref(),

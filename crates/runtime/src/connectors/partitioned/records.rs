@@ -175,6 +175,15 @@ impl<M: MetadataField> RecordDecoder<M> {
         }
     }
 
+    /// Builds only the value columns `read` marks (per port, value columns first; see
+    /// [`JsonDecoder::reading`]); metadata columns are always built.
+    pub fn reading(mut self, read: &[Vec<bool>]) -> Self {
+        if let Values::Json(decoder) = self.values {
+            self.values = Values::Json(decoder.reading(read));
+        }
+        self
+    }
+
     /// Whether a column of `field` is wanted (to skip work for fields nobody reads).
     pub fn wants(&self, field: M) -> bool {
         self.metadata.contains(&field)
@@ -326,6 +335,16 @@ mod tests {
         d.decode(value, |m| record.value(m), part)
     }
 
+    fn ints_of(batch: &arrow_array::RecordBatch, i: usize) -> Vec<i64> {
+        batch
+            .column(i)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("int column")
+            .values()
+            .to_vec()
+    }
+
     #[test]
     fn json_values_get_their_metadata_columns_row_by_row() {
         let layout: JsonLayout =
@@ -353,15 +372,7 @@ mod tests {
         let schema = batch.schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, ["price", "k", "p", "o", "t", "h", "topic"]);
-        let ints = |i: usize| {
-            batch
-                .column(i)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .expect("int column")
-                .values()
-                .to_vec()
-        };
+        let ints = |i: usize| ints_of(batch, i);
         assert_eq!(ints(0), [5, 6]);
         assert_eq!(ints(2), [2, 3]);
         assert_eq!(ints(3), [7, 9]);
@@ -378,6 +389,23 @@ mod tests {
             .expect("headers column");
         assert_eq!(headers.value(0), r#"{"h":"v"}"#);
         assert_eq!(d.buffered(), 0);
+
+        // Projection pushdown: an unread value column stays null, and a value of the wrong
+        // type there is skipped, not refused; the metadata columns are built all the same.
+        let layout: JsonLayout = JsonLayout::Single(
+            serde_json::from_value(yaml("{price: int, note: string}")).expect("layout"),
+        );
+        let read = [vec![true, false, false, true, false, false, false, false]];
+        let mut d =
+            RecordDecoder::new(&ValueFormat::Json(layout), &metadata, &[true], 8).reading(&read);
+        let row = br#"{"price": 7, "note": 12}"#;
+        assert!(decode(&mut d, Some(row), &meta(2, 7, Some(b"a")), 0).expect("row"));
+        let out = d.flush().expect("flush");
+        let batch = &out[0].1;
+        assert_eq!(batch.num_columns(), 8);
+        assert_eq!(ints_of(batch, 0), [7]);
+        assert_eq!(batch.column(1).null_count(), 1);
+        assert_eq!(ints_of(batch, 3), [2]);
         assert!(d.flush().expect("flush").is_empty());
     }
 
