@@ -271,7 +271,7 @@ impl<T: StateValue> Table<T> {
         entry.dirty = true;
         entry.written = now;
         // A second lookup only when there may be something to forget: for a present value
-        // it would be a second hash and key comparison per update (9.7% of q11's samples).
+        // it would be a second hash and key comparison per update.
         if entry.value.is_none() {
             self.forget_if_absent(store, slot);
         }
