@@ -202,8 +202,8 @@ enum Bench {
         data: PathBuf,
     },
     /// Nexmark queries with a blackhole sink, chained beside unchained (or in two aggregation
-    /// phases beside one, sliced windows beside whole ones, SQL beside YAML), from the
-    /// generator and from a JSON-lines file.
+    /// phases beside one, sliced windows beside whole ones, projected sources beside all
+    /// columns, SQL beside YAML), from the generator and from a JSON-lines file.
     Nexmark {
         /// Queries to run (job files jobs/nexmark/<q>.yaml and <q>-jsonl.yaml).
         #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2")]

@@ -1,6 +1,7 @@
 //! `weir bench nexmark`: Nexmark queries with a blackhole sink, chained beside unchained (or
-//! aggregating in two phases beside one, sliced windows beside whole ones, SQL beside YAML),
-//! from the generator and from a JSON-lines file.
+//! aggregating in two phases beside one, sliced windows beside whole ones, sources decoding only
+//! the columns read beside all of them, SQL beside YAML), from the generator and from a
+//! JSON-lines file.
 
 use std::path::PathBuf;
 

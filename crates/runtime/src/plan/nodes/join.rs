@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Compiled, Planned, Planner, PrunedJoin};
+use super::{Compiled, Planned, Planner, PrunedJoin, columns_of};
 use crate::expr::Expr;
 use crate::keys::KeySelector;
 use crate::operators::join::{Join, JoinDef};
@@ -43,7 +43,7 @@ pub(super) fn planned(
     let out = pruned.projection.schema.clone();
     let mut reads = pruned.reads;
     for (read, until) in reads.always.iter_mut().zip(&until) {
-        read.extend(until.iter().flat_map(|u| u.columns()));
+        read.extend(columns_of(until));
     }
     let def = Arc::new(JoinDef {
         inputs: pruned.inputs,

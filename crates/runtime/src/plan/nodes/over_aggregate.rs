@@ -32,7 +32,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
     );
     let out = Arc::new(Schema::new(fields));
     let mut read = columns_of(order.iter().map(|(e, _)| e));
-    read.extend(time.iter().flat_map(|t| t.columns()));
+    read.extend(columns_of(&time));
     read.extend(columns_of_calls(&calls));
     let mut reads = Reads::through(read, 0..schema.fields().len());
     reads.outputs.resize(out.fields().len(), Vec::new());

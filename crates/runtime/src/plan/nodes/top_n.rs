@@ -34,7 +34,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     };
     let out = Arc::new(schema.project(&columns).ok()?);
     let mut read = columns_of(order.iter().map(|(e, _)| e));
-    read.extend(fire_at.iter().flat_map(|t| t.columns()));
+    read.extend(columns_of(&fire_at));
     let reads = Reads::through(read, columns.iter().copied());
     let def = Arc::new(TopNDef {
         order,

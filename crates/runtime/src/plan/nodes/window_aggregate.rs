@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of_calls};
+use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of, columns_of_calls};
 use crate::operators::accumulators::Accumulators;
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::local_aggregate::LocalWindows;
@@ -31,7 +31,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
     let (names, calls) = p.calls(&w.aggregates, &schema, &taken);
     let out = WindowAggregateDef::output_schema(&keys, &names, &calls);
     let mut read = columns_of_calls(&calls);
-    read.extend(time.iter().flat_map(|t| t.columns()));
+    read.extend(columns_of(&time));
     let def = Arc::new(WindowAggregateDef {
         time: time?,
         windowing: windowing?,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, TimeUnit};
 
-use super::{Compiled, Planned, Planner};
+use super::{Compiled, Planned, Planner, columns_of};
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::window_join::{WindowJoin, WindowJoinDef};
 use crate::spec::WindowJoinSpec;
@@ -39,7 +39,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compil
     let out = pruned.projection.schema.clone();
     let mut reads = pruned.reads;
     for (read, time) in reads.always.iter_mut().zip([&lt, &rt]) {
-        read.extend(time.iter().flat_map(|t| t.columns()));
+        read.extend(columns_of(time));
     }
     let def = Arc::new(WindowJoinDef {
         inputs: pruned.inputs,
