@@ -3,7 +3,9 @@
 //! Tumbling and sliding windows keep one set of accumulators per (key, window) in value state,
 //! namespaced by the window, with an event-time timer at the window's last instant. Sessions
 //! keep a key's open sessions in one value state; a record opens `[t, t + gap)` and merges every
-//! session it touches (so a late record can bridge two). When the watermark reaches a window's
+//! session it touches (so a late record can bridge two). A session that only grows at its end
+//! keeps the timer it had, which moves to the new end when it fires ([`WindowAggregate::on_timer`]),
+//! so a busy key's records cost no timer each. When the watermark reaches a window's
 //! end its result is emitted and, without allowed lateness, its state cleared. With allowed
 //! lateness the state stays until `end + lateness`: late records update it and re-emit the
 //! window; records later than that are dropped and counted.
@@ -40,6 +42,14 @@ use crate::expr::Expr;
 
 /// A session: its window and its accumulators.
 type Session = (i64, i64, Vec<Acc>);
+
+/// What a record did to its key's sessions, for their timers.
+enum SessionChange {
+    /// One session, `before`, grew to cover the record.
+    Grew(Window),
+    /// These sessions (none for a record apart from all) merged with the record's own.
+    Merged(Vec<Window>),
+}
 
 /// What a window aggregate is, shared by its subtasks.
 pub struct WindowAggregateDef {
@@ -321,7 +331,7 @@ impl WindowAggregate {
         let mut fresh = new_accs(calls);
         update_all(&mut fresh, calls, args, row)?;
         let watermark = self.watermark;
-        let (merged_away, merged, fired) = self.state.value(&self.sessions_state).update(
+        let (change, merged, fired) = self.state.value(&self.sessions_state).update(
             key,
             NO_NAMESPACE,
             |sessions| -> Result<_, OperatorError> {
@@ -339,7 +349,7 @@ impl WindowAggregate {
                     let fired = (window.max_timestamp() <= watermark).then(|| accs.clone());
                     *session = (window.start, window.end, accs);
                     // Sessions of one key never touch, so growing one keeps the list sorted.
-                    return Ok((vec![before], window, fired));
+                    return Ok((SessionChange::Grew(before), window, fired));
                 }
                 let mut window = own;
                 let mut accs = fresh;
@@ -359,16 +369,32 @@ impl WindowAggregate {
                 kept.push((window.start, window.end, accs));
                 kept.sort_by_key(|s| s.0);
                 *list = kept;
-                Ok((merged_away, window, fired))
+                Ok((SessionChange::Merged(merged_away), window, fired))
             },
         )??;
-        for w in &merged_away {
-            if *w != merged {
-                self.delete_timers(key, w)?;
+        match change {
+            SessionChange::Grew(before) if before == merged => {}
+            // Grown at its end only, and nothing to re-fire at a lateness: its timer stays at
+            // the old end, where it finds the session longer and moves to its new end.
+            SessionChange::Grew(before)
+                if before.start == merged.start && self.def.lateness == 0 => {}
+            SessionChange::Grew(before) => {
+                self.delete_timers(key, &before)?;
+                self.set_timers(key, &merged)?;
             }
-        }
-        if !merged_away.contains(&merged) {
-            self.set_timers(key, &merged)?;
+            SessionChange::Merged(merged_away) => {
+                // A timer left at a merged session's older end (see above) is not deleted: it
+                // finds no session that starts where its window did, or finds the one that
+                // grew from it, and then moves to that session's end, which already has one.
+                for w in &merged_away {
+                    if *w != merged {
+                        self.delete_timers(key, w)?;
+                    }
+                }
+                if !merged_away.contains(&merged) {
+                    self.set_timers(key, &merged)?;
+                }
+            }
         }
         if let Some(accs) = fired {
             self.pending.push((key.bytes.into(), merged, accs));
@@ -387,9 +413,15 @@ impl WindowAggregate {
                     .value(&self.sessions_state)
                     .update(key, NO_NAMESPACE, |sessions| {
                         let list = sessions.as_mut()?;
-                        let i = list
-                            .iter()
-                            .position(|s| s.0 == window.start && s.1 == window.end)?;
+                        // Sessions of one key never overlap, so one at most starts here.
+                        let i = list.iter().position(|s| s.0 == window.start)?;
+                        if list[i].1 > window.end {
+                            // It grew at its end since this timer was set.
+                            return Some(Err(Window::new(list[i].0, list[i].1)));
+                        }
+                        if list[i].1 < window.end {
+                            return None;
+                        }
                         let accs = if cleanup {
                             list.remove(i).2
                         } else {
@@ -398,10 +430,14 @@ impl WindowAggregate {
                         if list.is_empty() {
                             *sessions = None;
                         }
-                        Some(accs)
+                        Some(Ok(accs))
                     })?;
-            if let (true, Some(accs)) = (fire, found) {
-                self.pending.push((timer.key.clone(), window, accs));
+            match found {
+                Some(Ok(accs)) if fire => self.pending.push((timer.key.clone(), window, accs)),
+                // Its timers move to its end; due already if the watermark passed it, and then
+                // fired in this same pass, in order.
+                Some(Err(grown)) if fire => self.set_timers(key, &grown)?,
+                _ => {}
             }
             return Ok(());
         }
@@ -955,7 +991,8 @@ mod tests {
     /// Sessions of out-of-order records against a naive sessionization: per key a plain list
     /// of open sessions, every session a new record touches merged with it, a record dropped
     /// when its own window is already behind the watermark, and a session emitted once the
-    /// watermark passes its end.
+    /// watermark passes its end. Halfway, a new operator goes on from a snapshot restored
+    /// into the heap, with sessions whose timers are still at an older end.
     #[test]
     fn sessions_equal_a_naive_sessionization_on_both_backends() {
         let gap = 6;
@@ -968,7 +1005,23 @@ mod tests {
             let mut watermark = i64::MIN;
             let mut open: BTreeMap<String, Vec<(i64, i64, i64, i64)>> = BTreeMap::new();
             let (mut expected, mut got, mut dropped) = (Naive::new(), Naive::new(), 0u64);
-            for chunk in input.chunks(7) {
+            for (i, chunk) in input.chunks(7).enumerate() {
+                if i == input.len() / 14 {
+                    let dir = tempfile::tempdir().unwrap();
+                    let snap = op
+                        .state
+                        .snapshot(
+                            &dir.path().join("snap"),
+                            weir_state::SnapshotFormat::Logical,
+                        )
+                        .unwrap();
+                    let range = KeyGroupRange::of_subtask(0, 128, 1);
+                    let state =
+                        KeyedStateBackend::restore_heap(128, range, &[snap.source()]).unwrap();
+                    op = operator_on(spec.clone(), 0, state, false).0;
+                    op.metrics = metrics.clone();
+                    op.watermark = watermark;
+                }
                 for (key, t, v) in chunk {
                     let (start, end) = (*t, t + gap);
                     if end - 1 <= watermark {
