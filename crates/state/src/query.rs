@@ -424,8 +424,8 @@ impl KeyedStateBackend {
             }
             found.examined += 1;
             let wanted = match key_of {
-                Some((group, key)) => slot.group == group && *slot.key == *key,
-                None => filter(slot.group, &slot.key, &slot.ns),
+                Some((group, key)) => slot.group == group && *slot.key() == *key,
+                None => filter(slot.group, slot.key(), slot.ns()),
             };
             if !wanted {
                 return;
@@ -440,8 +440,8 @@ impl KeyedStateBackend {
             value.encode_value(&mut value_bytes);
             found.entries.push(QueryEntry {
                 group: slot.group,
-                key: slot.key.to_vec(),
-                namespace: slot.ns.to_vec(),
+                key: slot.key().to_vec(),
+                namespace: slot.ns().to_vec(),
                 value: value_bytes,
             });
         });

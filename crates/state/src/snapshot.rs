@@ -546,7 +546,7 @@ impl KeyedStateBackend {
                             }
                             Value::Raw(b) => b,
                         };
-                        writer.entry(group, *state, &slot.key, &slot.ns, *written, bytes)?;
+                        writer.entry(group, *state, slot.key(), slot.ns(), *written, bytes)?;
                     }
                     Item::Timer(domain, timer, hold) => {
                         writer.timer(group, *domain, timer, *hold)?

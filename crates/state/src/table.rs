@@ -411,7 +411,7 @@ impl<T: StateValue> Table<T> {
                 continue;
             }
             let mut key = Vec::new();
-            entry_key(KeyRef::new(slot.group, &slot.key), &slot.ns, &mut key);
+            entry_key(KeyRef::new(slot.group, slot.key()), slot.ns(), &mut key);
             let value = entry.value.as_ref().map(|v| {
                 let mut bytes = Vec::new();
                 if self.ttl.is_some() {
