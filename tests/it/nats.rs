@@ -324,6 +324,56 @@ fn reads_every_partition_once_with_its_metadata() {
     }
 }
 
+/// Projection pushdown through a NATS source of JSON values: a field the job never reads is
+/// skipped, not decoded, so a wrong-typed value in it no longer fails the job (as in Flink's
+/// JSON format under projection pushdown); with the pass off, it does.
+#[test]
+fn a_field_nothing_reads_is_not_decoded_from_nats() {
+    let server = Server::any();
+    let stream = server.stream("proj");
+    let messages: Vec<(String, String)> = (0..500)
+        .map(|i| {
+            let name = if i % 50 == 7 {
+                json!(i)
+            } else {
+                json!(format!("n{i}"))
+            };
+            ("x".to_owned(), json!({"id": i, "name": name}).to_string())
+        })
+        .collect();
+    stream.publish(&messages);
+    let dir = tempfile::tempdir().unwrap();
+    let out = out_dir();
+    let file = job(
+        dir.path(),
+        "job.yaml",
+        &format!(
+            "name: nats-projected\nsources:\n  in:\n    kind: nats\n    servers: {}\n    \
+             stream: {}\n    stop-at: end\n    on-error: fail\n    \
+             schema: {{id: int, name: string}}\n\
+             transforms:\n  twice:\n    kind: map\n    from: in\n    \
+             columns: {{id: id, twice: id * 2}}\n\
+             sinks:\n  out:\n    kind: file\n    from: twice\n    path: {}\n",
+            server.servers(),
+            stream.name,
+            out.path().display()
+        ),
+    );
+    let summary = run_job(&file, &[]);
+    let expected: Vec<Value> = (0..500i64)
+        .map(|i| json!({"id": i, "twice": i * 2}))
+        .collect();
+    assert_same_rows(
+        "NATS source, name unread",
+        &multiset(read_parts(out.path())),
+        &multiset(expected),
+    );
+    assert_eq!(summary.events, 500, "{summary:?}");
+    let whole = plan(&file, &["projection-pushdown=false".to_owned()]).unwrap();
+    let error = try_run_plan(&whole, false).unwrap_err();
+    assert!(error.contains("name"), "{error}");
+}
+
 /// A message that does not decode fails the job naming its stream, subject and sequence, or
 /// is skipped and counted.
 #[test]

@@ -2,7 +2,7 @@
 //!
 //! Values stay as Rust values (no serialization on access); a lookup borrows the key and
 //! namespace bytes without allocating (hashbrown's `Equivalent`), and only inserting a new
-//! (key, namespace) allocates.
+//! (key, namespace) longer than a slot holds in itself allocates.
 
 use std::hash::{Hash, Hasher};
 
@@ -97,7 +97,7 @@ impl<'a> SlotRef<'a> {
 }
 
 /// A hash table from (key group, key, namespace) to `V`, looked up by borrowed bytes: one
-/// probe per access, an allocation only when a new slot is inserted.
+/// probe per access, an allocation only when a new slot with a long key is inserted.
 pub(crate) struct SlotMap<V> {
     table: HashTable<(Slot, V)>,
     hasher: DefaultHashBuilder,
