@@ -225,7 +225,12 @@ impl<K: MapKey, V: StateValue> StateValue for std::collections::BTreeMap<K, V> {
 
 /// `i64` in big-endian with the sign bit flipped: byte order equals numeric order.
 pub fn put_ordered_i64(out: &mut Vec<u8>, v: i64) {
-    out.extend_from_slice(&((v as u64) ^ (1 << 63)).to_be_bytes());
+    out.extend_from_slice(&ordered_i64(v));
+}
+
+/// `v` as 8 bytes that sort like the numbers (big-endian, sign bit flipped).
+pub fn ordered_i64(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 pub fn get_ordered_i64(input: &mut &[u8]) -> Result<i64, String> {

@@ -1,6 +1,6 @@
 //! How a record's key and namespace address state.
 
-use crate::codec::{get_ordered_i64, put_ordered_i64};
+use crate::codec::{get_ordered_i64, ordered_i64};
 
 /// A record's key as state sees it: its key group and its encoded bytes (the runtime encodes
 /// key columns with an order-preserving row format).
@@ -48,11 +48,9 @@ impl Window {
 
     /// 16 bytes, ordered like the windows (by start, then end).
     pub fn to_namespace(&self) -> [u8; 16] {
-        let mut v = Vec::with_capacity(16);
-        put_ordered_i64(&mut v, self.start);
-        put_ordered_i64(&mut v, self.end);
         let mut a = [0u8; 16];
-        a.copy_from_slice(&v);
+        a[..8].copy_from_slice(&ordered_i64(self.start));
+        a[8..].copy_from_slice(&ordered_i64(self.end));
         a
     }
 

@@ -433,7 +433,7 @@ impl WindowAggregate {
                         Some(Ok(accs))
                     })?;
             match found {
-                Some(Ok(accs)) if fire => self.pending.push((timer.key.clone(), window, accs)),
+                Some(Ok(accs)) if fire => self.pending.push((timer.key[..].into(), window, accs)),
                 // Its timers move to its end; due already if the watermark passed it, and then
                 // fired in this same pass, in order.
                 Some(Err(grown)) if fire => self.set_timers(key, &grown)?,
@@ -455,7 +455,7 @@ impl WindowAggregate {
             }
         }
         if let (true, Some(accs)) = (fire, accs) {
-            self.pending.push((timer.key.clone(), window, accs));
+            self.pending.push((timer.key[..].into(), window, accs));
         }
         Ok(())
     }

@@ -41,13 +41,19 @@ pub enum TimeDomain {
     ProcessingTime,
 }
 
+/// A timer's key or namespace bytes, inside the timer when short (an integer key, a window
+/// namespace). Timers that fire together share their time, so ordering them compares keys:
+/// with the bytes inside the timer a `BTreeMap` search reads only its own nodes, not a boxed
+/// key per comparison, and setting a timer allocates nothing for them.
+pub type TimerBytes = smallvec::SmallVec<[u8; 16]>;
+
 /// A timer that fired.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timer {
     pub time: i64,
     pub key_group: u32,
-    pub key: Box<[u8]>,
-    pub namespace: Box<[u8]>,
+    pub key: TimerBytes,
+    pub namespace: TimerBytes,
 }
 
 impl Timer {

@@ -386,8 +386,8 @@ impl RocksTimers {
             Timer {
                 time: from_time,
                 key_group: 0,
-                key: Box::new([]),
-                namespace: Box::new([]),
+                key: Default::default(),
+                namespace: Default::default(),
             },
         );
         let mut taken = Vec::new();
