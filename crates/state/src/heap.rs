@@ -21,8 +21,9 @@ const INLINE: usize = 32;
 
 /// An owned (key group, key, namespace). The key and the namespace lie side by side, inside
 /// the slot (so inside the hash table's bucket) when short, as most keys are: a lookup then
-/// compares bytes it has already loaded instead of following a pointer to them, which was
-/// the cache miss behind a tenth of a session job's samples.
+/// compares bytes of the bucket it loads anyway instead of following a pointer to them (in
+/// q11, the lookup's `memcmp` fell from 14% to 4% of the samples; the bucket's own first
+/// touch remains).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub(crate) group: u32,
