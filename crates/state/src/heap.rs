@@ -33,11 +33,11 @@ pub(crate) struct Slot {
 
 impl Slot {
     pub(crate) fn key(&self) -> &[u8] {
-        self.bytes.get(..self.key_len).unwrap_or_default()
+        self.as_ref().key
     }
 
     pub(crate) fn ns(&self) -> &[u8] {
-        self.bytes.get(self.key_len..).unwrap_or_default()
+        self.as_ref().ns
     }
 
     pub(crate) fn as_ref(&self) -> SlotRef<'_> {
@@ -68,11 +68,8 @@ impl Hash for SlotRef<'_> {
 
 impl Equivalent<Slot> for SlotRef<'_> {
     fn equivalent(&self, s: &Slot) -> bool {
-        self.group == s.group
-            && self.key.len() == s.key_len
-            && s.bytes.len() == self.key.len() + self.ns.len()
-            && s.bytes.starts_with(self.key)
-            && s.bytes.ends_with(self.ns)
+        let s = s.as_ref();
+        self.group == s.group && self.key == s.key && self.ns == s.ns
     }
 }
 

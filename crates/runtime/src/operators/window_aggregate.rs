@@ -51,6 +51,14 @@ enum SessionChange {
     Merged(Vec<Window>),
 }
 
+/// What a session's timer found when it fired.
+enum SessionTimer {
+    /// The session ends where the timer's window does: its accumulators.
+    Due(Vec<Acc>),
+    /// The session grew at its end since the timer was set: its window now.
+    Grown(Window),
+}
+
 /// What a window aggregate is, shared by its subtasks.
 pub struct WindowAggregateDef {
     pub time: Expr,
@@ -415,12 +423,14 @@ impl WindowAggregate {
                         let list = sessions.as_mut()?;
                         // Sessions of one key never overlap, so one at most starts here.
                         let i = list.iter().position(|s| s.0 == window.start)?;
-                        if list[i].1 > window.end {
-                            // It grew at its end since this timer was set.
-                            return Some(Err(Window::new(list[i].0, list[i].1)));
-                        }
-                        if list[i].1 < window.end {
-                            return None;
+                        match list[i].1.cmp(&window.end) {
+                            std::cmp::Ordering::Greater => {
+                                return Some(SessionTimer::Grown(Window::new(
+                                    list[i].0, list[i].1,
+                                )));
+                            }
+                            std::cmp::Ordering::Less => return None,
+                            std::cmp::Ordering::Equal => {}
                         }
                         let accs = if cleanup {
                             list.remove(i).2
@@ -430,13 +440,15 @@ impl WindowAggregate {
                         if list.is_empty() {
                             *sessions = None;
                         }
-                        Some(Ok(accs))
+                        Some(SessionTimer::Due(accs))
                     })?;
             match found {
-                Some(Ok(accs)) if fire => self.pending.push((timer.key[..].into(), window, accs)),
+                Some(SessionTimer::Due(accs)) if fire => {
+                    self.pending.push((timer.key[..].into(), window, accs));
+                }
                 // Its timers move to its end; due already if the watermark passed it, and then
                 // fired in this same pass, in order.
-                Some(Err(grown)) if fire => self.set_timers(key, &grown)?,
+                Some(SessionTimer::Grown(grown)) if fire => self.set_timers(key, &grown)?,
                 _ => {}
             }
             return Ok(());
