@@ -109,9 +109,10 @@ bench: build
 ## same JSON-lines file (made once if missing), Flink SQL texts in scripts/peers/flink/ against
 ## jobs/nexmark/*-jsonl.yaml. It checks that both engines produce the same rows, then prints
 ## the medians of BENCH_PEERS_RUNS interleaved runs with blackhole sinks: Flink's net job
-## runtime, weir's wall time, their ratio, the peak memory of each. Needs Java 11, 17 or 21 and
-## Python 3.9-3.12; installs PyFlink 2.3 (about 850 MB) into ~/.cache/weir/pyflink once.
-## BENCH_PEERS_ARGS passes more options (`--queries q0,q5`, `--skip-check`).
+## runtime (at parallelism 1), weir's wall time (at 1 and 2), the ratio of each engine at its
+## best, the peak memory of each. Needs Java 11, 17 or 21 and Python 3.9-3.12; installs PyFlink
+## 2.3 (about 850 MB) into ~/.cache/weir/pyflink once. BENCH_PEERS_ARGS passes more options
+## (`--queries q0,q5`, `--skip-check`, `--flink-parallelism 1,2`, `--weir-parallelism 1`).
 BENCH_PEERS_RUNS ?= 3
 BENCH_PEERS_ARGS ?=
 bench-peers: build

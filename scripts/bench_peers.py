@@ -4,8 +4,14 @@
 Both engines run each Nexmark query over the same JSON-lines file. For every query the script
 first checks that they produce the same rows (one untimed run each, writing to files), then
 times interleaved runs (Flink, weir, Flink, weir, ...) with each engine's blackhole sink, each
-run started once the machine is idle, and prints medians: Flink's net job runtime, weir's whole-process wall time, their ratio, and the
-peak memory (maximum resident set) of each.
+run started once the machine is idle, and prints medians: Flink's net job runtime, weir's
+whole-process wall time, and the peak memory (maximum resident set) of each.
+
+Each engine runs at every parallelism it is given (`--flink-parallelism`, `--weir-parallelism`;
+Flink at 1 and weir at 1 and 2 by default), every one checked for the same rows and timed, and
+the ratio compares each engine at its best: the lower of its medians, as issue 26's target
+("at each engine's best parallelism") asks. Flink's default is 1 because on this machine its
+parallelism 2 is slower (BENCHMARKS.md); `--flink-parallelism 1,2` measures that again.
 
 Layout:
   * `main` drives everything; it needs only the standard library.
@@ -95,9 +101,9 @@ def flink_main(args: argparse.Namespace) -> None:
 
     t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     config = t_env.get_config()
-    # Flink's best setting for one file on this machine (issue 26): one subtask per operator,
-    # which with the reader, JIT and GC threads already keeps both cores busy.
-    config.set("parallelism.default", "1")
+    # 1 is Flink's best setting for one file on this machine (issue 26): one subtask per
+    # operator, which with the reader, JIT and GC threads already keeps both cores busy.
+    config.set("parallelism.default", str(args.parallelism))
     # Windows on TIMESTAMP_LTZ align in the session time zone; weir's align to the epoch.
     config.set("table.local-time-zone", "UTC")
     # The settings the Flink Nexmark benchmark runs with (object reuse, mini-batch aggregation),
@@ -161,21 +167,31 @@ class Engines:
     weir: Path
     python: Path  # the PyFlink virtualenv's interpreter
     data: Path
+    # The parallelisms each engine runs at.
+    flink_parallelism: list[int] = field(default_factory=lambda: [1])
+    weir_parallelism: list[int] = field(default_factory=lambda: [1, 2])
 
 
 @dataclass
 class Timings:
-    """The measurements of one query, one entry per timed run."""
+    """The measurements of one query, per parallelism one entry per timed run."""
 
-    flink_s: list[float] = field(default_factory=list)
-    weir_s: list[float] = field(default_factory=list)
-    flink_peak_mib: list[float] = field(default_factory=list)
-    weir_peak_mib: list[float] = field(default_factory=list)
+    flink_s: dict[int, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    weir_s: dict[int, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    flink_peak_mib: dict[int, list[float]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+    weir_peak_mib: dict[int, list[float]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
 
 
-def run_flink(engines: Engines, query: str, out: Path | None) -> dict:
+def run_flink(engines: Engines, query: str, out: Path | None, parallelism: int) -> dict:
     """One Flink run in a fresh process (and JVM); its measurements."""
-    cmd = [str(engines.python), __file__, "flink", query, "--data", str(engines.data)]
+    cmd = [
+        str(engines.python), __file__, "flink", query, "--data", str(engines.data),
+        "--parallelism", str(parallelism),
+    ]  # fmt: skip
     if out is not None:
         cmd += ["--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -210,14 +226,18 @@ def settle(max_wait: float = 3.0, idle_share: float = 0.9) -> None:
             return
 
 
-def run_weir(engines: Engines, query: str, out: Path | None) -> tuple[float, float]:
-    """One weir run of jobs/nexmark/<query>-jsonl.yaml: (wall seconds, peak RSS in MiB).
+def run_weir(
+    engines: Engines, query: str, out: Path | None, parallelism: int
+) -> tuple[float, float]:
+    """One weir run of jobs/nexmark/<query>-jsonl.yaml at `parallelism`: (wall seconds, peak
+    RSS in MiB).
 
     The peak comes from wait4's rusage of the weir process itself.
     """
     cmd = [
         str(engines.weir), "run", str(ROOT / "jobs" / "nexmark" / f"{query}-jsonl.yaml"),
-        "--set", f"sources.nexmark.path={engines.data}", "--quiet",
+        "--set", f"sources.nexmark.path={engines.data}",
+        "--set", f"parallelism={parallelism}", "--quiet",
     ]  # fmt: skip
     if out is not None:
         cmd += ["--set", f"sinks.out={{kind: file, from: {query}, path: {out}}}"]
@@ -230,7 +250,10 @@ def run_weir(engines: Engines, query: str, out: Path | None) -> tuple[float, flo
         if child.returncode != 0:
             log.seek(0)
             tail = "\n".join(log.read().decode(errors="replace").strip().splitlines()[-30:])
-            raise BenchError(f"weir failed on {query} (exit {child.returncode}):\n{tail}")
+            raise BenchError(
+            f"weir failed on {query} at parallelism {parallelism} (exit {child.returncode}):"
+            f"\n{tail}"
+        )
     return wall, usage.ru_maxrss / 1024
 
 
@@ -291,32 +314,45 @@ def weir_rows(directory: Path, keys: list[str] | None) -> collections.Counter:
 
 
 def check_rows(engines: Engines, query: str, scratch: Path) -> str:
-    """Runs both engines into files and compares their rows; a summary, or BenchError."""
-    flink_dir, weir_dir = scratch / f"{query}-flink", scratch / f"{query}-weir"
-    for d in (flink_dir, weir_dir):
-        shutil.rmtree(d, ignore_errors=True)
-    run_flink(engines, query, flink_dir)
-    run_weir(engines, query, weir_dir)
-    flink, weir = flink_rows(flink_dir), weir_rows(weir_dir, WEIR_UPSERT_KEYS.get(query))
-    if flink == weir:
-        return f"{sum(weir.values()):,} rows"
-    only_flink, only_weir = flink - weir, weir - flink
+    """Runs both engines into files, at each of their parallelisms, and compares every run's
+    rows with Flink's first; a summary, or BenchError."""
+    reference: collections.Counter | None = None
+    runs = [("Flink", p) for p in engines.flink_parallelism]
+    runs += [("weir", p) for p in engines.weir_parallelism]
+    for engine, parallelism in runs:
+        out = scratch / f"{query}-{engine.lower()}-p{parallelism}"
+        shutil.rmtree(out, ignore_errors=True)
+        if engine == "Flink":
+            run_flink(engines, query, out, parallelism)
+            rows = flink_rows(out)
+        else:
+            run_weir(engines, query, out, parallelism)
+            rows = weir_rows(out, WEIR_UPSERT_KEYS.get(query))
+        if reference is None:
+            reference = rows
+            continue
+        if rows == reference:
+            continue
+        only_flink, only_run = reference - rows, rows - reference
 
-    def sample(rows: collections.Counter) -> str:
-        return "\n    ".join(str(r) for r in itertools.islice(rows.elements(), 3))
+        def sample(rows: collections.Counter) -> str:
+            return "\n    ".join(str(r) for r in itertools.islice(rows.elements(), 3))
 
-    raise BenchError(
-        f"{query}: the engines' rows differ: Flink {sum(flink.values()):,} rows, "
-        f"weir {sum(weir.values()):,}; {sum(only_flink.values()):,} only in Flink, e.g.\n    "
-        f"{sample(only_flink)}\n  {sum(only_weir.values()):,} only in weir, e.g.\n    "
-        f"{sample(only_weir)}\n  (outputs kept in {scratch})"
-    )
+        first = f"Flink at parallelism {engines.flink_parallelism[0]}"
+        this = f"{engine} at parallelism {parallelism}"
+        raise BenchError(
+            f"{query}: the rows differ: {first} {sum(reference.values()):,} rows, "
+            f"{this} {sum(rows.values()):,}; {sum(only_flink.values()):,} only in {first}, "
+            f"e.g.\n    {sample(only_flink)}\n  {sum(only_run.values()):,} only in {this}, "
+            f"e.g.\n    {sample(only_run)}\n  (outputs kept in {scratch})"
+        )
+    assert reference is not None, "no parallelism to check"
+    return f"{sum(reference.values()):,} rows"
 
 
 def check_main(args: argparse.Namespace) -> None:
     """Compares one query's rows on both engines; prints a summary, or raises BenchError."""
-    engines = Engines(weir=Path(args.weir), python=Path(args.python), data=Path(args.data))
-    print(check_rows(engines, args.query, Path(args.scratch)))
+    print(check_rows(engines_of(args), args.query, Path(args.scratch)))
 
 
 def run_check(engines: Engines, query: str, scratch: Path) -> str:
@@ -324,6 +360,8 @@ def run_check(engines: Engines, query: str, scratch: Path) -> str:
     cmd = [
         sys.executable, __file__, "check", query, "--weir", str(engines.weir),
         "--python", str(engines.python), "--data", str(engines.data), "--scratch", str(scratch),
+        "--flink-parallelism", ",".join(map(str, engines.flink_parallelism)),
+        "--weir-parallelism", ",".join(map(str, engines.weir_parallelism)),
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -331,28 +369,63 @@ def run_check(engines: Engines, query: str, scratch: Path) -> str:
     return done.stdout.strip()
 
 
-def table(results: dict[str, Timings], checks: dict[str, str]) -> str:
-    """The medians as a Markdown table."""
-    lines = [
-        "| query | Flink net s | weir wall s | ratio | Flink peak MiB | weir peak MiB | rows |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def engines_of(args: argparse.Namespace) -> Engines:
+    """The engines and parallelisms the command line names."""
+
+    def parallelisms(text: str, option: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
+            raise BenchError(
+                f"{option} takes distinct parallelisms of 1 or more, like 1,2; not {text!r}"
+            )
+        return values
+
+    return Engines(
+        weir=Path(args.weir).resolve(),
+        python=Path(args.python),
+        data=Path(args.data).resolve(),
+        flink_parallelism=parallelisms(args.flink_parallelism, "--flink-parallelism"),
+        weir_parallelism=parallelisms(args.weir_parallelism, "--weir-parallelism"),
+    )
+
+
+def best(timings: dict[int, list[float]]) -> int:
+    """The parallelism with the lowest median."""
+    return min(timings, key=lambda p: statistics.median(timings[p]))
+
+
+def table(engines: Engines, results: dict[str, Timings], checks: dict[str, str]) -> str:
+    """The medians as a Markdown table: each engine at each parallelism, the ratio of each at
+    its best (Flink's net time over weir's wall time), and the peak memory of those runs."""
+    flink_ps, weir_ps = engines.flink_parallelism, engines.weir_parallelism
+    header = [f"Flink p={p} net s" for p in flink_ps] + [f"weir p={p} wall s" for p in weir_ps]
+    if weir_ps[:2] == [1, 2]:
+        header.append("weir p=1 ÷ p=2")
+    header += ["Flink ÷ weir, each at its best", "Flink peak MiB", "weir peak MiB", "rows"]
+    lines = ["| query | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for query, t in results.items():
-        flink, weir = statistics.median(t.flink_s), statistics.median(t.weir_s)
-        lines.append(
-            f"| {query} | {flink:.2f} | {weir:.2f} | {flink / weir:.1f}× "
-            f"| {statistics.median(t.flink_peak_mib):,.0f} "
-            f"| {statistics.median(t.weir_peak_mib):,.0f} | {checks.get(query, 'not checked')} |"
-        )
+        med = statistics.median
+        cells = [f"{med(t.flink_s[p]):.2f}" for p in flink_ps]
+        cells += [f"{med(t.weir_s[p]):.2f}" for p in weir_ps]
+        if weir_ps[:2] == [1, 2]:
+            cells.append(f"{med(t.weir_s[1]) / med(t.weir_s[2]):.2f}×")
+        fb, wb = best(t.flink_s), best(t.weir_s)
+        at = lambda p, ps: f" (p={p})" if len(ps) > 1 else ""  # noqa: E731
+        cells += [
+            f"{med(t.flink_s[fb]) / med(t.weir_s[wb]):.1f}×",
+            f"{med(t.flink_peak_mib[fb]):,.0f}{at(fb, flink_ps)}",
+            f"{med(t.weir_peak_mib[wb]):,.0f}{at(wb, weir_ps)}",
+            checks.get(query, "not checked"),
+        ]
+        lines.append(f"| {query} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main(args: argparse.Namespace) -> None:
-    engines = Engines(
-        weir=Path(args.weir).resolve(),
-        python=Path(args.python),
-        data=Path(args.data).resolve(),
-    )
+    engines = engines_of(args)
     for what, path in (("weir binary", engines.weir), ("data file", engines.data)):
         if not path.exists():
             raise BenchError(f"no {what} at {path}")
@@ -380,32 +453,39 @@ def main(args: argparse.Namespace) -> None:
             raise BenchError(f"rows differ on {','.join(failed)} (see above)")
         return
 
-    # Interleaved: each run of a query on Flink is followed by one on weir, and every query
-    # gets its first run before any gets its second, so that a slow spell of a shared machine
-    # falls on both engines and on many queries rather than on one cell. Each run waits for an
-    # idle machine first (`settle`).
+    # Interleaved: each run of a query on Flink is followed by one on weir (at each
+    # parallelism, in turn, the order reversed every other run), and every query gets its
+    # first run before any gets its second, so that a slow spell of a shared machine falls on
+    # both engines and on many queries rather than on one cell. Each run waits for an idle
+    # machine first (`settle`).
     results = {q: Timings() for q in queries}
     for run in range(args.runs):
+        arms = [("Flink", p) for p in engines.flink_parallelism]
+        arms += [("weir", p) for p in engines.weir_parallelism]
+        if run % 2 == 1:
+            arms.reverse()
         for query in queries:
-            settle()
-            flink = run_flink(engines, query, None)
-            settle()
-            wall, peak = run_weir(engines, query, None)
             t = results[query]
-            t.flink_s.append(flink["net_ms"] / 1000)
-            t.flink_peak_mib.append(flink["jvm_peak_kib"] / 1024)
-            t.weir_s.append(wall)
-            t.weir_peak_mib.append(peak)
-            print(
-                f"run {run + 1}/{args.runs} {query}: Flink net {flink['net_ms'] / 1000:.2f} s, "
-                f"JVM peak {flink['jvm_peak_kib'] / 1024:,.0f} MiB, Python client "
-                f"{flink['python_peak_kib'] / 1024:,.0f} MiB; weir {wall:.2f} s, {peak:,.0f} MiB",
-                file=sys.stderr,
-                flush=True,
-            )
+            for engine, parallelism in arms:
+                settle()
+                if engine == "Flink":
+                    flink = run_flink(engines, query, None, parallelism)
+                    t.flink_s[parallelism].append(flink["net_ms"] / 1000)
+                    t.flink_peak_mib[parallelism].append(flink["jvm_peak_kib"] / 1024)
+                    said = (
+                        f"Flink p={parallelism} net {flink['net_ms'] / 1000:.2f} s, JVM peak "
+                        f"{flink['jvm_peak_kib'] / 1024:,.0f} MiB, Python client "
+                        f"{flink['python_peak_kib'] / 1024:,.0f} MiB"
+                    )
+                else:
+                    wall, peak = run_weir(engines, query, None, parallelism)
+                    t.weir_s[parallelism].append(wall)
+                    t.weir_peak_mib[parallelism].append(peak)
+                    said = f"weir p={parallelism} {wall:.2f} s, {peak:,.0f} MiB"
+                print(f"run {run + 1}/{args.runs} {query}: {said}", file=sys.stderr, flush=True)
 
     print(f"\nNexmark, {engines.data.name}, medians of {args.runs} interleaved runs:\n")
-    print(table(results, checks))
+    print(table(engines, results, checks))
     if failed:
         raise BenchError(f"rows differ on {','.join(failed)} (see above)")
 
@@ -418,11 +498,18 @@ def parse_args() -> argparse.Namespace:
     flink.add_argument("query", choices=ALL_QUERIES)
     flink.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
     flink.add_argument("--out", help="write the changelog here (default: blackhole)")
+    flink.add_argument("--parallelism", type=int, default=1, help="Flink's default parallelism")
 
     def add_engines(p: argparse.ArgumentParser) -> None:
         p.add_argument("--weir", required=True, help="the weir binary")
         p.add_argument("--python", required=True, help="the PyFlink virtualenv's python")
         p.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
+        p.add_argument(
+            "--flink-parallelism", default="1", help="Flink's parallelisms, like 1,2 (default 1)"
+        )
+        p.add_argument(
+            "--weir-parallelism", default="1,2", help="weir's parallelisms (default 1,2)"
+        )
 
     check = sub.add_parser("check", help="compare one query's rows on both engines")
     check.add_argument("query", choices=ALL_QUERIES)
