@@ -39,11 +39,12 @@
 //! # }
 //! ```
 
-use std::io::SeekFrom;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tokio::fs::File;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::AsyncReadExt;
 
 /// Default size of one chunk of a file: 4 MiB.
 pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
@@ -59,6 +60,10 @@ pub const DEFAULT_MAX_LINE_LENGTH: usize = 256 << 20;
 
 /// Read size once past a chunk's end, where only the rest of one line is still needed.
 const TAIL_READ: usize = 64 << 10;
+
+/// Most unread bytes a read copies to the front of the buffer it reads into (see [`Buffer`]);
+/// behind a longer partial line, the read's bytes are appended to it instead.
+const MAX_CARRY: usize = 64 << 10;
 
 /// What a [`LineReader`] does with a line longer than its limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -181,13 +186,12 @@ pub struct LineReader {
     /// File offset of the next unread line of the current chunk; `None` while the chunk's first
     /// line is still to be found.
     next_line: Option<u64>,
-    /// Unread bytes of the current chunk's file. Once `next_line` is known, `buf[0]` is its
-    /// first byte.
-    buf: Vec<u8>,
-    /// File offset of `buf[0]`.
+    /// Unread bytes of the current chunk's file. Once `next_line` is known, the first of them
+    /// is its first byte.
+    buf: Buffer,
+    /// File offset of the first unread byte in `buf`.
     buf_start: u64,
-    /// The file read last, kept open so that its next chunk needs no open (and, when it
-    /// continues where the last read stopped, no seek).
+    /// The file read last, kept open so that its next chunk needs no open.
     file: Option<OpenFile>,
     /// Sizes of the chunks before `current`.
     done_bytes: u64,
@@ -196,11 +200,105 @@ pub struct LineReader {
 #[derive(Debug)]
 struct OpenFile {
     path: PathBuf,
-    file: File,
-    /// Where the file's cursor is.
-    position: u64,
-    /// The last read at `position` returned no bytes.
-    eof: bool,
+    /// Read with `pread` on the blocking pool, so it has no cursor to keep.
+    file: Arc<std::fs::File>,
+}
+
+/// The unread bytes of a [`LineReader`], `data[lo..hi]`, and the buffer its next read goes into.
+///
+/// A read goes straight into `spare` behind a copy of the unread bytes (the start of a line,
+/// usually a few hundred bytes), and the two buffers then swap: the bytes read are copied once,
+/// by the kernel, not again from a read buffer of tokio's into this one, and consuming lines
+/// moves nothing. Both buffers stay initialized at their largest length, so a read zeroes
+/// nothing either.
+///
+/// **Cancel-safe**: a read owns `spare` while it runs and never touches `data`. A read whose
+/// future is dropped takes only `spare` with it (the next read allocates another), so the
+/// reader stays where it was and reads the same bytes again.
+#[derive(Debug, Default)]
+struct Buffer {
+    data: Vec<u8>,
+    lo: usize,
+    hi: usize,
+    spare: Vec<u8>,
+}
+
+impl Buffer {
+    fn bytes(&self) -> &[u8] {
+        &self.data[self.lo..self.hi]
+    }
+
+    fn len(&self) -> usize {
+        self.hi - self.lo
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lo == self.hi
+    }
+
+    /// Drops the first `n` unread bytes.
+    fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.len(), "consumed more than was read");
+        self.lo += n.min(self.len());
+        if self.lo == self.hi {
+            self.clear();
+        }
+    }
+
+    fn clear(&mut self) {
+        (self.lo, self.hi) = (0, 0);
+    }
+
+    /// Reads up to `want` bytes of `file` at `at` (the file offset just after the unread bytes)
+    /// after the unread bytes, with one `pread` on tokio's blocking pool. Returns how many were
+    /// read: 0 at the end of the file.
+    async fn read(
+        &mut self,
+        file: &Arc<std::fs::File>,
+        at: u64,
+        want: usize,
+    ) -> std::io::Result<usize> {
+        let carry = self.len();
+        // Behind a long partial line the read goes to the front of `spare` and is appended,
+        // so that a line read in many pieces is not copied again with each one.
+        let behind = if carry <= MAX_CARRY { carry } else { 0 };
+        let mut next = std::mem::take(&mut self.spare);
+        if next.len() < behind + want {
+            next.resize(behind + want, 0);
+        }
+        next[..behind].copy_from_slice(&self.data[self.lo..self.lo + behind]);
+        let file = file.clone();
+        let (next, read) = tokio::task::spawn_blocking(move || {
+            let read = file.read_at(&mut next[behind..behind + want], at);
+            (next, read)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(format!("a file read stopped: {e}")))?;
+        let read = match read {
+            Ok(read) => read,
+            Err(e) => {
+                self.spare = next;
+                return Err(e);
+            }
+        };
+        if behind == carry {
+            self.spare = std::mem::replace(&mut self.data, next);
+            (self.lo, self.hi) = (0, carry + read);
+        } else {
+            // Keep the unread bytes where they are unless the data buffer is full behind them.
+            if self.data.len() < self.hi + read {
+                self.data.copy_within(self.lo..self.hi, 0);
+                (self.lo, self.hi) = (0, carry);
+                if self.data.len() < carry + read {
+                    self.data.resize(carry + read, 0);
+                }
+            }
+            self.data[self.hi..self.hi + read].copy_from_slice(&next[..read]);
+            self.hi += read;
+            self.spare = next;
+        }
+        Ok(read)
+    }
 }
 
 impl LineReader {
@@ -220,7 +318,7 @@ impl LineReader {
             long_lines_skipped: 0,
             current: 0,
             next_line: None,
-            buf: Vec::new(),
+            buf: Buffer::default(),
             buf_start: 0,
             file: None,
             done_bytes: 0,
@@ -284,7 +382,7 @@ impl LineReader {
             // Read more only when the buffer holds no complete line: with chunks smaller than
             // a read, reading on every call would pile the file up in memory, and a partial
             // line plus one read is what bounds the buffer (`max_line_length` + a read).
-            let eof = if memchr::memchr(b'\n', &self.buf).is_some() {
+            let eof = if memchr::memchr(b'\n', self.buf.bytes()).is_some() {
                 false
             } else {
                 self.fill().await?
@@ -295,9 +393,16 @@ impl LineReader {
                 skip: self.long_lines == LongLines::Skip,
                 skipped: &mut self.long_lines_skipped,
             };
-            let (consumed, result) =
-                deliver(&self.buf, next_line, end, eof, &chunk.path, limits, &mut f);
-            self.buf.drain(..consumed);
+            let (consumed, result) = deliver(
+                self.buf.bytes(),
+                next_line,
+                end,
+                eof,
+                &chunk.path,
+                limits,
+                &mut f,
+            );
+            self.buf.consume(consumed);
             self.buf_start += consumed as u64;
             let next_line = next_line + consumed as u64;
             self.next_line = Some(next_line);
@@ -339,9 +444,9 @@ impl LineReader {
     /// `'\n'` (or the end of the file) the line is counted and reading goes on after it.
     async fn discard(&mut self) -> std::io::Result<()> {
         let eof = self.fill().await?;
-        let after = match memchr::memchr(b'\n', &self.buf) {
+        let after = match memchr::memchr(b'\n', self.buf.bytes()) {
             Some(i) => {
-                self.buf.drain(..=i);
+                self.buf.consume(i + 1);
                 self.buf_start += i as u64 + 1;
                 self.buf_start
             }
@@ -465,8 +570,8 @@ impl LineReader {
         self.buf_start = start - 1;
         loop {
             let eof = self.fill().await?;
-            if let Some(i) = memchr::memchr(b'\n', &self.buf) {
-                self.buf.drain(..=i);
+            if let Some(i) = memchr::memchr(b'\n', self.buf.bytes()) {
+                self.buf.consume(i + 1);
                 self.buf_start += i as u64 + 1;
                 let line = self.buf_start;
                 self.next_line = Some(line);
@@ -494,31 +599,19 @@ impl LineReader {
         } else {
             self.buffer_size.min(TAIL_READ)
         };
-        let file = match &mut self.file {
-            Some(open) if open.path == chunk.path => open,
-            slot => {
-                let file = File::open(&chunk.path).await?;
-                slot.insert(OpenFile {
+        let file = match &self.file {
+            Some(open) if open.path == chunk.path => open.file.clone(),
+            _ => {
+                let file = Arc::new(File::open(&chunk.path).await?.into_std().await);
+                self.file = Some(OpenFile {
                     path: chunk.path.clone(),
-                    file,
-                    position: 0,
-                    eof: false,
-                })
+                    file: file.clone(),
+                });
+                file
             }
         };
-        if file.position != at {
-            file.file.seek(SeekFrom::Start(at)).await?;
-            file.position = at;
-            file.eof = false;
-        }
-        self.buf.reserve(want);
-        let read = (&mut file.file)
-            .take(want as u64)
-            .read_buf(&mut self.buf)
-            .await?;
-        file.position += read as u64;
-        file.eof = read == 0;
-        Ok(file.eof)
+        let read = self.buf.read(&file, at, want).await?;
+        Ok(read == 0)
     }
 }
 
@@ -699,6 +792,77 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every read dropped once midway (as a `select!` drops a source's future when a barrier
+    /// or a stop comes first), then done again: no line is lost or delivered twice, with
+    /// partial lines short enough to be copied in front of a read and long enough to be
+    /// appended to.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_dropped_midway_loses_and_repeats_no_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut dropped = 0;
+        for seed in 0..8 {
+            let mut data = random_file(seed);
+            if seed % 2 == 0 {
+                // A line longer than MAX_CARRY in the middle.
+                let at = data.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+                let long: Vec<u8> = (0..MAX_CARRY * 2 + 17)
+                    .map(|i| b'a' + (i % 26) as u8)
+                    .collect();
+                data.splice(at..at, long.into_iter().chain([b'\n']));
+            }
+            let path = dir.path().join(format!("f{seed}"));
+            std::fs::write(&path, &data).unwrap();
+            let len = data.len() as u64;
+            let cases = [
+                (len.max(1), 64),
+                (61, 64),
+                (len.max(1), 4096),
+                (len.max(1), 1 << 20),
+            ];
+            for (chunk_size, buffer) in cases {
+                let chunks = plan_chunks(&[(path.clone(), len)], chunk_size, 0, 1);
+                let mut reader = LineReader::new(chunks, buffer);
+                let mut lines = Vec::new();
+                for call in 0.. {
+                    // A reader that loses its place may never reach the end.
+                    assert!(
+                        call < 1_000_000,
+                        "seed {seed} chunk {chunk_size}: no end in sight"
+                    );
+                    let mut got = Vec::new();
+                    let attempt = reader.next_lines(|line, offset, _| {
+                        got.push((offset, line.to_vec()));
+                        Ok::<_, std::io::Error>(())
+                    });
+                    // Polled once: a read in flight is pending, and then dropped.
+                    match futures::FutureExt::now_or_never(attempt) {
+                        None => dropped += 1,
+                        Some(more) => {
+                            lines.append(&mut got);
+                            if !more.unwrap() {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                    assert!(got.is_empty(), "a dropped read delivered lines");
+                    let more = reader
+                        .next_lines(|line, offset, _| {
+                            lines.push((offset, line.to_vec()));
+                            Ok::<_, std::io::Error>(())
+                        })
+                        .await
+                        .unwrap();
+                    if !more {
+                        break;
+                    }
+                }
+                assert_eq!(lines, reference(&data), "seed {seed} chunk {chunk_size}");
+            }
+        }
+        assert!(dropped > 100, "only {dropped} reads were dropped midway");
     }
 
     #[tokio::test]
