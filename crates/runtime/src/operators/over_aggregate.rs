@@ -8,8 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
+use arrow_select::take::take_arrays;
 use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain, ValueId};
 
 use super::accumulators::{Acc, AggCall, evaluate_all, new_accs, result_columns, update_all};
@@ -117,8 +118,11 @@ impl Operator for OverAggregate {
         out: &mut Vec<RecordBatch>,
     ) -> Result<i64, OperatorError> {
         self.watermark = watermark;
-        let mut emitted: Vec<Vec<u8>> = Vec::new();
-        let mut results: Vec<Vec<Acc>> = Vec::new();
+        // Every row a due row's window needs, key after key: the key's last rows, then its due
+        // rows in order; and per due row, its window as a range of these. They are decoded
+        // and their arguments evaluated once for the whole pass, not once per due row.
+        let mut rows: Vec<Vec<u8>> = Vec::new();
+        let mut windows: Vec<(usize, usize)> = Vec::new();
         while let Some(timer) = self
             .state
             .timers()
@@ -137,25 +141,41 @@ impl Operator for OverAggregate {
                 .value(&self.last)
                 .remove(key, NO_NAMESPACE)?
                 .unwrap_or_default();
+            let first = rows.len();
+            rows.extend(last.iter().cloned());
             for (_, row) in due {
                 last.push(row.clone());
                 if last.len() > self.def.rows {
                     last.remove(0);
                 }
-                let window = self.rows.decode(last.iter().map(Vec::as_slice))?;
-                let args = evaluate_all(&self.def.calls, &window)?;
-                let mut accs = new_accs(&self.def.calls);
-                for r in 0..window.num_rows() {
-                    update_all(&mut accs, &self.def.calls, &args, r)?;
-                }
-                emitted.push(row);
-                results.push(accs);
+                rows.push(row);
+                windows.push((
+                    first.max(rows.len().saturating_sub(self.def.rows)),
+                    rows.len(),
+                ));
             }
             self.state.value(&self.last).put(key, NO_NAMESPACE, last)?;
         }
-        if !emitted.is_empty() {
-            let rows = self.rows.decode(emitted.iter().map(Vec::as_slice))?;
-            let mut columns = rows.columns().to_vec();
+        if !windows.is_empty() {
+            let batch = self.rows.decode(rows.iter().map(Vec::as_slice))?;
+            let args = evaluate_all(&self.def.calls, &batch)?;
+            let mut results: Vec<Vec<Acc>> = Vec::with_capacity(windows.len());
+            for &(start, end) in &windows {
+                let mut accs = new_accs(&self.def.calls);
+                for r in start..end {
+                    update_all(&mut accs, &self.def.calls, &args, r)?;
+                }
+                results.push(accs);
+            }
+            // Each due row is the last of its window.
+            let emitted = windows
+                .iter()
+                .map(|&(_, end)| u32::try_from(end - 1))
+                .collect::<Result<UInt32Array, _>>()
+                .map_err(|_| {
+                    OperatorError::Internal("more than 2^32 rows due in one watermark".into())
+                })?;
+            let mut columns = take_arrays(batch.columns(), &emitted, None)?;
             columns.extend(result_columns(
                 &self.def.calls,
                 results.iter().map(Vec::as_slice),
