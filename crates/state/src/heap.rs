@@ -13,7 +13,7 @@ use hashbrown::{DefaultHashBuilder, Equivalent, HashTable};
 
 use smallvec::SmallVec;
 
-use crate::keys::KeyRef;
+use crate::keys::{KeyRef, short_eq};
 
 /// Key and namespace bytes a [`Slot`] holds in itself, without an allocation: enough for an
 /// encoded integer key (9 bytes) with a window namespace (16).
@@ -71,32 +71,6 @@ impl Equivalent<Slot> for SlotRef<'_> {
         let s = s.as_ref();
         self.group == s.group && short_eq(self.key, s.key) && short_eq(self.ns, s.ns)
     }
-}
-
-/// `a == b`, without a call to `memcmp` for the lengths keys and namespaces mostly have (an
-/// encoded integer key is 9 bytes, a window namespace 16): 4 to 16 bytes are compared as two
-/// overlapping words. Slice equality calls `memcmp` whatever the length, and that call was
-/// most of a lookup's comparison at these lengths (q6's join: 8% of its samples).
-#[inline]
-fn short_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    match n {
-        8..=16 => word::<8>(a, 0) == word::<8>(b, 0) && word::<8>(a, n - 8) == word::<8>(b, n - 8),
-        4..=7 => word::<4>(a, 0) == word::<4>(b, 0) && word::<4>(a, n - 4) == word::<4>(b, n - 4),
-        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
-        _ => a == b,
-    }
-}
-
-/// The `N` bytes of `s` at `at`, as an array (compared with a load and a compare).
-#[inline]
-fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
-    let mut w = [0u8; N];
-    w.copy_from_slice(&s[at..at + N]);
-    w
 }
 
 impl<'a> SlotRef<'a> {
@@ -222,35 +196,5 @@ impl<V> SlotMap<V> {
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Slot, &V)> {
         self.table.iter().map(|(k, v)| (k, v))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::short_eq;
-
-    /// Every length up to 40 (each branch and both ends of each), equal and with one byte
-    /// changed at every place, against slice equality; and slices of different lengths.
-    #[test]
-    fn short_eq_agrees_with_slice_equality() {
-        let base: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
-        for n in 0..=base.len() {
-            let a = &base[..n];
-            let copy = a.to_vec();
-            assert!(short_eq(a, &copy), "equal, {n} bytes");
-            for at in 0..n {
-                let mut b = a.to_vec();
-                b[at] ^= 1 << (at % 8);
-                assert_eq!(
-                    short_eq(a, &b),
-                    a == b.as_slice(),
-                    "{n} bytes, byte {at} changed"
-                );
-                assert!(!short_eq(a, &b));
-            }
-            if n > 0 {
-                assert!(!short_eq(a, &base[..n - 1]), "{n} bytes against {}", n - 1);
-            }
-        }
     }
 }

@@ -7,6 +7,8 @@
 //! keys apart, the table hashes whole keys instead; collisions that remain are resolved by
 //! linear probing, so lookups are always correct.
 
+use weir_state::keys::short_eq;
+
 /// Maps the declared keys of an object to their index in declaration order.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyTable {
@@ -76,7 +78,7 @@ impl KeyTable {
         loop {
             let entry = self.buckets[bucket] as usize;
             let index = entry.checked_sub(1)?;
-            if same(&self.keys[index], key) {
+            if short_eq(&self.keys[index], key) {
                 return Some(index);
             }
             bucket = (bucket + 1) & mask;
@@ -89,7 +91,7 @@ impl KeyTable {
     #[inline]
     pub(crate) fn get_expecting(&self, key: &[u8], expected: usize) -> Option<usize> {
         match self.keys.get(expected) {
-            Some(candidate) if same(candidate, key) => Some(expected),
+            Some(candidate) if short_eq(candidate, key) => Some(expected),
             _ => self.get(key),
         }
     }
@@ -99,29 +101,6 @@ impl KeyTable {
         let h = if self.whole { whole(key) } else { sample(key) };
         (h.wrapping_mul(self.multiplier) >> self.shift) as usize
     }
-}
-
-/// Byte equality without a `memcmp` call for the short keys JSON objects mostly have: two
-/// overlapping loads from each end cover every byte.
-#[inline]
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    match n {
-        0 => true,
-        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
-        4..=8 => ends::<4>(a) == ends::<4>(b),
-        9..=16 => ends::<8>(a) == ends::<8>(b),
-        _ => a == b,
-    }
-}
-
-/// The first and the last `N` bytes (they overlap when `len < 2 * N`); `len >= N`.
-#[inline]
-fn ends<const N: usize>(s: &[u8]) -> Option<(&[u8; N], &[u8; N])> {
-    Some((s.first_chunk::<N>()?, s.last_chunk::<N>()?))
 }
 
 /// log2 of the smallest power of two ≥ `n`, at least 1 (so `shift` stays below 64).
@@ -214,21 +193,6 @@ mod tests {
             assert_eq!(table.get(k.as_bytes()), Some(i));
         }
         assert_eq!(table.get(b"field_500"), None);
-    }
-
-    #[test]
-    fn short_key_comparison_checks_every_byte() {
-        let words: Vec<Vec<u8>> = (0..=20)
-            .map(|n| (0..n).map(|i| b'a' + i as u8).collect())
-            .collect();
-        for word in &words {
-            assert!(same(word, &word.clone()));
-            for i in 0..word.len() {
-                let mut other = word.clone();
-                other[i] = b'Z';
-                assert!(!same(word, &other), "{word:?} differs at {i}");
-            }
-        }
     }
 
     #[test]
