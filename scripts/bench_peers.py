@@ -401,8 +401,14 @@ def table(engines: Engines, results: dict[str, Timings], checks: dict[str, str])
     """The medians as a Markdown table: each engine at each parallelism, the ratio of each at
     its best (Flink's net time over weir's wall time), and the peak memory of those runs."""
     flink_ps, weir_ps = engines.flink_parallelism, engines.weir_parallelism
+    one_and_two = {1, 2} <= set(weir_ps)
+
+    def which(p: int, ps: list[int]) -> str:
+        """Which parallelism a figure comes from, when there was a choice."""
+        return f" (p={p})" if len(ps) > 1 else ""
+
     header = [f"Flink p={p} net s" for p in flink_ps] + [f"weir p={p} wall s" for p in weir_ps]
-    if weir_ps[:2] == [1, 2]:
+    if one_and_two:
         header.append("weir p=1 ÷ p=2")
     header += ["Flink ÷ weir, each at its best", "Flink peak MiB", "weir peak MiB", "rows"]
     lines = ["| query | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
@@ -410,14 +416,13 @@ def table(engines: Engines, results: dict[str, Timings], checks: dict[str, str])
         med = statistics.median
         cells = [f"{med(t.flink_s[p]):.2f}" for p in flink_ps]
         cells += [f"{med(t.weir_s[p]):.2f}" for p in weir_ps]
-        if weir_ps[:2] == [1, 2]:
+        if one_and_two:
             cells.append(f"{med(t.weir_s[1]) / med(t.weir_s[2]):.2f}×")
         fb, wb = best(t.flink_s), best(t.weir_s)
-        at = lambda p, ps: f" (p={p})" if len(ps) > 1 else ""  # noqa: E731
         cells += [
             f"{med(t.flink_s[fb]) / med(t.weir_s[wb]):.1f}×",
-            f"{med(t.flink_peak_mib[fb]):,.0f}{at(fb, flink_ps)}",
-            f"{med(t.weir_peak_mib[wb]):,.0f}{at(wb, weir_ps)}",
+            f"{med(t.flink_peak_mib[fb]):,.0f}{which(fb, flink_ps)}",
+            f"{med(t.weir_peak_mib[wb]):,.0f}{which(wb, weir_ps)}",
             checks.get(query, "not checked"),
         ]
         lines.append(f"| {query} | " + " | ".join(cells) + " |")
