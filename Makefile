@@ -24,11 +24,12 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # its WebDriver (the dashboard's end-to-end test drives a headless browser), and Python with
 # venv (the checkpoint-storage tests start S3-compatible moto_server instances with
 # scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
-# The Kafka tests start tansu brokers with scripts/kafka-broker.sh, which builds tansu from
-# crates.io into ~/.cache/weir once (in the background while weir compiles). The NATS tests use
-# the server on 127.0.0.1:4222 when one answers, else start Debian's nats-server with JetStream
-# on a free port (scripts/nats-server.sh).
-TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server
+# The Kafka tests start Apache Kafka's own broker (KRaft, one JVM per test) with
+# scripts/kafka-broker.sh, which fetches its JARs from Maven Central with Maven into
+# ~/.cache/weir/kafka-4.4.0 once (in the background while weir compiles): hence a JDK 17 and
+# Maven. The NATS tests use the server on 127.0.0.1:4222 when one answers, else start Debian's
+# nats-server with JetStream on a free port (scripts/nats-server.sh).
+TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server openjdk-17-jdk-headless maven
 
 .PHONY: run test bench bench-peers bench-fleet build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
