@@ -202,11 +202,7 @@ pub struct CheckpointMetadata {
 
 /// Epoch milliseconds now: the clock of [`CheckpointMetadata::triggered_at`] and
 /// [`CheckpointMetadata::completed_at`].
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use weir_state::clock::now_ms;
 
 impl CheckpointMetadata {
     /// Every file the snapshot needs.

@@ -796,11 +796,7 @@ fn push_sample(samples: &mut VecDeque<Sample>, sample: Sample) {
 }
 
 /// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use weir_state::clock::now_ms;
 
 /// Per-second rate between two counter readings.
 pub fn rate(before: u64, after: u64, elapsed: Duration) -> f64 {

@@ -192,11 +192,7 @@ impl std::fmt::Debug for KeyedStateBackend {
 
 /// Wall-clock epoch milliseconds.
 pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    })
+    Arc::new(crate::clock::now_ms)
 }
 
 impl KeyedStateBackend {

@@ -12,6 +12,7 @@
 //! multiset, so no operation scans pending timers.
 //!
 //! # Layout
+//! - [`clock`]: the wall clock in epoch milliseconds, for every crate of weir.
 //! - [`key_groups`]: key hash → key group → subtask, and key-group ranges.
 //! - [`keys`]: [`KeyRef`] (a record's key) and [`Window`] (the usual namespace).
 //! - [`codec`]: encodings of state values and ordered map keys.
@@ -43,6 +44,7 @@
 //! ```
 
 pub mod backend;
+pub mod clock;
 pub mod codec;
 pub mod error;
 pub mod heap;

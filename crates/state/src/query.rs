@@ -47,11 +47,7 @@ use crate::store::{decode_entry_key, entry_key, storage};
 
 /// Wall-clock epoch milliseconds: the clock of the write-through stamps, and of the freshness a
 /// lookup reports against them.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+pub use crate::clock::now_ms;
 
 /// The longest `close_keeping_files` waits for lookups in flight to let go of the database.
 const EXCLUSIVE_WAIT: Duration = Duration::from_secs(2);
