@@ -41,6 +41,11 @@ impl SnapshotRef {
         join(&self.dir, path)
     }
 
+    /// The snapshot's id, read from its directory's name (`chk-0000000007`: 7).
+    pub fn id(&self) -> Option<u64> {
+        parse_dir(self.dir.rsplit('/').next()?).map(|(_, id)| id)
+    }
+
     /// The snapshot's location, for messages.
     pub fn location(&self) -> String {
         self.storage.location(&self.dir)

@@ -14,8 +14,15 @@
 //!    stores their files (off the task threads) as they come in.
 //! 4. **Complete**: with every task acknowledged and every file durable, the merged
 //!    operator-state files and then the metadata are written, and only then is the checkpoint
-//!    visible. The runtime commits the sinks' transactions ([`JobHooks::committed`]), and old
-//!    checkpoints are removed beyond the retained count.
+//!    visible (and counted as completed). Old checkpoints are removed beyond the retained
+//!    count.
+//! 5. **Commit**: the runtime commits the sinks' transactions ([`JobHooks::committed`]).
+//!    Commits run one at a time, in checkpoint order: two commits of one sink never run
+//!    together (they would share its connections and flow-control budget, and could apply
+//!    one key's updates out of order). A snapshot's sink state holds every transaction not yet
+//!    known to be committed, so a commit waiting behind a running one is replaced by a newer
+//!    snapshot's, which covers it. A commit that fails ends the attempt; the snapshot stands,
+//!    and the restore commits it again.
 //!
 //! One coordinator runs per job as a task that owns all of this state; nothing is shared
 //! under a lock. At most `max-concurrent` checkpoints are in flight; one not complete by its
@@ -195,6 +202,13 @@ enum Done {
         id: u64,
         result: Result<Arc<Completed>, String>,
     },
+    /// A snapshot's commit ended; `replies` wait for it (the final snapshot's).
+    Committed {
+        id: u64,
+        result: Result<(), String>,
+        completed: Arc<Completed>,
+        replies: Vec<Reply>,
+    },
     /// Old checkpoints were removed (or a failure logged): nothing to apply.
     Retained,
     /// A block of ids from the fence, starting here (or the lease is lost).
@@ -204,21 +218,22 @@ enum Done {
 /// Reports queued per task before a task waits to send (tasks send one per barrier).
 const REPORTS_PER_TASK: usize = 2;
 
-/// Starts the coordinator of a job with `tasks` tasks. The returned future is the
-/// coordinator itself: the caller owns it (spawns it and aborts or awaits it).
+/// Starts the coordinator of a job whose tasks are named by `tasks` (by task index, as they
+/// report). The returned future is the coordinator itself: the caller owns it (spawns it and
+/// aborts or awaits it).
 pub fn coordinator(
     mut config: CoordinatorConfig,
     catalog: JobCheckpoints,
     job: String,
     key_groups: u32,
     nodes: Vec<NodeInfo>,
-    tasks: usize,
+    tasks: Vec<String>,
     hooks: Arc<dyn JobHooks>,
 ) -> (CoordinatorHandle, BoxFuture<'static, ()>) {
     // Requests come from a handful of callers (the scheduler, savepoint commands); reports
     // from tasks, at most a couple per task in flight.
     let (requests_tx, requests) = mpsc::channel(16);
-    let (reports_tx, reports) = mpsc::channel(tasks.max(1) * REPORTS_PER_TASK);
+    let (reports_tx, reports) = mpsc::channel(tasks.len().max(1) * REPORTS_PER_TASK);
     let stats = Arc::new(CheckpointStats::default());
     let handle = CoordinatorHandle {
         requests: requests_tx,
@@ -242,7 +257,7 @@ pub fn coordinator(
         job,
         key_groups,
         nodes,
-        tasks,
+        task_names: tasks,
         hooks,
         stats,
         next_id,
@@ -251,6 +266,8 @@ pub fn coordinator(
         closed: None,
         last_finished: None,
         retaining: false,
+        committing: None,
+        to_commit: None,
         work: FuturesUnordered::new(),
     };
     (handle, Box::pin(state.run(requests, reports)))
@@ -262,7 +279,8 @@ struct Coordinator {
     job: String,
     key_groups: u32,
     nodes: Vec<NodeInfo>,
-    tasks: usize,
+    /// The job's tasks by index, for messages (a checkpoint waiting for their acks).
+    task_names: Vec<String>,
     hooks: Arc<dyn JobHooks>,
     stats: Arc<CheckpointStats>,
     next_id: u64,
@@ -282,6 +300,11 @@ struct Coordinator {
     reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
     /// Old checkpoints are being removed.
     retaining: bool,
+    /// The snapshot whose commit is running: commits run one at a time, in id order.
+    committing: Option<u64>,
+    /// The newest completed snapshot waiting for its commit, and the replies that wait for
+    /// that commit. A newer snapshot replaces it (its sink state covers the older one's).
+    to_commit: Option<(Arc<Completed>, Vec<Reply>)>,
     work: FuturesUnordered<BoxFuture<'static, Done>>,
 }
 
@@ -407,7 +430,7 @@ impl Coordinator {
                 triggered_at: now_ms(),
                 started: now,
                 deadline: now + self.config.timeout,
-                waiting: (0..self.tasks).collect(),
+                waiting: (0..self.task_names.len()).collect(),
                 alignment: Duration::ZERO,
                 acks: Vec::new(),
                 subtasks: HashMap::new(),
@@ -589,7 +612,70 @@ impl Coordinator {
                     }
                 }
             }
+            Done::Committed {
+                id,
+                result,
+                completed,
+                replies,
+            } => {
+                self.committing = None;
+                match result {
+                    Ok(()) => {
+                        for reply in replies {
+                            let _ = reply.send(Ok(completed.clone()));
+                        }
+                        self.start_commit();
+                    }
+                    Err(reason) => {
+                        // The snapshot stands: its transactions are committed again on
+                        // restore. This attempt takes no more snapshots (the runtime ends it).
+                        tracing::error!(job = %self.job, checkpoint = id, error = %reason, "committing the output of a completed snapshot failed");
+                        self.closed
+                            .get_or_insert(format!("committing snapshot {id} failed"));
+                        let error = CheckpointError::Commit { id, reason };
+                        let waiting = self.to_commit.take().map(|(_, r)| r).unwrap_or_default();
+                        for reply in replies.into_iter().chain(waiting) {
+                            let _ = reply.send(Err(error.clone()));
+                        }
+                    }
+                }
+            }
         }
+    }
+
+    /// Queues the commit of `completed`, which `replies` wait for; starts it unless one is
+    /// running.
+    fn commit(&mut self, completed: Arc<Completed>, mut replies: Vec<Reply>) {
+        if let Some((older, waiting)) = self.to_commit.take() {
+            tracing::debug!(job = %self.job, skipped = older.metadata.id, by = completed.metadata.id, "a newer snapshot's commit covers a waiting one");
+            replies.extend(waiting);
+        }
+        self.to_commit = Some((completed, replies));
+        self.start_commit();
+    }
+
+    fn start_commit(&mut self) {
+        if self.committing.is_some() {
+            return;
+        }
+        let Some((completed, replies)) = self.to_commit.take() else {
+            return;
+        };
+        let id = completed.metadata.id;
+        self.committing = Some(id);
+        let commit = self.hooks.committed(completed.clone());
+        self.work.push(
+            async move {
+                let result = commit.await;
+                Done::Committed {
+                    id,
+                    result,
+                    completed,
+                    replies,
+                }
+            }
+            .boxed(),
+        );
     }
 
     /// Publishes `id` once every task acknowledged and every file is stored.
@@ -611,7 +697,6 @@ impl Coordinator {
             triggered_at: pending.triggered_at,
             subtasks: std::mem::take(&mut pending.subtasks),
             operator_states: std::mem::take(&mut pending.operator_states),
-            hooks: self.hooks.clone(),
             fence: self.fence.clone(),
         };
         self.work.push(
@@ -687,9 +772,17 @@ impl Coordinator {
                 .get_or_insert("the job is stopping after its savepoint".into());
             self.hooks.stop_sources();
         }
-        for reply in pending.replies {
-            let _ = reply.send(Ok(completed.clone()));
-        }
+        // A checkpoint or savepoint is answered once durable; the final snapshot of a bounded
+        // run once its commit is done too (the run is over only then).
+        let waiting = if kind == SnapshotKind::Final {
+            pending.replies
+        } else {
+            for reply in pending.replies {
+                let _ = reply.send(Ok(completed.clone()));
+            }
+            Vec::new()
+        };
+        self.commit(completed, waiting);
         self.start_queued();
     }
 
@@ -734,23 +827,62 @@ impl Coordinator {
 
     fn expire(&mut self) {
         let now = Instant::now();
+        // One being published is left to its storage: its metadata may already be written,
+        // and a checkpoint whose metadata is durable is never reported as abandoned.
         let expired: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, p)| p.deadline <= now)
+            .filter(|(_, p)| p.deadline <= now && !p.publishing)
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
-            let missing = self.pending.get(&id).map_or(0, |p| p.waiting.len());
+            let waiting = self
+                .pending
+                .get(&id)
+                .map(|p| self.waiting_for(p))
+                .unwrap_or_default();
             self.fail(
                 id,
                 CheckpointError::Timeout {
                     id,
                     after_ms: self.config.timeout.as_millis() as u64,
-                    missing,
+                    waiting,
                 },
             );
         }
+    }
+
+    /// What a snapshot in flight is waiting for, for the timeout's message.
+    fn waiting_for(&self, p: &Pending) -> String {
+        if !p.waiting.is_empty() {
+            let mut tasks: Vec<usize> = p.waiting.iter().copied().collect();
+            tasks.sort_unstable();
+            let names: Vec<String> = tasks
+                .iter()
+                .take(8)
+                .map(|t| match self.task_names.get(*t) {
+                    Some(name) => format!("`{name}`"),
+                    None => format!("task {t}"),
+                })
+                .collect();
+            let more = tasks.len().saturating_sub(names.len());
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            return format!(
+                "the acknowledgement of {} task{} ({}{more})",
+                tasks.len(),
+                if tasks.len() == 1 { "" } else { "s" },
+                names.join(", ")
+            );
+        }
+        format!(
+            "{} keyed-state snapshot{} still being stored",
+            p.uploads,
+            if p.uploads == 1 { "" } else { "s" }
+        )
     }
 
     /// The final snapshot of a bounded run: no barrier, the ended tasks' sink transactions.

@@ -27,6 +27,13 @@ struct FakeJob {
     storage: Arc<dyn CheckpointStorage>,
     catalog: JobCheckpoints,
     refuse: Mutex<Option<String>>,
+    /// When set, each commit waits for a permit of it (tests of commits that take time).
+    gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    /// Commits running now, and the most that ever ran at once.
+    running: Arc<AtomicUsize>,
+    most_running: Arc<AtomicUsize>,
+    /// Snapshot ids whose commit fails.
+    fail_commit: Mutex<Vec<u64>>,
 }
 
 impl JobHooks for FakeJob {
@@ -45,11 +52,24 @@ impl JobHooks for FakeJob {
                 .dir_key(completed.metadata.kind, completed.metadata.id)
         );
         let visible = std::path::Path::new(&self.storage.location(&key)).exists();
-        self.commits
-            .lock()
-            .unwrap()
-            .push((completed.metadata.id, visible));
-        Box::pin(async { Ok(()) })
+        let id = completed.metadata.id;
+        self.commits.lock().unwrap().push((id, visible));
+        let gate = self.gate.lock().unwrap().clone();
+        let fail = self.fail_commit.lock().unwrap().contains(&id);
+        let (running, most) = (self.running.clone(), self.most_running.clone());
+        Box::pin(async move {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            if let Some(gate) = gate {
+                gate.acquire().await.unwrap().forget();
+            }
+            running.fetch_sub(1, Ordering::SeqCst);
+            if fail {
+                Err(format!("the broker refused snapshot {id}"))
+            } else {
+                Ok(())
+            }
+        })
     }
 
     fn stop_sources(&self) {
@@ -92,6 +112,10 @@ fn harness(config: CoordinatorConfig, tasks: usize) -> Harness {
         storage,
         catalog: catalog.clone(),
         refuse: Mutex::new(None),
+        gate: Mutex::new(None),
+        running: Arc::new(AtomicUsize::new(0)),
+        most_running: Arc::new(AtomicUsize::new(0)),
+        fail_commit: Mutex::new(Vec::new()),
     });
     let nodes = vec![
         NodeInfo {
@@ -111,7 +135,7 @@ fn harness(config: CoordinatorConfig, tasks: usize) -> Harness {
         "job".into(),
         128,
         nodes,
-        tasks,
+        (0..tasks).map(|t| format!("t{t}")).collect(),
         job.clone(),
     );
     let task = tokio::spawn(future);
@@ -338,11 +362,8 @@ async fn a_checkpoint_not_acknowledged_in_time_is_abandoned() {
     assert!(
         matches!(
             err,
-            CheckpointError::Timeout {
-                id: 1,
-                missing: 1,
-                ..
-            }
+            CheckpointError::Timeout { id: 1, ref waiting, .. }
+                if waiting == "the acknowledgement of 1 task (`t1`)"
         ),
         "{err}"
     );
@@ -574,5 +595,96 @@ async fn with_a_fence_ids_come_from_reserved_blocks_and_a_taken_lease_publishes_
         lease.latest.lock().unwrap().as_ref().map(|l| l.0),
         Some(barrier.id - 1)
     );
+    h.task.abort();
+}
+
+/// Takes the next checkpoint of a one-task job: triggers it (again while a trigger is
+/// skipped, as while old checkpoints are being removed) and acknowledges it.
+async fn one_checkpoint(h: &mut Harness) -> Result<Arc<Completed>, CheckpointError> {
+    loop {
+        let mut pending = tokio::spawn({
+            let handle = h.handle.clone();
+            async move { handle.checkpoint().await }
+        });
+        tokio::select! {
+            barrier = h.injected.recv() => {
+                ack(h, barrier.unwrap().id, 0, None).await;
+                return pending.await.unwrap();
+            }
+            skipped = &mut pending => {
+                assert!(matches!(skipped.unwrap(), Err(CheckpointError::Skipped(_))));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+/// Two commits of one sink at once could share (and exhaust) its flow-control budget and
+/// apply a key's updates out of order: commits run one at a time, in id order, and one waiting
+/// behind a running commit is replaced by the next snapshot's (whose sink state covers it).
+#[tokio::test]
+async fn commits_run_one_at_a_time_and_a_newer_snapshot_covers_a_waiting_one() {
+    let mut cfg = config();
+    cfg.max_concurrent = 4;
+    let mut h = harness(cfg, 1);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.job.gate.lock().unwrap() = Some(gate.clone());
+    // Each checkpoint is answered once durable, while its commit still runs (or waits).
+    for id in 1..=3 {
+        let done = one_checkpoint(&mut h).await.unwrap();
+        assert_eq!(done.metadata.id, id);
+    }
+    assert_eq!(h.handle.stats().snapshot().completed, 3);
+    assert_eq!(
+        *h.job.commits.lock().unwrap(),
+        [(1, true)],
+        "2 and 3 wait while 1 commits"
+    );
+    gate.add_permits(1);
+    // Commit 1 ends; 3 starts (2 was covered by it); nothing ran beside anything else.
+    for _ in 0..100 {
+        if h.job.commits.lock().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(*h.job.commits.lock().unwrap(), [(1, true), (3, true)]);
+    // The final snapshot is answered only once its commit is done.
+    let finish = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.finish(Vec::new()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(!finish.is_finished(), "the final commit waits behind 3's");
+    gate.add_permits(2);
+    let done = finish.await.unwrap().unwrap();
+    assert_eq!(done.metadata.kind, SnapshotKind::Final);
+    assert_eq!(
+        *h.job.commits.lock().unwrap(),
+        [(1, true), (3, true), (4, true)]
+    );
+    assert_eq!(h.job.most_running.load(Ordering::SeqCst), 1);
+    h.task.abort();
+}
+
+/// A commit that fails leaves its snapshot complete and counted (a restart restores it and
+/// commits again), fails what waits for it, and ends checkpointing for the attempt.
+#[tokio::test]
+async fn a_failed_commit_keeps_its_snapshot_and_fails_the_final_one_waiting() {
+    let mut h = harness(config(), 1);
+    h.job.fail_commit.lock().unwrap().push(2);
+    one_checkpoint(&mut h).await.unwrap();
+    let finish = h.handle.finish(Vec::new()).await.unwrap_err();
+    assert_eq!(
+        finish,
+        CheckpointError::Commit {
+            id: 2,
+            reason: "the broker refused snapshot 2".into()
+        }
+    );
+    assert!(h.root.join("job/final-0000000002/_metadata").exists());
+    assert_eq!(h.handle.stats().snapshot().completed, 2);
+    let newest = h.job.catalog.complete_newest_first().await.unwrap();
+    assert!(newest[0].dir.ends_with("final-0000000002"));
     h.task.abort();
 }

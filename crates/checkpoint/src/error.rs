@@ -94,14 +94,21 @@ pub enum CheckpointError {
     /// longer checkpoint (a source finished, the job is stopping).
     #[error("checkpoint skipped: {0}")]
     Skipped(String),
-    #[error("checkpoint {id} timed out after {after_ms} ms ({missing} tasks had not acknowledged)")]
+    /// Not complete by its deadline: `waiting` says which step it was waiting for (tasks'
+    /// acknowledgements, keyed-state files being stored). A checkpoint whose metadata is being
+    /// written is never abandoned: its storage decides.
+    #[error("checkpoint {id} timed out after {after_ms} ms, waiting for {waiting}")]
     Timeout {
         id: u64,
         after_ms: u64,
-        missing: usize,
+        waiting: String,
     },
     #[error("checkpoint {id} failed: {reason}")]
     Failed { id: u64, reason: String },
+    /// The snapshot is complete (its metadata is durable), but committing the sinks' output
+    /// failed: a restore of it commits again.
+    #[error("committing the output of snapshot {id} failed: {reason}")]
+    Commit { id: u64, reason: String },
     /// The coordinator is gone (the job ended or is restarting).
     #[error("the checkpoint coordinator has stopped")]
     Stopped,

@@ -106,8 +106,11 @@ pub trait JobHooks: Send + Sync + 'static {
     /// checkpoints (a source has finished, the job is stopping).
     fn inject(&self, barrier: Barrier) -> Result<(), String>;
 
-    /// `completed` is durable: commit what the sinks prepared for it. An error fails the job
-    /// (the transactions stay pending and are committed again on restore).
+    /// `completed` is durable: commit what the sinks prepared for it (every transaction its
+    /// sink state holds). The coordinator calls it for one snapshot at a time, in id order.
+    /// An error ends the attempt (the transactions stay pending and are committed again on
+    /// restore); its text is for the coordinator's log and history, while the runtime keeps
+    /// the typed error that decides whether the job restarts.
     fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>>;
 
     /// A stop-with-savepoint completed: end the sources.

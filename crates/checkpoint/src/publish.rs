@@ -1,8 +1,8 @@
 //! Storing and publishing a snapshot: [`Upload`] stores one subtask's keyed-state files (shared
 //! files of earlier checkpoints referred to, not stored again), and [`Publish`] lays every
 //! subtask's operator state out in merged files ([`merge_operator_states`]), writes them, then
-//! writes the metadata (the moment the snapshot becomes visible) and lets the runtime commit.
-//! The coordinator runs both off its loop, as background work.
+//! writes the metadata (the moment the snapshot becomes visible). The coordinator runs both
+//! off its loop, as background work, and has the runtime commit once a snapshot is published.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use crate::metadata::{
     CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateInfo,
     StateRange, SubtaskState, VERSION, checksum, now_ms,
 };
-use crate::protocol::{Completed, JobHooks, NodeInfo};
+use crate::protocol::{Completed, NodeInfo};
 
 /// Stores one keyed snapshot's files.
 pub(crate) struct Upload {
@@ -84,8 +84,7 @@ impl Upload {
     }
 }
 
-/// Writes a snapshot's merged operator-state files and its metadata, then lets the runtime
-/// commit.
+/// Writes a snapshot's merged operator-state files and its metadata.
 pub(crate) struct Publish {
     pub(crate) catalog: JobCheckpoints,
     pub(crate) job: String,
@@ -96,7 +95,6 @@ pub(crate) struct Publish {
     pub(crate) triggered_at: i64,
     pub(crate) subtasks: HashMap<(usize, u32), SubtaskState>,
     pub(crate) operator_states: HashMap<(usize, u32), Vec<u8>>,
-    pub(crate) hooks: Arc<dyn JobHooks>,
     /// In a fleet, the lease the snapshot is published through ([`crate::fence`]).
     pub(crate) fence: Option<Arc<dyn crate::fence::Fence>>,
 }
@@ -223,15 +221,10 @@ impl Publish {
                 .await;
             return Err(format!("not published: {fenced}"));
         }
-        let completed = Arc::new(Completed {
+        Ok(Arc::new(Completed {
             location,
             metadata,
             operator_states: self.operator_states,
-        });
-        if let Err(e) = self.hooks.committed(completed.clone()).await {
-            // The snapshot stands; its transactions are committed again on restore.
-            tracing::error!(checkpoint = self.id, error = %e, "committing sink transactions failed");
-        }
-        Ok(completed)
+        }))
     }
 }

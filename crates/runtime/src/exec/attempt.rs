@@ -13,7 +13,7 @@ use weir_checkpoint::metadata::SnapshotKind;
 use super::chain::{SinkTail, TaskFailure};
 use super::checkpointing::Hooks;
 use super::error::{JobError, RunError};
-use super::instantiate::{RunContext, instantiate, prepare_sinks};
+use super::instantiate::{RunContext, instantiate, prepare_sinks, task_names};
 use super::restore::Prepared;
 use super::supervisor::Run;
 use super::task::TaskOutcome;
@@ -69,16 +69,10 @@ impl Run {
             ctx.restore.clear();
         }
 
-        let task_count: usize = plan
-            .chains
-            .members
-            .iter()
-            .map(|m| plan.nodes[m[0]].parallelism)
-            .sum();
         let coordinator_parts = if final_restored {
             None
         } else {
-            self.coordinate(attempt, restored_id, reuse, &committed, task_count)
+            self.coordinate(attempt, restored_id, reuse, &committed, task_names(plan))
                 .await?
                 .map(|(wiring, base, parts)| {
                     ctx.checkpointing = Some(wiring);
@@ -86,6 +80,9 @@ impl Run {
                     parts
                 })
         };
+        if coordinator_parts.is_some() {
+            self.floor.get_or_insert(ctx.checkpoint_base);
+        }
 
         prepare_sinks(plan, &ctx).await?;
         let instantiated = instantiate(plan, &self.stop, &ctx)?;

@@ -43,7 +43,7 @@ impl Run {
         restored_id: u64,
         reuse: HashMap<(usize, u32), HashMap<String, FileRef>>,
         committed: &Arc<AtomicU64>,
-        task_count: usize,
+        tasks: Vec<String>,
     ) -> Result<Option<(TaskWiring, u64, Coordination)>, RunError> {
         let (true, Some(catalog)) = (self.checkpointing(), &self.catalog) else {
             return Ok(None);
@@ -55,11 +55,15 @@ impl Run {
             barriers: OnceLock::new(),
             stop: self.stop.clone(),
             stopped_by_savepoint: AtomicBool::new(false),
-            sinks: sink_factories(plan),
+            sinks: sink_factories(plan)
+                .into_iter()
+                .map(|(i, f)| (i, plan.nodes[i].name.clone(), f))
+                .collect(),
             sources: source_factories(plan),
             committed: committed.clone(),
             failure: Arc::new(Mutex::new(None)),
             failed: CancellationToken::new(),
+            slow_commit: spec.timeout.0,
         });
         let last_id = highest.max(restored_id);
         clear_aborted_snapshots(&self.work_dir().join("snapshots"), last_id);
@@ -101,7 +105,7 @@ impl Run {
             plan.spec.name.clone(),
             plan.spec.key_groups,
             nodes,
-            task_count,
+            tasks,
             hooks.clone(),
         );
         let wiring = TaskWiring {
@@ -209,10 +213,18 @@ impl Run {
                     })
                     .collect::<Result<Vec<_>, OperatorError>>()
                     .map_err(|e| RunError::Internal(format!("encoding the final snapshot: {e}")))?;
-                let completed = handle.finish(snapshots).await?;
-                if let Some(h) = &attempt.hooks {
-                    h.check()?;
-                }
+                // Answered once the final snapshot is durable and its commit done. A commit that
+                // failed is the sink's typed error (the supervisor decides on it: a restart
+                // restores the final snapshot and commits it again).
+                let completed = match handle.finish(snapshots).await {
+                    Ok(completed) => completed,
+                    Err(e) => {
+                        if let Some(h) = &attempt.hooks {
+                            h.check()?;
+                        }
+                        return Err(e.into());
+                    }
+                };
                 summary.snapshot = Some(completed.location.clone());
             }
             None => {
@@ -235,20 +247,48 @@ pub(super) struct Hooks {
     pub(super) barriers: OnceLock<Vec<mpsc::Sender<Barrier>>>,
     pub(super) stop: CancellationToken,
     pub(super) stopped_by_savepoint: AtomicBool,
-    pub(super) sinks: Vec<(usize, Arc<dyn SinkFactory>)>,
+    /// The sink nodes: index, name and factory.
+    pub(super) sinks: Vec<(usize, String, Arc<dyn SinkFactory>)>,
     pub(super) sources: Vec<(usize, Arc<dyn SourceFactory>)>,
     /// The newest snapshot whose transactions are committed (sinks read it at barriers).
     pub(super) committed: Arc<AtomicU64>,
-    /// A commit that failed: it fails the attempt (the restore commits again).
-    pub(super) failure: Arc<Mutex<Option<String>>>,
+    /// A commit that failed, with the sink's typed error: it fails the attempt, and its
+    /// retry decision decides whether the job restarts (the restore commits again).
+    pub(super) failure: Arc<Mutex<Option<RunError>>>,
     pub(super) failed: CancellationToken,
+    /// How long a commit may run before a warning says which sink it waits for (the
+    /// checkpoint timeout); it is not abandoned, as its snapshot is durable.
+    pub(super) slow_commit: std::time::Duration,
 }
 
 impl Hooks {
+    /// The commit failure that ended the attempt, if one did (taken: reported once).
     pub(super) fn check(&self) -> Result<(), RunError> {
-        match self.failure.lock().ok().and_then(|f| f.clone()) {
-            Some(message) => Err(RunError::Commit(message)),
+        match self.failure.lock().ok().and_then(|mut f| f.take()) {
+            Some(error) => Err(error),
             None => Ok(()),
+        }
+    }
+}
+
+/// Commits `states` of sink `sink` for snapshot `id`, warning every `slow` while it runs.
+async fn commit_one(
+    id: u64,
+    sink: &str,
+    commit: BoxFuture<'static, Result<(), OperatorError>>,
+    slow: std::time::Duration,
+) -> Result<(), OperatorError> {
+    let started = std::time::Instant::now();
+    tokio::pin!(commit);
+    loop {
+        match tokio::time::timeout(slow.max(std::time::Duration::from_secs(1)), &mut commit).await {
+            Ok(result) => return result,
+            Err(_) => tracing::warn!(
+                checkpoint = id,
+                sink,
+                waited = %humantime::format_duration(std::time::Duration::from_secs(started.elapsed().as_secs())),
+                "the commit of a completed snapshot is still waiting for its sink"
+            ),
         }
     }
 }
@@ -274,10 +314,10 @@ impl JobHooks for Hooks {
 
     fn committed(&self, completed: Arc<Completed>) -> BoxFuture<'static, Result<(), String>> {
         let mut commits = Vec::new();
-        for (node, factory) in &self.sinks {
+        for (node, name, factory) in &self.sinks {
             let states = node_states(&completed, *node);
             if !states.is_empty() {
-                commits.push(factory.commit(states));
+                commits.push((name.clone(), factory.commit(states)));
             }
         }
         // Sources hear of the completed checkpoint too (a Kafka source commits its offsets to
@@ -289,12 +329,19 @@ impl JobHooks for Hooks {
         let id = completed.metadata.id;
         let failure = self.failure.clone();
         let failed = self.failed.clone();
+        let slow = self.slow_commit;
         Box::pin(async move {
-            for c in commits {
-                if let Err(e) = c.await {
-                    let message = format!("committing the output of snapshot {id}: {e}");
+            // The sinks one after another: each is idempotent, and a failure leaves the rest
+            // to the restore's commit.
+            for (sink, commit) in commits {
+                if let Err(error) = commit_one(id, &sink, commit, slow).await {
+                    let message = format!("sink `{sink}`: {error}");
                     if let Ok(mut slot) = failure.lock() {
-                        slot.get_or_insert(message.clone());
+                        slot.get_or_insert(RunError::Commit {
+                            snapshot: id,
+                            sink,
+                            error,
+                        });
                     }
                     failed.cancel();
                     return Err(message);

@@ -36,9 +36,15 @@ pub enum RunError {
     /// The checkpoint-trigger scheduler refused the job's periodic checkpoints.
     #[error("checkpointing: {0}")]
     Scheduler(#[from] weir_scheduler::SchedulerError),
-    /// Committing a completed snapshot's output failed (the restore commits it again).
-    #[error("checkpointing: {0}")]
-    Commit(String),
+    /// Committing a completed snapshot's output to a sink failed (the restore commits it
+    /// again); the sink's error decides whether restarting can help.
+    #[error("committing the output of snapshot {snapshot} to `{sink}`: {error}")]
+    Commit {
+        snapshot: u64,
+        sink: String,
+        #[source]
+        error: OperatorError,
+    },
     /// In a fleet, the job's lease is another server's (or the catalog cannot say): this copy
     /// must stop, and another runs the job.
     #[error("the job's lease is lost: {0}")]
@@ -56,14 +62,14 @@ impl RunError {
     pub fn retry(&self) -> Retry {
         match self {
             RunError::Task(e) => e.error.retry(),
+            RunError::Commit { error, .. } => error.retry(),
             RunError::Restore(_)
             | RunError::StorageConfig(_)
             | RunError::Scheduler(_)
             | RunError::Fenced(_) => Retry::Never,
-            RunError::Checkpoint(_)
-            | RunError::Storage(_)
-            | RunError::Commit(_)
-            | RunError::Internal(_) => Retry::Backoff,
+            RunError::Checkpoint(_) | RunError::Storage(_) | RunError::Internal(_) => {
+                Retry::Backoff
+            }
         }
     }
 
@@ -73,11 +79,9 @@ impl RunError {
     pub fn category(&self) -> &'static str {
         match self {
             RunError::Task(e) => e.error.category(),
+            RunError::Commit { error, .. } => error.category(),
             RunError::Restore(_) | RunError::StorageConfig(_) => "data",
-            RunError::Checkpoint(_)
-            | RunError::Storage(_)
-            | RunError::Commit(_)
-            | RunError::Fenced(_) => "external",
+            RunError::Checkpoint(_) | RunError::Storage(_) | RunError::Fenced(_) => "external",
             RunError::Scheduler(_) | RunError::Internal(_) => "internal",
         }
     }

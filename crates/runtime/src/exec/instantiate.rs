@@ -348,18 +348,8 @@ pub fn instantiate(
                     }
                 }
             };
-            let name = format!(
-                "{} ({}/{})",
-                members
-                    .iter()
-                    .map(|m| nodes[*m].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" → "),
-                s + 1,
-                parallelism
-            );
             tasks.push(SubtaskTask {
-                name,
+                name: task_name(plan, members, s),
                 subtask: s,
                 parallelism,
                 task: Task {
@@ -385,6 +375,29 @@ pub fn instantiate(
         metrics,
         barriers: barrier_senders,
     })
+}
+
+/// The name of subtask `s` of the task that runs the chain `members`: `a → b (1/2)`.
+fn task_name(plan: &Plan, members: &[usize], s: usize) -> String {
+    let names: Vec<&str> = members
+        .iter()
+        .map(|m| plan.nodes[*m].name.as_str())
+        .collect();
+    let parallelism = members.first().map_or(1, |m| plan.nodes[*m].parallelism);
+    format!("{} ({}/{parallelism})", names.join(" → "), s + 1)
+}
+
+/// Every task's name, by task index: the order [`instantiate`] makes them in, which is how
+/// they report to the checkpoint coordinator.
+pub(super) fn task_names(plan: &Plan) -> Vec<String> {
+    plan.chains
+        .members
+        .iter()
+        .flat_map(|members| {
+            let parallelism = members.first().map_or(0, |m| plan.nodes[*m].parallelism);
+            (0..parallelism).map(move |s| task_name(plan, members, s))
+        })
+        .collect()
 }
 
 /// Registers a queryable operator's subtask: a direct reader of each state (RocksDB), its

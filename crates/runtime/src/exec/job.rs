@@ -186,6 +186,7 @@ pub async fn start(plan: &Plan, options: JobOptions) -> Result<RunningJob, RunEr
         metrics: None,
         control: control_tx,
         run_id: format!("{started}-{}", std::process::id()),
+        floor: None,
         completed: 0,
         history: Vec::new(),
         restored_from: None,

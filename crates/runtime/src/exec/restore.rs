@@ -1,10 +1,11 @@
 //! Choosing the snapshot a run starts from and turning it into what each new subtask needs.
 //!
-//! `--from latest` (and every restart after a failure) takes the job's newest snapshot with
-//! metadata; one that fails verification (a truncated, corrupt or missing file) or cannot be
-//! read (metadata that is a directory, a link or a FIFO, a file it may not open) is skipped
-//! with a warning naming it and why, and the one before it is tried. An explicitly named
-//! snapshot is used or refused, never silently replaced.
+//! `--from latest` takes the job's newest snapshot with metadata, and every restart after a
+//! failure the newest one of its own run ([`RestoreFrom::Newest`]): what is complete on
+//! storage decides, never a count kept in memory. One that fails verification (a truncated,
+//! corrupt or missing file) or cannot be read (metadata that is a directory, a link or a FIFO,
+//! a file it may not open) is skipped with a warning naming it and why, and the one before it
+//! is tried. An explicitly named snapshot is used or refused, never silently replaced.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,13 @@ pub enum RestoreFrom {
     Latest,
     /// A checkpoint or savepoint directory (or its `_metadata` file).
     Path(PathBuf),
+    /// The newest usable snapshot with an id above `above` (those a run took itself: ids
+    /// continue above every earlier one), else `otherwise` (the snapshot the run began from;
+    /// `None`: a fresh start). Where a restart after a failure goes.
+    Newest {
+        above: u64,
+        otherwise: Option<Box<RestoreFrom>>,
+    },
 }
 
 /// A snapshot made ready for a run.
@@ -122,47 +130,107 @@ pub async fn prepare(
     from: &RestoreFrom,
     work: &Path,
 ) -> Result<Option<Prepared>, RestoreError> {
-    match from {
-        RestoreFrom::Path(path) => {
-            let (snapshot, in_job) = resolve(catalog, path)?;
-            let mut prepared = prepare_one(plan, snapshot, work).await?;
-            // Shared files are referred to relative to the job's directory: only a snapshot
-            // in this job's directory can lend them to the next checkpoints.
-            if !in_job {
-                prepared.reuse.clear();
-            }
-            Ok(Some(prepared))
-        }
-        RestoreFrom::Latest => {
-            let candidates = catalog.complete_newest_first().await?;
-            if candidates.is_empty() {
-                tracing::info!(job = %plan.spec.name, "no snapshot to restore: starting fresh");
-                return Ok(None);
-            }
-            let mut last = None;
-            for candidate in candidates {
-                let location = candidate.location();
-                match prepare_one(plan, candidate, work).await {
-                    Ok(p) => return Ok(Some(p)),
-                    Err(e) if e.is_unusable_snapshot() => {
-                        // Shown by `weir run` (warnings go to stderr) and in the server's log.
-                        tracing::warn!(
-                            job = %plan.spec.name,
-                            snapshot = %location,
-                            reason = %e,
-                            "skipping a snapshot that cannot be used; trying the one before it"
-                        );
-                        last = Some(e);
-                    }
-                    Err(e) => return Err(e),
+    // `Newest` falls back on what it names, one level at a time (no recursion on nesting).
+    let mut from = from;
+    loop {
+        match from {
+            RestoreFrom::Newest { above, otherwise } => {
+                if let Some(p) = prepare_newest(plan, catalog, *above, work).await? {
+                    return Ok(Some(p));
+                }
+                match otherwise {
+                    Some(next) => from = next,
+                    None => return Ok(None),
                 }
             }
-            Err(last.unwrap_or_else(|| RestoreError::NoneFound {
-                job: plan.spec.name.clone(),
-                location: catalog.storage().location(catalog.job_dir()),
-            }))
+            RestoreFrom::Latest => return prepare_latest(plan, catalog, work).await,
+            RestoreFrom::Path(path) => {
+                return prepare_path(plan, catalog, path, work).await.map(Some);
+            }
         }
     }
+}
+
+/// The newest usable snapshot above id `above`, skipping unusable ones with a warning; `None`
+/// if there is none.
+async fn prepare_newest(
+    plan: &Plan,
+    catalog: &JobCheckpoints,
+    above: u64,
+    work: &Path,
+) -> Result<Option<Prepared>, RestoreError> {
+    let candidates = catalog.complete_newest_first().await?;
+    let above = candidates
+        .into_iter()
+        .take_while(|c| c.id().is_some_and(|id| id > above));
+    Ok(first_usable(plan, above, work).await?.ok())
+}
+
+/// The first of `candidates` (newest first) that can be used; each that cannot is skipped
+/// with a warning naming it and why (shown by `weir run` on stderr, and in a server's log).
+/// `Err(last)` when none can, with the last reason.
+async fn first_usable(
+    plan: &Plan,
+    candidates: impl IntoIterator<Item = SnapshotRef>,
+    work: &Path,
+) -> Result<Result<Prepared, Option<RestoreError>>, RestoreError> {
+    let mut last = None;
+    for candidate in candidates {
+        let location = candidate.location();
+        match prepare_one(plan, candidate, work).await {
+            Ok(p) => return Ok(Ok(p)),
+            Err(e) if e.is_unusable_snapshot() => {
+                tracing::warn!(
+                    job = %plan.spec.name,
+                    snapshot = %location,
+                    reason = %e,
+                    "skipping a snapshot that cannot be used; trying the one before it"
+                );
+                last = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Err(last))
+}
+
+/// The snapshot `path` names, used or refused (never silently replaced).
+async fn prepare_path(
+    plan: &Plan,
+    catalog: &JobCheckpoints,
+    path: &Path,
+    work: &Path,
+) -> Result<Prepared, RestoreError> {
+    let (snapshot, in_job) = resolve(catalog, path)?;
+    let mut prepared = prepare_one(plan, snapshot, work).await?;
+    // Shared files are referred to relative to the job's directory: only a snapshot in this
+    // job's directory can lend them to the next checkpoints.
+    if !in_job {
+        prepared.reuse.clear();
+    }
+    Ok(prepared)
+}
+
+/// `--from latest`: the job's newest usable snapshot, `None` if it has no snapshot at all, an
+/// error if it has some and none is usable.
+async fn prepare_latest(
+    plan: &Plan,
+    catalog: &JobCheckpoints,
+    work: &Path,
+) -> Result<Option<Prepared>, RestoreError> {
+    let candidates = catalog.complete_newest_first().await?;
+    if candidates.is_empty() {
+        tracing::info!(job = %plan.spec.name, "no snapshot to restore: starting fresh");
+        return Ok(None);
+    }
+    let last = match first_usable(plan, candidates, work).await? {
+        Ok(p) => return Ok(Some(p)),
+        Err(last) => last,
+    };
+    Err(last.unwrap_or_else(|| RestoreError::NoneFound {
+        job: plan.spec.name.clone(),
+        location: catalog.storage().location(catalog.job_dir()),
+    }))
 }
 
 /// Opens, verifies and fetches one snapshot for `plan`.

@@ -5,7 +5,10 @@
 //! the attempt's: errors that only say "another part stopped" never hide the cause. The
 //! failure's kind decides first ([`RunError::retry`]: bad data is not retried), then the
 //! restart strategy ([`super::restart`]); the supervisor waits and starts a new attempt from
-//! the latest completed checkpoint, the job showing as restarting meanwhile.
+//! the newest snapshot of the run that is complete on storage (the one the run began from if
+//! it has none), the job showing as restarting meanwhile. A count of completed checkpoints
+//! kept in memory never decides: a commit that fails can leave it behind what is durable, and
+//! a fresh start then would repeat every output since.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -16,6 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use weir_checkpoint::coordinator::Record;
 use weir_checkpoint::{CoordinatorHandle, JobCheckpoints, RestoreStats};
+use weir_state::clock::now_ms;
 
 use super::attempt::Attempt;
 use super::error::RunError;
@@ -69,11 +73,21 @@ pub enum RunStatus {
     },
 }
 
-/// Now, in epoch milliseconds.
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+/// Where attempt `attempt` of a run starts from: the first from the run's `base`; a restart
+/// from the newest snapshot complete on storage above `floor` (the run's own), else `base`. No
+/// count of completed checkpoints takes part: storage is the only fact.
+fn restart_point(
+    attempt: u32,
+    floor: Option<u64>,
+    base: Option<&RestoreFrom>,
+) -> Option<RestoreFrom> {
+    match floor {
+        Some(above) if attempt > 0 => Some(RestoreFrom::Newest {
+            above,
+            otherwise: base.cloned().map(Box::new),
+        }),
+        _ => base.cloned(),
+    }
 }
 
 /// What the supervisor needs across attempts.
@@ -91,7 +105,12 @@ pub(super) struct Run {
     /// The snapshot this run started from: a restart before the run completes a checkpoint of
     /// its own goes back there.
     pub(super) base: Option<RestoreFrom>,
-    /// Checkpoints completed by this run's attempts so far.
+    /// The id this run's snapshots continue above (the highest in the job's storage, or the
+    /// restored one's, when its first coordinator started): every snapshot above it is this
+    /// run's own, and a restart restores the newest complete one. `None` until a coordinator
+    /// has started: the run has no snapshot of its own yet.
+    pub(super) floor: Option<u64>,
+    /// Checkpoints completed by this run's attempts so far (for the summary only).
     pub(super) completed: u64,
     /// The snapshots of every attempt so far (the last [`HISTORY`](weir_checkpoint::coordinator::HISTORY) of each).
     pub(super) history: Vec<Record>,
@@ -124,18 +143,19 @@ impl Run {
 
     /// The snapshot attempt `attempt` starts from.
     pub(super) async fn prepare_restore(&self, attempt: u32) -> Result<Option<Prepared>, RunError> {
-        let from = if attempt > 0 && self.completed > 0 {
-            Some(RestoreFrom::Latest)
-        } else {
-            self.base.clone()
-        };
+        let from = restart_point(attempt, self.floor, self.base.as_ref());
         // In a fleet, the latest snapshot is the one the lease recorded, never the newest
         // found in storage (a copy that lost the lease may have left files there).
         let from = match (from, &self.options.fence) {
-            (Some(RestoreFrom::Latest), Some(fence)) => fence
-                .latest()
-                .await?
-                .map(|location| RestoreFrom::Path(PathBuf::from(location))),
+            (Some(RestoreFrom::Latest | RestoreFrom::Newest { .. }), Some(fence)) => {
+                match (fence.latest().await?, &self.base) {
+                    (Some(location), _) => Some(RestoreFrom::Path(PathBuf::from(location))),
+                    (None, Some(RestoreFrom::Path(base))) if attempt > 0 => {
+                        Some(RestoreFrom::Path(base.clone()))
+                    }
+                    (None, _) => None,
+                }
+            }
             (from, _) => from,
         };
         let (Some(from), Some(catalog)) = (from, &self.catalog) else {
@@ -265,15 +285,19 @@ impl Run {
                 self.completed += stats.completed;
                 self.history.extend(stats.history);
             }
-            match ended {
-                Ok(tails) => break self.finish(&mut attempt, tails).await,
-                Err(failure) => {
-                    attempt.shutdown().await;
-                    match self.restart(failure).await {
-                        Ok(a) => attempt = a,
-                        Err(e) => break Err(e),
-                    }
-                }
+            // The end of a run can fail too (the final snapshot's commit, its storage): the
+            // same restart as a failure mid-run, from what is durable.
+            let failure = match ended {
+                Ok(tails) => match self.finish(&mut attempt, tails).await {
+                    Ok(summary) => break Ok(summary),
+                    Err(failure) => failure,
+                },
+                Err(failure) => failure,
+            };
+            attempt.shutdown().await;
+            match self.restart(failure).await {
+                Ok(a) => attempt = a,
+                Err(e) => break Err(e),
             }
         };
         attempt.shutdown().await;
@@ -305,5 +329,97 @@ impl Run {
         if let Some(parent) = dir.parent() {
             let _ = std::fs::remove_dir(parent);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use weir_checkpoint::{JobCheckpoints, LocalStorage};
+
+    use super::restart_point;
+    use crate::exec::restore::{RestoreFrom, prepare};
+
+    /// A run whose commit failed may never have counted a completed checkpoint, while one is
+    /// complete on storage: its restart restores that one (not a fresh start, which would
+    /// repeat every output since), and falls back on the run's base only when storage holds
+    /// nothing of the run's own.
+    #[tokio::test]
+    async fn a_restart_restores_what_storage_holds_whatever_was_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = dir.path().join("checkpoints");
+        let text = format!(
+            "name: restart-point\nsources:\n  nexmark: {{kind: nexmark, events: 20000, rate: 100000}}\n\
+             transforms:\n  by: {{kind: key-by, from: nexmark.bid, keys: [auction]}}\n  \
+             counts: {{kind: aggregate, from: by, aggregates: {{n: count(*)}}}}\n\
+             sinks:\n  out: {{kind: blackhole, from: counts}}\n\
+             checkpoint: {{interval: 10ms, storage: '{}'}}\nstate: {{path: '{}'}}\n",
+            storage.display(),
+            dir.path().join("state").display()
+        );
+        let plan = crate::plan::check_str("restart-point.yaml", &text, &[]).unwrap();
+        let options = crate::exec::job::JobOptions::default();
+        crate::exec::job::start(&plan, options)
+            .await
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        let catalog = JobCheckpoints::new(Arc::new(LocalStorage::new(&storage)), "restart-point");
+        let newest = catalog.complete_newest_first().await.unwrap();
+        let highest = newest[0].id().unwrap();
+        assert!(
+            highest >= 2,
+            "the run took checkpoints and a final snapshot"
+        );
+
+        // The decision: a first attempt starts from the base; a restart of a run whose
+        // snapshots continue above 0 looks at storage, with the base to fall back on.
+        let base = RestoreFrom::Path(dir.path().join("savepoint"));
+        assert_eq!(restart_point(0, Some(0), Some(&base)), Some(base.clone()));
+        assert_eq!(
+            restart_point(3, None, None),
+            None,
+            "no snapshot of the run's own yet"
+        );
+        let from = restart_point(1, Some(0), None).unwrap();
+        assert_eq!(
+            from,
+            RestoreFrom::Newest {
+                above: 0,
+                otherwise: None
+            }
+        );
+        let work = dir.path().join("work");
+        let restored = prepare(&plan, &catalog, &from, &work)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            restored.id, highest,
+            "the newest snapshot complete on storage"
+        );
+        // Nothing of the run's own above its floor: the base (here none: a fresh start).
+        let none = restart_point(1, Some(highest), None).unwrap();
+        assert!(
+            prepare(&plan, &catalog, &none, &work)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // ... or the snapshot the run began from.
+        let first = newest.last().unwrap().location();
+        let back = restart_point(
+            1,
+            Some(highest),
+            Some(&RestoreFrom::Path(first.clone().into())),
+        )
+        .unwrap();
+        let restored = prepare(&plan, &catalog, &back, &work)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(restored.location, first);
     }
 }
