@@ -5,12 +5,13 @@
 #
 #   scripts/nats-server.sh start DIR PORT [CONFIG]   # start (or restart) on DIR, wait until it answers
 #   scripts/nats-server.sh stop DIR                  # stop the server started in DIR
+#   scripts/nats-server.sh kill DIR                  # SIGKILL it (a crash, for fault tests)
 #   scripts/nats-server.sh answers PORT              # exit 0 when a server answers on 127.0.0.1:PORT
 #
 # CONFIG is a server configuration file (accounts, subject mappings with `partition(n, ...)`,
 # users); the command line's address, port and store take precedence over it.
 set -euo pipefail
-cmd="${1:?usage: nats-server.sh start DIR PORT [CONFIG] | stop DIR | answers PORT}"
+cmd="${1:?usage: nats-server.sh start DIR PORT [CONFIG] | stop DIR | kill DIR | answers PORT}"
 
 find_server() {
   if command -v nats-server >/dev/null 2>&1; then
@@ -78,6 +79,17 @@ case "$cmd" in
       sleep 0.1
     done
     kill -9 "$pid" 2>/dev/null || true
+    rm -f "$dir/pid"
+    ;;
+  kill)
+    dir="${2:?missing DIR}"
+    [ -f "$dir/pid" ] || exit 0
+    pid="$(cat "$dir/pid")"
+    kill -9 "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
     rm -f "$dir/pid"
     ;;
   *)

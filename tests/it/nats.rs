@@ -204,6 +204,21 @@ impl TestStream {
 
     /// Every message the stream holds, in order, read by a plain consumer.
     fn read_all(&self) -> Vec<Stored> {
+        self.read_messages()
+            .into_iter()
+            .map(|m| {
+                let seq = m.info().unwrap().stream_sequence;
+                (
+                    m.subject.to_string(),
+                    seq,
+                    String::from_utf8_lossy(&m.payload).into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every message the stream holds, in order, as the client reads it.
+    fn read_messages(&self) -> Vec<jetstream::Message> {
         let js = self.js.clone();
         let name = self.name.clone();
         rt().block_on(async move {
@@ -231,12 +246,7 @@ impl TestStream {
                     .await
                     .unwrap();
                 while let Some(Ok(m)) = batch.next().await {
-                    let seq = m.info().unwrap().stream_sequence;
-                    out.push((
-                        m.subject.to_string(),
-                        seq,
-                        String::from_utf8_lossy(&m.payload).into_owned(),
-                    ));
+                    out.push(m);
                 }
             }
             out
@@ -1101,4 +1111,378 @@ fn a_stream_partitioned_by_a_subject_mapping_is_read_as_its_partitions() {
         used.len() > 1,
         "20 keys all in one partition: {partition_of_key:?}"
     );
+}
+
+/// A message read back with the headers the exactly-once sink writes: payload, message id,
+/// and the version a consumer orders one key's updates by (`Weir-Checkpoint`,
+/// `Weir-Sequence`).
+struct Versioned {
+    payload: Value,
+    id: String,
+    version: (u64, u64),
+}
+
+impl TestStream {
+    /// Every message of the stream with its weir headers, in stream order.
+    fn read_versioned(&self) -> Vec<Versioned> {
+        self.read_messages()
+            .into_iter()
+            .map(|m| {
+                let headers = m.headers.clone().expect("weir's messages carry headers");
+                // By the name as written: a name the client knows (`Nats-Msg-Id`) is not
+                // found again by its text through `get`.
+                let header = |name: &str| -> String {
+                    headers
+                        .iter()
+                        .find(|(k, _)| k.to_string() == name)
+                        .and_then(|(_, v)| v.first())
+                        .unwrap_or_else(|| panic!("no {name} header"))
+                        .as_str()
+                        .to_owned()
+                };
+                Versioned {
+                    payload: serde_json::from_slice(&m.payload).unwrap(),
+                    id: header("Nats-Msg-Id"),
+                    version: (
+                        header("Weir-Checkpoint").parse().unwrap(),
+                        header("Weir-Sequence").parse().unwrap(),
+                    ),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Records of the broker-fault tests: `key` (of `keys`), `n` (its position) and `ts` (event
+/// time, 5 ms apart), round-robin over four partitions (`<stream>.<p>`), each partition in
+/// event-time order. Returns them as (key, ts).
+fn keyed_records(stream: &TestStream, records: usize, keys: u64) -> Vec<(u64, i64)> {
+    let base = 1_700_000_000_000i64;
+    let rows: Vec<(u64, i64)> = (0..records)
+        .map(|i| (i as u64 * 7919 % keys, base + i as i64 * 5))
+        .collect();
+    let messages: Vec<(String, String)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (key, ts))| {
+            (
+                (i % 4).to_string(),
+                json!({"key": key, "n": i, "ts": ts}).to_string(),
+            )
+        })
+        .collect();
+    stream.publish(&messages);
+    rows
+}
+
+/// A job over [`keyed_records`]: per key a running total (`aggregate`, an upsert stream) and a
+/// count per one-second tumbling window, each into an exactly-once NATS sink (`<out>.totals`,
+/// `<out>.windows`).
+fn keyed_job(server: &Server, input: &TestStream, out: &TestStream, extra: &str) -> String {
+    format!(
+        r#"name: keyed-{out}
+parallelism: 2
+sources:
+  in:
+    kind: nats
+    servers: '{servers}'
+    stream: {input}
+    subjects: '{input}.{{partition}}'
+    partitions: 4
+    stop-at: end
+    schema: {{key: int, n: int, ts: timestamp}}
+    event-time: {{column: ts}}
+transforms:
+  by-key: {{kind: key-by, from: in, keys: [key]}}
+  totals:
+    kind: aggregate
+    from: by-key
+    aggregates: {{total: count(*)}}
+  windows:
+    kind: window-aggregate
+    from: by-key
+    time: ts
+    window: {{type: tumbling, size: 1s}}
+    aggregates: {{num: count(*)}}
+sinks:
+  totals-out:
+    kind: nats
+    from: totals
+    servers: '{servers}'
+    subject: '{out}.totals'
+    stream: {out}
+    delivery: exactly-once
+{extra}  windows-out:
+    kind: nats
+    from: windows
+    servers: '{servers}'
+    subject: '{out}.windows'
+    stream: {out}
+    delivery: exactly-once
+{extra}checkpoint:
+  interval: 200ms
+  timeout: 5s
+restart:
+  strategy: exponential-delay
+  delay: 100ms
+  max-delay: 1s
+  max-attempts: 1000
+"#,
+        servers = server.servers(),
+        input = input.name,
+        out = out.name,
+    )
+}
+
+/// Checks the output of [`keyed_job`] against a naive computation over `rows`: every window
+/// count once; per key, the running totals in the order of their version strictly increase
+/// (no update reordered, none repeated), the last equals the key's count; no message id twice.
+fn check_keyed_output(what: &str, out: &TestStream, rows: &[(u64, i64)]) {
+    let mut counts: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut expected_windows: BTreeMap<(u64, i64), i64> = BTreeMap::new();
+    for (key, ts) in rows {
+        *counts.entry(*key).or_default() += 1;
+        *expected_windows
+            .entry((*key, ts - ts.rem_euclid(1000)))
+            .or_default() += 1;
+    }
+    let messages = out.read_versioned();
+    let mut ids = std::collections::HashSet::new();
+    // Per key: (version, running total) of each update.
+    type Updates = Vec<((u64, u64), i64)>;
+    let mut totals: BTreeMap<u64, Updates> = BTreeMap::new();
+    let mut got_windows: BTreeMap<(u64, i64), Vec<i64>> = BTreeMap::new();
+    for m in &messages {
+        assert!(
+            ids.insert(m.id.clone()),
+            "{what}: message id {} twice",
+            m.id
+        );
+        let key = m.payload["key"].as_u64().unwrap();
+        if let Some(total) = m.payload.get("total") {
+            totals
+                .entry(key)
+                .or_default()
+                .push((m.version, total.as_i64().unwrap()));
+        } else {
+            let start = m.payload["window_start"].as_i64().unwrap();
+            got_windows
+                .entry((key, start))
+                .or_default()
+                .push(m.payload["num"].as_i64().unwrap());
+        }
+    }
+    let wrong: Vec<_> = expected_windows
+        .iter()
+        .filter(|(k, n)| got_windows.get(k).map(Vec::as_slice) != Some(&[**n][..]))
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty() && got_windows.len() == expected_windows.len(),
+        "{what}: windows differ from the naive counts ({} expected, {} got): {wrong:?}",
+        expected_windows.len(),
+        got_windows.len()
+    );
+    assert_eq!(totals.len(), counts.len(), "{what}: keys with totals");
+    for (key, mut updates) in totals {
+        updates.sort_by_key(|(version, _)| *version);
+        let values: Vec<i64> = updates.iter().map(|(_, t)| *t).collect();
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]),
+            "{what}: key {key}'s totals in version order do not increase: {values:?}"
+        );
+        assert_eq!(
+            values.last().copied(),
+            counts.get(&key).copied(),
+            "{what}: key {key}'s last total"
+        );
+    }
+}
+
+/// `weir run` of `job` as a child process, resuming the latest checkpoint of `data`.
+fn spawn_job(job: &Path, data: &Path) -> Child {
+    let mut cmd = weir(data);
+    cmd.env(
+        "RUST_LOG",
+        "warn,nats=info,weir_checkpoint=info,weir_runtime=info",
+    )
+    .arg("run")
+    .arg(job)
+    .arg("--quiet")
+    .args(["--from", "latest"]);
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir runs")
+}
+
+/// Waits for a child `weir run` with a bound: its log, and whether it succeeded.
+fn wait_bounded(mut child: Child, bound: Duration, what: &str) -> (bool, String) {
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what}: still running after {bound:?}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The broker fails, not weir: the NATS server is stopped (or killed) at random points, several
+/// times in a run, for a random while, inside and between commits. Each time the job restarts
+/// from the newest checkpoint complete on storage (never from scratch, whatever its count of
+/// completed checkpoints says) and commits it again: every window count lands once, and each
+/// key's running totals, read in the order of their version headers, go up one update at a
+/// time to the key's count.
+#[test]
+fn a_broker_stopped_at_random_points_mid_commit_loses_repeats_and_reorders_nothing() {
+    let server = Server::own(None);
+    let input = server.stream("keyed-in");
+    let rows = keyed_records(&input, 120_000, 500);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x005e_ed43);
+    for round in 0..2 {
+        let out = server.stream(&format!("keyed-out-{round}"));
+        let path = job(
+            dir.path(),
+            &format!("keyed-{round}.yaml"),
+            &keyed_job(&server, &input, &out, ""),
+        );
+        let data = dir.path().join(format!("data-{round}"));
+        let mut child = spawn_job(&path, &data);
+        let mut stops = 0;
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(rng.between(200, 1200)));
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if rng.between(0, 2) == 0 {
+                server.stop();
+            } else {
+                script(SCRIPT, &["kill", &server.dir()]);
+            }
+            stops += 1;
+            std::thread::sleep(Duration::from_millis(rng.between(300, 3000)));
+            server.start();
+        }
+        let (ok, log) = wait_bounded(child, Duration::from_secs(240), "the job");
+        assert!(ok, "round {round}: the job failed:\n{log}");
+        assert!(
+            stops >= 1,
+            "round {round}: the job ended before the broker stopped"
+        );
+        eprintln!(
+            "round {round}: broker stopped {stops} times; {} restarts",
+            log.matches("restarting after a failure").count()
+        );
+        check_keyed_output(&format!("round {round}"), &out, &rows);
+    }
+}
+
+/// Two commits of one sink used to run at once (a periodic checkpoint's and the final one's)
+/// and wait for each other's share of the client's in-flight budget: runs hung for the whole
+/// checkpoint timeout. A hundred small runs, each with a budget far below a commit's size, all
+/// end promptly with every row.
+#[test]
+fn a_hundred_small_runs_end_promptly_with_every_row() {
+    let server = Server::any();
+    let input = server.stream("small-in");
+    let rows = keyed_records(&input, 2_000, 50);
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    for run in 0..100 {
+        let out = server.stream("small-out");
+        let text = keyed_job(&server, &input, &out, "    max-in-flight: 16\n")
+            .replace("interval: 200ms", "interval: 20ms")
+            .replace("timeout: 5s", "timeout: 60s");
+        let path = job(dir.path(), &format!("small-{run}.yaml"), &text);
+        let data = dir.path().join(format!("data-{run}"));
+        // A hang waits out the 60 s checkpoint timeout: 20 s is far from both.
+        let (ok, log) = wait_bounded(
+            spawn_job(&path, &data),
+            Duration::from_secs(20),
+            &format!("run {run}"),
+        );
+        assert!(ok, "run {run} failed:\n{log}");
+        check_keyed_output(&format!("run {run}"), &out, &rows);
+    }
+    eprintln!("100 runs in {:?}", started.elapsed());
+}
+
+/// A commit repeated after the stream's duplicate window has passed (a job resumed long after
+/// it failed mid-commit) stores nothing twice: the commit markers say what was stored whole,
+/// and an interrupted commit's stored messages are found in the stream and not published
+/// again.
+#[test]
+fn a_resume_after_the_duplicate_window_repeats_nothing() {
+    let server = Server::own(None);
+    let input = server.stream("late-in");
+    let rows = keyed_records(&input, 60_000, 300);
+    let dir = tempfile::tempdir().unwrap();
+    let window = Duration::from_secs(2);
+    let mut rng = Rng(0x1a7e);
+    // What an uninterrupted run takes: the broker goes between a tenth and a half of it.
+    let span = {
+        let scratch = server.stream_on(server.js(), "late-scratch", window);
+        let text = keyed_job(&server, &input, &scratch, "")
+            .replace("timeout: 5s", "timeout: 1s")
+            .replace("max-delay: 1s", "max-delay: 500ms");
+        let path = job(dir.path(), "late-scratch.yaml", &text);
+        let started = Instant::now();
+        let (ok, log) = wait_bounded(
+            spawn_job(&path, &dir.path().join("data-scratch")),
+            Duration::from_secs(120),
+            "the uninterrupted run",
+        );
+        assert!(ok, "the uninterrupted run failed:\n{log}");
+        started.elapsed().as_millis() as u64
+    };
+    for round in 0..3 {
+        let out = server.stream_on(server.js(), &format!("late-out-{round}"), window);
+        let text = keyed_job(&server, &input, &out, "")
+            .replace("timeout: 5s", "timeout: 1s")
+            .replace("max-delay: 1s", "max-delay: 500ms");
+        let path = job(dir.path(), &format!("late-{round}.yaml"), &text);
+        let data = dir.path().join(format!("data-{round}"));
+        let mut child = spawn_job(&path, &data);
+        std::thread::sleep(Duration::from_millis(rng.between(span / 10, span / 2)));
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "round {round}: the first run ended ({status}) before the broker went:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The broker goes mid-run (a commit in flight fails, and every restart after it), then
+        // weir is killed while it is gone: the latest checkpoint holds commits not all stored.
+        script(SCRIPT, &["kill", &server.dir()]);
+        std::thread::sleep(Duration::from_millis(rng.between(100, 800)));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Twice the duplicate window later, the broker and the job are back.
+        std::thread::sleep(window * 2 + Duration::from_millis(500));
+        server.start();
+        let (ok, log) = wait_bounded(
+            spawn_job(&path, &data),
+            Duration::from_secs(120),
+            "the resume",
+        );
+        assert!(ok, "round {round}: the resumed job failed:\n{log}");
+        eprintln!(
+            "round {round}: {} interrupted commits read back from the stream, {} repeats dropped as duplicates",
+            log.matches("were stored before the commit was interrupted")
+                .count(),
+            log.matches("already stored").count()
+        );
+        check_keyed_output(&format!("round {round}"), &out, &rows);
+    }
 }

@@ -254,6 +254,12 @@ pub struct NatsSinkSpec {
     #[serde(default = "default_max_in_flight")]
     #[schemars(range(min = 1, max = 65536))]
     pub max_in_flight: u32,
+    /// `exactly-once`: the JetStream key-value bucket where each writer's commits are
+    /// recorded (created, with history 1, if missing), so that a commit repeated after the
+    /// stream's duplicate window (a job resumed the next day) still stores nothing twice.
+    #[serde(default = "default_commit_markers")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
+    pub commit_markers: String,
     /// Sign-in: `user` and `password`, or `token`, or `creds-file` (a JWT and nkey seed). Write
     /// secrets as `${VAR}` to read them from the environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -272,4 +278,8 @@ pub struct NatsSinkSpec {
 
 fn default_max_in_flight() -> u32 {
     4096
+}
+
+fn default_commit_markers() -> String {
+    "weir_commits".into()
 }

@@ -183,6 +183,16 @@ pub fn millis(nanos: i128) -> i64 {
     i64::try_from(nanos.div_euclid(1_000_000)).unwrap_or(i64::MAX)
 }
 
+/// The first value of header `name` (compared as text: the client parses a name it knows,
+/// such as `Nats-Msg-Id`, into a form that a lookup by its text does not find).
+pub fn header<'a>(headers: Option<&'a async_nats::HeaderMap>, name: &str) -> Option<&'a str> {
+    headers?
+        .iter()
+        .find(|(k, _)| AsRef::<str>::as_ref(*k) == name)
+        .and_then(|(_, values)| values.first())
+        .map(|v| v.as_str())
+}
+
 /// A message's headers as a JSON object (a repeated name keeps its last value).
 pub fn headers_json(headers: Option<&async_nats::HeaderMap>) -> String {
     let Some(headers) = headers else {

@@ -17,12 +17,27 @@
 //!   transaction stays in checkpoints until one says it was committed (a checkpoint timeout
 //!   at most), and a restart waits up to `restart.max-delay`. The sink refuses to start on a
 //!   stream whose window is shorter.
+//! - A repeat can come later than any window (a job resumed the next morning), so each commit
+//!   is also recorded where the messages go: a *commit marker* per writer and lineage in a
+//!   JetStream key-value bucket (`commit-markers`, `weir_commits` by default) says which
+//!   snapshot's transaction was stored whole, and which one a commit began (and when). A
+//!   commit of a transaction the marker says is stored publishes nothing; one that began more
+//!   than half a window ago and never finished first reads the stream from that time (headers
+//!   only) for the message ids already stored, and publishes only the others. A restore drops
+//!   the markers of lineages its snapshot no longer holds.
+//! - Every message carries `Weir-Checkpoint` (the snapshot) and `Weir-Sequence` (its position
+//!   in the writer's transaction) headers: a retried commit stores what a broker failure lost
+//!   *after* messages that followed it, so a consumer that needs one key's updates in order
+//!   (an upsert stream) keeps, per key, the greatest (checkpoint, sequence) it has seen and
+//!   drops an older one. One key's updates come from one writer when the sink's input is
+//!   keyed (a keyed operator feeding it), which is what makes that order total.
 //!
 //! # At least once
 //! Rows are published as they come (at most `max-in-flight` awaiting their acknowledgement);
 //! every barrier and the end wait until all were acknowledged, so a checkpoint covers only
 //! stored rows. A failure between barriers publishes the rows since the last checkpoint again.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +48,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
+
+use weir_state::clock::now_ms;
 
 use super::connect;
 use crate::api::{
@@ -109,6 +126,196 @@ impl Encoder {
     }
 }
 
+/// Headers every exactly-once message carries: its snapshot and its position in the
+/// transaction, the version a consumer orders one key's updates by.
+pub const CHECKPOINT_HEADER: &str = "Weir-Checkpoint";
+pub const SEQUENCE_HEADER: &str = "Weir-Sequence";
+
+/// One writer's commit progress, kept in the commit-marker bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Marker {
+    /// The newest snapshot whose transaction is stored whole.
+    done: u64,
+    /// A commit that began and has not been seen to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started: Option<Started>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Started {
+    snapshot: u64,
+    /// When it began (epoch ms).
+    at_ms: i64,
+}
+
+/// The commit markers of one sink: a key per writer and lineage in a JetStream key-value
+/// bucket.
+struct Markers {
+    store: jetstream::kv::Store,
+    bucket: String,
+    /// `<job>.<sink>.`, each made safe as a key token.
+    prefix: String,
+    what: String,
+}
+
+/// `name` as one token of a key-value key (`[-_A-Za-z0-9]`; anything else becomes `_`).
+fn key_token(name: &str) -> String {
+    crate::spec::paths::safe_name(name)
+}
+
+impl Markers {
+    /// The bucket `bucket`, created (history 1, file storage) if missing.
+    async fn open(
+        js: &jetstream::Context,
+        bucket: &str,
+        job: &str,
+        node: &str,
+        what: String,
+    ) -> Result<Self, OperatorError> {
+        use jetstream::context::GetStreamErrorKind as K;
+        let stream = format!("KV_{bucket}");
+        let missing = match js.get_stream(&stream).await {
+            Ok(_) => false,
+            Err(e) => match e.kind() {
+                K::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND => true,
+                _ => {
+                    return Err(OperatorError::external(
+                        format!("{what}: reading the commit-marker bucket `{bucket}`"),
+                        e,
+                    ));
+                }
+            },
+        };
+        if missing {
+            // The stream a key-value bucket is, made directly: the client's own bucket
+            // creation first asks for account details a 2.9 server does not give.
+            let config = jetstream::stream::Config {
+                name: stream.clone(),
+                description: Some("weir: which exactly-once commits are stored".into()),
+                subjects: vec![format!("$KV.{bucket}.>")],
+                max_messages_per_subject: 1,
+                storage: jetstream::stream::StorageType::File,
+                num_replicas: 1,
+                allow_rollup: true,
+                deny_delete: true,
+                allow_direct: true,
+                discard: jetstream::stream::DiscardPolicy::New,
+                ..Default::default()
+            };
+            if let Err(e) = js.create_stream(config).await {
+                use jetstream::context::CreateStreamErrorKind as C;
+                // Made meanwhile by another writer of the job: fine.
+                let exists = matches!(e.kind(), C::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST);
+                if !exists {
+                    return Err(match e.kind() {
+                        C::TimedOut => OperatorError::external(
+                            format!("{what}: creating the commit-marker bucket `{bucket}`"),
+                            e,
+                        ),
+                        _ => OperatorError::refused(
+                            format!(
+                                "{what}: cannot create the commit-marker bucket `{bucket}` ({e}): \
+                                 create it (`nats kv add {bucket} --history 1`) or allow this \
+                                 user to, or name another with `commit-markers`"
+                            ),
+                            Some(Box::new(e)),
+                        ),
+                    });
+                }
+            }
+        }
+        let store = js.get_key_value(bucket).await.map_err(|e| {
+            OperatorError::external(
+                format!("{what}: opening the commit-marker bucket `{bucket}`"),
+                e,
+            )
+        })?;
+        Ok(Self {
+            store,
+            bucket: bucket.to_owned(),
+            prefix: format!("{}.{}.", key_token(job), key_token(node)),
+            what,
+        })
+    }
+
+    fn key(&self, writer: usize, lineage: &str) -> String {
+        format!("{}{writer}.{}", self.prefix, key_token(lineage))
+    }
+
+    fn failed(&self, doing: &str, e: impl Into<crate::api::error::BoxError>) -> OperatorError {
+        OperatorError::external(
+            format!(
+                "{}: {doing} in the commit-marker bucket `{}`",
+                self.what, self.bucket
+            ),
+            e,
+        )
+    }
+
+    async fn get(&self, writer: usize, lineage: &str) -> Result<Marker, OperatorError> {
+        let key = self.key(writer, lineage);
+        match self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| self.failed("reading a marker", e))?
+        {
+            None => Ok(Marker::default()),
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                OperatorError::Data(format!(
+                    "{}: the commit marker `{key}` in `{}` is not weir's ({e}): remove it",
+                    self.what, self.bucket
+                ))
+            }),
+        }
+    }
+
+    async fn put(
+        &self,
+        writer: usize,
+        lineage: &str,
+        marker: &Marker,
+    ) -> Result<(), OperatorError> {
+        let value = serde_json::to_vec(marker)
+            .map_err(|e| OperatorError::Internal(format!("encoding a commit marker: {e}")))?;
+        self.store
+            .put(self.key(writer, lineage), Bytes::from(value))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.failed("writing a marker", e))
+    }
+
+    /// Removes this sink's markers of lineages other than `keep`.
+    async fn prune(&self, keep: &HashSet<String>) -> Result<(), OperatorError> {
+        let mut keys = self
+            .store
+            .keys()
+            .await
+            .map_err(|e| self.failed("listing markers", e))?;
+        let keep: HashSet<String> = keep.iter().map(|l| key_token(l)).collect();
+        let mut stale = Vec::new();
+        while let Some(key) = keys.next().await {
+            let key = key.map_err(|e| self.failed("listing markers", e))?;
+            let Some(rest) = key.strip_prefix(&self.prefix) else {
+                continue;
+            };
+            if rest
+                .split_once('.')
+                .is_some_and(|(_, lineage)| !keep.contains(lineage))
+            {
+                stale.push(key);
+            }
+        }
+        for key in stale {
+            self.store
+                .purge(&key)
+                .await
+                .map_err(|e| self.failed("removing a marker", e))?;
+        }
+        Ok(())
+    }
+}
+
 /// What the factory and its commits share.
 struct Shared {
     spec: NatsSinkSpec,
@@ -123,9 +330,12 @@ struct Shared {
     js: tokio::sync::Mutex<Option<jetstream::Context>>,
     /// Per (writer, lineage), the newest snapshot whose transaction this process published
     /// and saw acknowledged. A transaction stays in checkpoints until one confirms its commit,
-    /// so the next commit often holds it again: it is skipped instead of published a second
-    /// time (a restore, in a new process, publishes it again and the stream drops it).
-    committed: Mutex<std::collections::HashMap<(usize, String), u64>>,
+    /// so the next commit often holds it again: it is skipped without asking the marker.
+    committed: Mutex<HashMap<(usize, String), u64>>,
+    /// The stream the sink writes to and its duplicate window, found by `check_window`.
+    stream: Mutex<Option<(String, Duration)>>,
+    /// The commit markers, opened by the first exactly-once `prepare`.
+    markers: tokio::sync::OnceCell<Markers>,
 }
 
 impl Shared {
@@ -145,30 +355,51 @@ impl Shared {
     }
 
     fn message_id(&self, t: &Transaction, i: usize) -> String {
+        format!("{}{i}", self.message_id_prefix(t))
+    }
+
+    /// What every message id of `t` begins with (its position follows).
+    fn message_id_prefix(&self, t: &Transaction) -> String {
         format!(
-            "weir:{}:{}:{}:{}:{}:{i}",
+            "weir:{}:{}:{}:{}:{}:",
             self.job, self.node, t.writer, t.lineage, t.snapshot
         )
+    }
+
+    /// The stream the sink's subjects belong to: `stream`, or the one that takes its literal
+    /// subject. A server that answers that none does is final; one that does not answer (a
+    /// timeout, JetStream restarting) may pass.
+    async fn stream_name(&self, js: &jetstream::Context) -> Result<String, OperatorError> {
+        use jetstream::context::GetStreamByNameErrorKind as K;
+        let what = self.what();
+        match &self.spec.stream {
+            Some(name) => Ok(name.clone()),
+            None => js
+                .stream_by_subject(self.spec.subject.clone())
+                .await
+                .map_err(|e| match e.kind() {
+                    K::NotFound | K::InvalidSubject => OperatorError::refused(
+                        format!(
+                            "{what}: no stream takes the subject `{}` on {} (create one that does)",
+                            self.spec.subject, self.spec.servers
+                        ),
+                        Some(Box::new(e)),
+                    ),
+                    _ => OperatorError::external(
+                        format!(
+                            "{what}: asking {} which stream takes `{}`",
+                            self.spec.servers, self.spec.subject
+                        ),
+                        e,
+                    ),
+                }),
+        }
     }
 
     /// Refuses a stream whose duplicate window is shorter than the sink needs.
     async fn check_window(&self, js: &jetstream::Context) -> Result<(), OperatorError> {
         let what = self.what();
-        let name = match &self.spec.stream {
-            Some(name) => name.clone(),
-            None => js
-                .stream_by_subject(self.spec.subject.clone())
-                .await
-                .map_err(|e| {
-                    OperatorError::refused(
-                        format!(
-                            "{what}: no stream takes the subject `{}` on {} ({e})",
-                            self.spec.subject, self.spec.servers
-                        ),
-                        Some(Box::new(e)),
-                    )
-                })?,
-        };
+        let name = self.stream_name(js).await?;
         let mut stream = super::stream(js, &name, &self.spec.servers, &what).await?;
         let window = stream
             .info()
@@ -176,6 +407,9 @@ impl Shared {
             .map_err(|e| OperatorError::external(format!("{what}: reading `{name}`"), e))?
             .config
             .duplicate_window;
+        if let Ok(mut found) = self.stream.lock() {
+            *found = Some((name.clone(), window));
+        }
         if window < self.window_needed {
             return Err(OperatorError::refused(
                 format!(
@@ -194,8 +428,25 @@ impl Shared {
         Ok(())
     }
 
-    /// Publishes `transactions` in snapshot order per writer, waiting for every
-    /// acknowledgement. Idempotent within the stream's duplicate window.
+    async fn markers(&self, js: &jetstream::Context) -> Result<&Markers, OperatorError> {
+        self.markers
+            .get_or_try_init(|| {
+                Markers::open(
+                    js,
+                    &self.spec.commit_markers,
+                    &self.job,
+                    &self.node,
+                    self.what(),
+                )
+            })
+            .await
+    }
+
+    /// Publishes `transactions` in snapshot order per writer, each whole before the next,
+    /// waiting for every acknowledgement and recording each in its writer's marker.
+    /// Idempotent: a transaction its marker says is stored is skipped, and the messages of an
+    /// interrupted one are dropped by the stream's duplicate window, or (once that may have
+    /// passed) found in the stream and not published again.
     async fn commit(&self, mut list: Vec<Transaction>) -> Result<(), OperatorError> {
         if let Ok(committed) = self.committed.lock() {
             list.retain(|t| {
@@ -209,31 +460,142 @@ impl Shared {
         }
         list.sort_by_key(|t| (t.writer, t.snapshot));
         let js = self.context().await?;
-        let mut acks = Acks::new(self.spec.max_in_flight as usize, self.what());
+        let markers = self.markers(&js).await?;
         let mut duplicates = 0u64;
         for t in &list {
-            for (i, (subject, payload)) in t.records.iter().enumerate() {
-                let message = jetstream::message::PublishMessage::build()
-                    .payload(Bytes::from(payload.clone()))
-                    .message_id(self.message_id(t, i));
-                let ack = js
-                    .send_publish(subject.clone(), message)
-                    .await
-                    .map_err(|e| publish_error(&self.what(), subject, e))?;
-                duplicates += acks.push(subject.clone(), ack).await?;
+            let mut marker = markers.get(t.writer, &t.lineage).await?;
+            if marker.done >= t.snapshot {
+                self.remember(t);
+                continue;
             }
-        }
-        duplicates += acks.wait_all().await?;
-        if let Ok(mut committed) = self.committed.lock() {
-            for t in &list {
-                let done = committed.entry((t.writer, t.lineage.clone())).or_default();
-                *done = (*done).max(t.snapshot);
-            }
+            let stored = match marker.started {
+                Some(started) if started.snapshot == t.snapshot => {
+                    self.already_stored(&js, t, started).await?
+                }
+                _ => {
+                    marker.started = Some(Started {
+                        snapshot: t.snapshot,
+                        at_ms: now_ms(),
+                    });
+                    markers.put(t.writer, &t.lineage, &marker).await?;
+                    HashSet::new()
+                }
+            };
+            duplicates += self.publish(&js, t, &stored).await?;
+            marker.done = t.snapshot;
+            marker.started = None;
+            markers.put(t.writer, &t.lineage, &marker).await?;
+            self.remember(t);
         }
         if duplicates > 0 {
             tracing::info!(target: "nats", "{}: {duplicates} messages of a repeated commit were already stored (dropped by the stream as duplicates)", self.what());
         }
         Ok(())
+    }
+
+    fn remember(&self, t: &Transaction) {
+        if let Ok(mut committed) = self.committed.lock() {
+            let done = committed.entry((t.writer, t.lineage.clone())).or_default();
+            *done = (*done).max(t.snapshot);
+        }
+    }
+
+    /// Publishes `t`'s messages but those at the positions `stored`; returns how many the
+    /// stream dropped as duplicates.
+    async fn publish(
+        &self,
+        js: &jetstream::Context,
+        t: &Transaction,
+        stored: &HashSet<usize>,
+    ) -> Result<u64, OperatorError> {
+        let mut acks = Acks::new(self.spec.max_in_flight as usize, self.what());
+        let mut duplicates = 0;
+        let checkpoint = t.snapshot.to_string();
+        for (i, (subject, payload)) in t.records.iter().enumerate() {
+            if stored.contains(&i) {
+                continue;
+            }
+            let message = jetstream::message::PublishMessage::build()
+                .payload(Bytes::from(payload.clone()))
+                .message_id(self.message_id(t, i))
+                .header(CHECKPOINT_HEADER, checkpoint.as_str())
+                .header(SEQUENCE_HEADER, i.to_string().as_str());
+            let ack = js
+                .send_publish(subject.clone(), message)
+                .await
+                .map_err(|e| publish_error(&self.what(), subject, e))?;
+            duplicates += acks.push(subject.clone(), ack).await?;
+        }
+        duplicates += acks.wait_all().await?;
+        Ok(duplicates)
+    }
+
+    /// The positions of `t`'s messages already in the stream, for a commit that began at
+    /// `started` and never finished. Within half the duplicate window of its start the
+    /// stream drops a repeat by itself (none are looked up); later, the stream is read from
+    /// a minute before the start (headers only) for `t`'s message ids.
+    async fn already_stored(
+        &self,
+        js: &jetstream::Context,
+        t: &Transaction,
+        started: Started,
+    ) -> Result<HashSet<usize>, OperatorError> {
+        let Some((stream, window)) = self.stream.lock().ok().and_then(|s| s.clone()) else {
+            return Ok(HashSet::new());
+        };
+        let elapsed = Duration::from_millis(u64::try_from(now_ms() - started.at_ms).unwrap_or(0));
+        if elapsed < window / 2 {
+            return Ok(HashSet::new());
+        }
+        let what = self.what();
+        tracing::info!(target: "nats", "{what}: the commit of snapshot {} (writer {}) began {} ago, longer than half the stream's duplicate window: reading `{stream}` for what it stored", t.snapshot, t.writer, humantime::format_duration(Duration::from_secs(elapsed.as_secs())));
+        let failed = |e: &dyn std::fmt::Display| {
+            OperatorError::external_message(format!(
+                "{what}: reading `{stream}` for the messages of an interrupted commit: {e}"
+            ))
+        };
+        let mut info = js.get_stream(&stream).await.map_err(|e| failed(&e))?;
+        let last = info
+            .info()
+            .await
+            .map_err(|e| failed(&e))?
+            .state
+            .last_sequence;
+        let from_nanos = i128::from(started.at_ms.saturating_sub(60_000)) * 1_000_000;
+        let start_time =
+            time::OffsetDateTime::from_unix_timestamp_nanos(from_nanos).map_err(|e| failed(&e))?;
+        let consumer = info
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartTime { start_time },
+                headers_only: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| failed(&e))?;
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(HashSet::new());
+        }
+        let mut messages = consumer.messages().await.map_err(|e| failed(&e))?;
+        let prefix = self.message_id_prefix(t);
+        let prefix = prefix.as_str();
+        let mut stored = HashSet::new();
+        while let Some(message) = tokio::time::timeout(super::REQUEST_TIMEOUT, messages.next())
+            .await
+            .map_err(|_| failed(&"no message within the request timeout"))?
+        {
+            let message = message.map_err(|e| failed(&e))?;
+            if let Some(i) = super::header(message.headers.as_ref(), "Nats-Msg-Id")
+                .and_then(|id| id.strip_prefix(prefix))
+                .and_then(|i| i.parse::<usize>().ok())
+            {
+                stored.insert(i);
+            }
+            if message.info().is_ok_and(|i| i.stream_sequence >= last) {
+                break;
+            }
+        }
+        tracing::info!(target: "nats", "{what}: {} of the {} messages of snapshot {}'s transaction (writer {}) were stored before the commit was interrupted", stored.len(), t.records.len(), t.snapshot, t.writer);
+        Ok(stored)
     }
 }
 
@@ -290,13 +652,18 @@ impl Acks {
     }
 }
 
-/// A publish that failed: no stream for the subject is final; a timeout or a lost connection
-/// may pass (the commit, or the job, is tried again).
+/// A publish that failed: it may pass (the commit, or the job, is tried again). The client
+/// says "stream not found" when nothing answered the publish, which is also what a server
+/// restarting its JetStream answers for a few seconds: not final (that a stream takes the
+/// subject is checked where the server can say so for certain, before the sink starts).
 fn publish_error(what: &str, subject: &str, e: jetstream::context::PublishError) -> OperatorError {
     match e.kind() {
-        PublishErrorKind::StreamNotFound => OperatorError::refused(
-            format!("{what}: no stream takes the subject `{subject}` (create one that does)"),
-            Some(Box::new(e)),
+        PublishErrorKind::StreamNotFound => OperatorError::external(
+            format!(
+                "{what}: no stream answered the publish to `{subject}` (JetStream restarting, \
+                 or no stream takes the subject)"
+            ),
+            e,
         ),
         _ => OperatorError::external(format!("{what}: publishing to `{subject}`"), e),
     }
@@ -337,7 +704,9 @@ impl NatsSinkFactory {
                 window_needed,
                 lineage: Mutex::new(new_lineage()),
                 js: tokio::sync::Mutex::new(None),
-                committed: Mutex::new(std::collections::HashMap::new()),
+                committed: Mutex::new(HashMap::new()),
+                stream: Mutex::new(None),
+                markers: tokio::sync::OnceCell::new(),
             }),
             subjects,
         }
@@ -354,14 +723,28 @@ impl SinkFactory for NatsSinkFactory {
         Box::pin(async move {
             let js = self.shared.context().await?;
             if self.shared.spec.delivery != Delivery::ExactlyOnce {
+                // A subject no stream takes is refused here, where the server says so for
+                // certain (a publish finds only that nothing answered).
+                if let Some(name) = &self.shared.spec.stream {
+                    super::stream(&js, name, &self.shared.spec.servers, &self.shared.what())
+                        .await?;
+                } else if matches!(self.subjects, Subjects::Literal(_)) {
+                    self.shared.stream_name(&js).await?;
+                }
                 return Ok(());
             }
             self.shared.check_window(&js).await?;
-            if let Ok(mut lineage) = self.shared.lineage.lock() {
-                *lineage = new_lineage();
+            let lineage = new_lineage();
+            if let Ok(mut current) = self.shared.lineage.lock() {
+                current.clone_from(&lineage);
             }
             let list: Vec<Transaction> = decode_transactions(restored, "NATS")?;
-            self.shared.commit(list).await
+            // Markers of lineages this snapshot no longer holds are of runs no restore goes
+            // back to: they go, so the bucket holds a few keys per sink, not one per attempt.
+            let mut keep: HashSet<String> = list.iter().map(|t| t.lineage.clone()).collect();
+            keep.insert(lineage);
+            self.shared.commit(list).await?;
+            self.shared.markers(&js).await?.prune(&keep).await
         })
     }
 
