@@ -120,6 +120,8 @@ struct ProxyState {
     /// Hold this many of the next requests of a method this long before forwarding.
     stall: Mutex<Option<(String, u32, Duration)>>,
     stop: AtomicBool,
+    /// The store is "down": every request's connection is closed unanswered.
+    down: AtomicBool,
     connections: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -171,6 +173,11 @@ impl Proxy {
         *self.state.stall.lock().unwrap() = Some((method.into(), n, by));
     }
 
+    /// Takes the store away (every connection closed unanswered) or brings it back.
+    fn set_down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
+    }
+
     fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
     }
@@ -205,6 +212,9 @@ impl Drop for Proxy {
 /// answer back. The forwarded request asks the server to close the connection after
 /// answering, so the answer ends where the server's stream does.
 fn serve(client: TcpStream, state: &ProxyState) -> std::io::Result<()> {
+    if state.down.load(Ordering::SeqCst) {
+        return Ok(());
+    }
     client.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(client.try_clone()?);
     let mut head = Vec::new();
@@ -639,5 +649,78 @@ fn jobs_checkpointing_to_s3_survive_kills_and_restore_at_another_parallelism() {
     assert!(
         objects.iter().any(|o| o.key.ends_with("/_metadata")),
         "{objects:?}"
+    );
+}
+
+/// The object store fails, not weir: it goes away at random points, three times in a run, for
+/// a random while (checkpoints cannot be stored, restores cannot list), while a job checkpoints
+/// to it and writes its output through the transactional file sink. The job restarts, with
+/// backoff, from the newest checkpoint complete on the store each time, and its committed
+/// output equals an uninterrupted run's, each row once.
+#[test]
+fn an_object_store_that_goes_away_at_random_points_loses_and_repeats_nothing() {
+    let server = S3Server::start();
+    let proxy = Proxy::start(server.port);
+    let dir = tempfile::tempdir().unwrap();
+    let job = job_file("jobs/nexmark/q5.yaml");
+    let golden = dir.path().join("golden");
+    run_job(
+        &job,
+        &[
+            "sources.nexmark.events=200000".into(),
+            "sinks.out.kind=file".into(),
+            format!("sinks.out.path={}", golden.display()),
+        ],
+    );
+    let expected = multiset(committed_rows(&golden));
+    let out = dir.path().join("out");
+    let mut env = server.env();
+    for (k, v) in &mut env {
+        if *k == "AWS_ENDPOINT" {
+            *v = proxy.endpoint();
+        }
+    }
+    let mut child = weir(&dir.path().join("data"))
+        .envs(env)
+        .arg("run")
+        .arg(&job)
+        .arg("--quiet")
+        .args(["--set", "sources.nexmark.events=200000"])
+        .args(["--set", "sources.nexmark.rate=60000"])
+        .args(["--set", "parallelism=2"])
+        .args(["--set", "state.backend=rocksdb"])
+        .args(["--set", "sinks.out.kind=file"])
+        .args(["--set", &format!("sinks.out.path={}", out.display())])
+        .args(["--set", "checkpoint.interval=200ms"])
+        .args(["--set", "checkpoint.timeout=5s"])
+        .args(["--set", "checkpoint.storage=s3://weir/jobs"])
+        .args([
+            "--set",
+            "restart={strategy: fixed-delay, delay: 200ms, max-attempts: 1000}",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir runs");
+    let mut rng = Rng(0x0b5);
+    let mut outages = 0;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(rng.between(300, 1000)));
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        proxy.set_down(true);
+        outages += 1;
+        std::thread::sleep(Duration::from_millis(rng.between(300, 2000)));
+        proxy.set_down(false);
+    }
+    let result = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&result.stderr);
+    assert!(result.status.success(), "the job failed:\n{log}");
+    assert!(outages >= 1, "the job ended before the store went away");
+    assert_same_rows(
+        "q5 into files with the object store going away",
+        &multiset(committed_rows(&out)),
+        &expected,
     );
 }
