@@ -47,7 +47,7 @@ use weir_state::snapshot::KeyedSnapshot;
 use crate::catalog::JobCheckpoints;
 use crate::error::{CheckpointError, StorageError};
 use crate::fence::{Fence, Fenced, ID_BLOCK};
-use crate::metadata::{FileRef, KeyedHandle, SnapshotKind, SubtaskState, now_ms};
+use crate::metadata::{FileRef, KeyedHandle, SnapshotKind, StoredSubtask, now_ms};
 use crate::protocol::{
     Barrier, BarrierKind, Completed, JobHooks, NodeInfo, SubtaskSnapshot, TaskReport,
 };
@@ -182,7 +182,7 @@ struct Pending {
     /// Each subtask's ack, for the record.
     acks: Vec<SubtaskAck>,
     /// Stored state per (node, subtask).
-    subtasks: HashMap<(usize, u32), SubtaskState>,
+    subtasks: HashMap<(usize, u32), StoredSubtask>,
     operator_states: HashMap<(usize, u32), Vec<u8>>,
     /// Keyed snapshots still being stored.
     uploads: usize,
@@ -268,6 +268,7 @@ pub fn coordinator(
         retaining: false,
         committing: None,
         to_commit: None,
+        stop_after_commit: None,
         work: FuturesUnordered::new(),
     };
     (handle, Box::pin(state.run(requests, reports)))
@@ -305,6 +306,9 @@ struct Coordinator {
     /// The newest completed snapshot waiting for its commit, and the replies that wait for
     /// that commit. A newer snapshot replaces it (its sink state covers the older one's).
     to_commit: Option<(Arc<Completed>, Vec<Reply>)>,
+    /// A stop-with-savepoint that completed: the sources end once its commit is done, so its
+    /// output is visible when the job stops and nothing staged for it is discarded.
+    stop_after_commit: Option<u64>,
     work: FuturesUnordered<BoxFuture<'static, Done>>,
 }
 
@@ -523,7 +527,7 @@ impl Coordinator {
             let key = (s.node, s.subtask);
             pending.subtasks.insert(
                 key,
-                SubtaskState {
+                StoredSubtask {
                     subtask: s.subtask,
                     operator: None,
                     keyed: None,
@@ -571,10 +575,14 @@ impl Coordinator {
                 self.reserving = false;
                 match result {
                     Ok(first) => self.spare = Some(first..first.saturating_add(ID_BLOCK)),
-                    Err(fenced) => {
-                        tracing::warn!(job = %self.job, reason = %fenced, "no more snapshots: the job's lease is lost");
+                    Err(fenced) if fenced.is_taken() => {
+                        tracing::warn!(job = %self.job, reason = %fenced, "no more snapshots: the job's lease is another server's");
                         self.closed
                             .get_or_insert(format!("the job's lease is lost: {fenced}"));
+                    }
+                    // The catalog did not answer: asked again when ids run low.
+                    Err(fenced) => {
+                        tracing::warn!(job = %self.job, reason = %fenced, "could not reserve snapshot ids; trying again at the next checkpoint");
                     }
                 }
             }
@@ -623,6 +631,10 @@ impl Coordinator {
                     Ok(()) => {
                         for reply in replies {
                             let _ = reply.send(Ok(completed.clone()));
+                        }
+                        if self.stop_after_commit.is_some_and(|stop| id >= stop) {
+                            self.stop_after_commit = None;
+                            self.hooks.stop_sources();
                         }
                         self.start_commit();
                     }
@@ -767,14 +779,19 @@ impl Coordinator {
                 );
             }
         }
-        if let BarrierKind::Savepoint { stop: true } = pending.barrier.kind {
+        // A stop-with-savepoint takes no snapshot after it, and ends the sources once its
+        // commit is done (a failed commit fails the attempt instead: the job restarts from the
+        // savepoint and goes on, and whoever asked for the stop is told).
+        let stop = matches!(pending.barrier.kind, BarrierKind::Savepoint { stop: true });
+        if stop {
             self.closed
                 .get_or_insert("the job is stopping after its savepoint".into());
-            self.hooks.stop_sources();
+            self.stop_after_commit = Some(id);
         }
         // A checkpoint or savepoint is answered once durable; the final snapshot of a bounded
-        // run once its commit is done too (the run is over only then).
-        let waiting = if kind == SnapshotKind::Final {
+        // run and a stop-with-savepoint once their commit is done too (the run is over only
+        // then).
+        let waiting = if kind == SnapshotKind::Final || stop {
             pending.replies
         } else {
             for reply in pending.replies {

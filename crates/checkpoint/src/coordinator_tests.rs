@@ -347,6 +347,48 @@ async fn a_savepoint_waits_for_the_checkpoint_in_flight_without_polling() {
 }
 
 #[tokio::test]
+async fn a_stop_with_savepoint_ends_the_sources_only_once_its_commit_is_done() {
+    let mut h = harness(config(), 1);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.job.gate.lock().unwrap() = Some(gate.clone());
+    let savepoint = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.savepoint(true).await }
+    });
+    assert_eq!(h.injected.recv().await.unwrap().id, 1);
+    ack(&h, 1, 0, None).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Durable, but its output not yet visible: the sources go on (a source that ended now
+    // would let the sink discard what the savepoint staged), and the caller waits.
+    assert!(h.root.join("job/sp-0000000001/_metadata").exists());
+    assert_eq!(h.job.stops.load(Ordering::SeqCst), 0);
+    assert!(!savepoint.is_finished());
+    gate.add_permits(1);
+    savepoint.await.unwrap().unwrap();
+    assert_eq!(h.job.stops.load(Ordering::SeqCst), 1);
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn a_stop_with_savepoint_whose_commit_fails_does_not_stop_the_sources() {
+    let mut h = harness(config(), 1);
+    h.job.fail_commit.lock().unwrap().push(1);
+    let savepoint = tokio::spawn({
+        let handle = h.handle.clone();
+        async move { handle.savepoint(true).await }
+    });
+    assert_eq!(h.injected.recv().await.unwrap().id, 1);
+    ack(&h, 1, 0, None).await;
+    let err = savepoint.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, CheckpointError::Commit { id: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(h.job.stops.load(Ordering::SeqCst), 0);
+    h.task.abort();
+}
+
+#[tokio::test]
 async fn a_checkpoint_not_acknowledged_in_time_is_abandoned() {
     let mut cfg = config();
     cfg.timeout = Duration::from_millis(100);
@@ -489,7 +531,7 @@ impl crate::fence::Fence for Arc<FakeLease> {
         let lease = self.clone();
         Box::pin(async move {
             if *lease.epoch.lock().unwrap() != lease.holder {
-                return Err(crate::Fenced("taken".into()));
+                return Err(crate::Fenced::Taken("taken".into()));
             }
             let mut next = lease.next_id.lock().unwrap();
             let first = (*next).max(after + 1);
@@ -503,7 +545,7 @@ impl crate::fence::Fence for Arc<FakeLease> {
         let lease = self.clone();
         Box::pin(async move {
             if *lease.epoch.lock().unwrap() != lease.holder {
-                return Err(crate::Fenced("taken".into()));
+                return Err(crate::Fenced::Taken("taken".into()));
             }
             *lease.latest.lock().unwrap() = Some((id, location));
             Ok(())

@@ -76,10 +76,11 @@ pub trait SinkFactory: Send + Sync {
         None
     }
 
-    /// Discards `transactions`: they will never be committed (a stop with savepoint left them
-    /// after the savepoint).
-    fn abort(&self, transactions: Vec<serde_json::Value>) -> Result<(), OperatorError> {
-        let _ = transactions;
+    /// Discards what of `transactions` came after snapshot `after`: a stop with savepoint left
+    /// it behind, and it will never be committed. What belongs to `after` or earlier is the
+    /// savepoint's (committed by it, or again by a resume from it) and is left alone.
+    fn abort(&self, transactions: Vec<serde_json::Value>, after: u64) -> Result<(), OperatorError> {
+        let _ = (transactions, after);
         Ok(())
     }
 }

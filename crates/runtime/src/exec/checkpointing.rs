@@ -177,11 +177,17 @@ impl Run {
             })
         };
         match &attempt.coordinator {
-            Some(_) if stopped || by_savepoint => {
-                // After the last snapshot: a resumed run produces these again.
+            Some((handle, _)) if stopped || by_savepoint => {
+                // After the attempt's last snapshot: a resumed run produces these again. (Its
+                // subtasks hold only transactions of their own, above the snapshot restored.)
+                let last = handle
+                    .stats()
+                    .snapshot()
+                    .latest_completed
+                    .map_or(0, |r| r.id);
                 for tail in tails {
                     if let (Some(state), Some(f)) = (tail.state, factories.get(&tail.node)) {
-                        f.abort(vec![state])
+                        f.abort(vec![state], last)
                             .map_err(|e| sink_error(tail.node, tail.subtask, e))?;
                     }
                 }
