@@ -20,11 +20,37 @@
 
 use futures::future::BoxFuture;
 
-/// Why a fenced operation was refused: the lease is another holder's, or the catalog cannot
-/// say (then the copy must assume the worst).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Fenced(pub String);
+/// Why a fenced operation was refused.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Fenced {
+    /// The lease is another holder's: this copy must stop for good (another runs the job).
+    #[error("{0}")]
+    Taken(String),
+    /// The catalog did not answer, so nobody can say whose the lease is: the copy publishes
+    /// and commits nothing meanwhile, and asks again (a restart does), until the catalog
+    /// answers either way.
+    #[error("the fleet's catalog cannot say whose the job's lease is ({doing}): {source}")]
+    Unknown {
+        doing: String,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl Fenced {
+    /// The catalog failed while `doing` something.
+    pub fn unknown(doing: &str, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Fenced::Unknown {
+            doing: doing.to_owned(),
+            source: std::sync::Arc::new(source),
+        }
+    }
+
+    /// Whether the lease is known to be another holder's (the copy must stop for good).
+    pub fn is_taken(&self) -> bool {
+        matches!(self, Fenced::Taken(_))
+    }
+}
 
 /// Who may publish a job's snapshots: the holder of its lease.
 pub trait Fence: Send + Sync + std::fmt::Debug + 'static {

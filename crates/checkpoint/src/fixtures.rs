@@ -11,7 +11,7 @@ use crate::catalog::{JobCheckpoints, parse_dir};
 use crate::error::StorageError;
 use crate::metadata::{
     CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateRange,
-    SubtaskState, VERSION,
+    StoredSubtask, VERSION,
 };
 use crate::storage::{CheckpointStorage, Placed, delete_prefix};
 
@@ -219,7 +219,7 @@ pub fn keyed_node(format: KeyedFormat, files: Vec<FileRef>) -> NodeState {
         name: "n".into(),
         kind: "aggregate".into(),
         parallelism: 1,
-        subtasks: vec![SubtaskState {
+        subtasks: vec![StoredSubtask {
             subtask: 0,
             operator: None,
             keyed: Some(KeyedHandle {
@@ -272,7 +272,7 @@ pub async fn publish_operator_state(
         subtasks: ranges
             .into_iter()
             .enumerate()
-            .map(|(i, range)| SubtaskState {
+            .map(|(i, range)| StoredSubtask {
                 subtask: i as u32,
                 operator: Some(range),
                 keyed: None,

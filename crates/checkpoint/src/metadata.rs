@@ -151,9 +151,10 @@ impl KeyedHandle {
     }
 }
 
-/// One subtask's state.
+/// What a snapshot stores of one subtask: where its non-keyed and its keyed state are. (The
+/// non-keyed state itself is the runtime's `SubtaskState`.)
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SubtaskState {
+pub struct StoredSubtask {
     pub subtask: u32,
     /// Non-keyed state (source positions, pending sink transactions, operator fields, the
     /// watermark), in one of the snapshot's merged operator-state files; its encoding is the
@@ -172,7 +173,7 @@ pub struct NodeState {
     /// kind is refused.
     pub kind: String,
     pub parallelism: u32,
-    pub subtasks: Vec<SubtaskState>,
+    pub subtasks: Vec<StoredSubtask>,
 }
 
 /// A completed checkpoint, savepoint or final snapshot.
@@ -326,7 +327,7 @@ mod tests {
                 name: "counts".into(),
                 kind: "window-aggregate".into(),
                 parallelism: 1,
-                subtasks: vec![SubtaskState {
+                subtasks: vec![StoredSubtask {
                     subtask: 0,
                     operator: None,
                     keyed: Some(KeyedHandle {

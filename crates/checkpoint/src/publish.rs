@@ -14,7 +14,7 @@ use crate::catalog::{JobCheckpoints, join};
 use crate::error::StorageError;
 use crate::metadata::{
     CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateInfo,
-    StateRange, SubtaskState, VERSION, checksum, now_ms,
+    StateRange, StoredSubtask, VERSION, checksum, now_ms,
 };
 use crate::protocol::{Completed, NodeInfo};
 
@@ -93,7 +93,7 @@ pub(crate) struct Publish {
     pub(crate) id: u64,
     pub(crate) kind: SnapshotKind,
     pub(crate) triggered_at: i64,
-    pub(crate) subtasks: HashMap<(usize, u32), SubtaskState>,
+    pub(crate) subtasks: HashMap<(usize, u32), StoredSubtask>,
     pub(crate) operator_states: HashMap<(usize, u32), Vec<u8>>,
     /// In a fleet, the lease the snapshot is published through ([`crate::fence`]).
     pub(crate) fence: Option<Arc<dyn crate::fence::Fence>>,
@@ -157,7 +157,7 @@ impl Publish {
         for (key, range) in ranges {
             self.subtasks
                 .entry(key)
-                .or_insert(SubtaskState {
+                .or_insert(StoredSubtask {
                     subtask: key.1,
                     operator: None,
                     keyed: None,
@@ -186,7 +186,7 @@ impl Publish {
                 subtasks: Vec::new(),
             })
             .collect();
-        let mut states: Vec<((usize, u32), SubtaskState)> = self.subtasks.into_iter().collect();
+        let mut states: Vec<((usize, u32), StoredSubtask)> = self.subtasks.into_iter().collect();
         states.sort_by_key(|(k, _)| *k);
         for ((node, _), state) in states {
             if let Some(n) = nodes.get_mut(node) {

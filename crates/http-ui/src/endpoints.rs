@@ -51,8 +51,9 @@ use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::Arc;
 
 use weir_checkpoint::object::{AddressGuard, StorageKind};
+use weir_runtime::api::connector::Endpoint;
 use weir_runtime::spec::problems::{SpecSource, pointer};
-use weir_runtime::spec::{JobSpec, Problem, SinkSpec, SourceSpec, StorageSpec};
+use weir_runtime::spec::{JobSpec, Problem, StorageSpec};
 
 /// Names of cloud metadata services, refused unless listed.
 const METADATA_NAMES: &[&str] = &[
@@ -510,32 +511,6 @@ impl AddressGuard for Guard {
 const FILE_SETTING: &str =
     "{what} on the server's machine: a submitted job may not set it (`weir run` may)";
 
-/// librdkafka properties a submitted job may not set on a server: each makes the client read
-/// a file, run a command, load a library or call a URL on the server's machine. Any key
-/// ending in `.location`, `.path`, `.paths`, `.cmd`, `.url` or `.file` is refused as well.
-const SERVER_REFUSED_PROPERTIES: &[&str] = &[
-    "plugin.library.paths",
-    "sasl.kerberos.kinit.cmd",
-    "sasl.kerberos.keytab",
-    "sasl.oauthbearer.token.endpoint.url",
-    "ssl.engine.location",
-    "ssl.providers",
-];
-
-/// Why a Kafka client property may not be set on a server, if it may not.
-fn property_refusal(key: &str) -> Option<String> {
-    let key = key.trim().to_ascii_lowercase();
-    let refused = SERVER_REFUSED_PROPERTIES.contains(&key.as_str())
-        || [".location", ".path", ".paths", ".cmd", ".url", ".file"]
-            .iter()
-            .any(|end| key.ends_with(end));
-    refused.then(|| {
-        format!(
-            "`{key}` makes the Kafka client read a file, run a command or reach a URL on the server's machine: a submitted job may not set it (`weir run` may)"
-        )
-    })
-}
-
 /// Every problem with the network destinations of `spec` (located through `source`); empty if
 /// it may run.
 pub fn check(source: &SpecSource, spec: &JobSpec, endpoints: &Endpoints) -> Vec<Problem> {
@@ -582,79 +557,42 @@ pub fn check(source: &SpecSource, spec: &JobSpec, endpoints: &Endpoints) -> Vec<
     problems
 }
 
-/// Problems with the brokers and databases the job's sources and sinks would reach.
+/// Problems with the brokers and databases the job's sources and sinks would reach, and with
+/// the settings that would act on the server's machine: each connector says what it reaches
+/// and reads ([`Hosted`]), at which of its keys.
 fn connector_problems(
     source: &SpecSource,
     spec: &JobSpec,
     endpoints: &Endpoints,
     problems: &mut Vec<Problem>,
 ) {
-    let kafka = |at: String,
-                 servers: &str,
-                 properties: &indexmap::IndexMap<String, String>,
-                 problems: &mut Vec<Problem>| {
-        if let Some(why) = endpoints.broker_refusal(servers) {
-            problems.push(source.at_value(&format!("{at}/bootstrap-servers"), why));
-        }
-        for key in properties.keys() {
-            if let Some(why) = property_refusal(key) {
-                problems
-                    .push(source.at_key(&format!("{at}{}", pointer(&["properties", key])), why));
+    let sources = spec
+        .sources
+        .iter()
+        .map(|(name, s)| (pointer(&["sources", name]), s.hosted()));
+    let sinks = spec
+        .sinks
+        .iter()
+        .map(|(name, s)| (pointer(&["sinks", name]), s.hosted()));
+    for (at, hosted) in sources.chain(sinks) {
+        for reach in hosted.endpoints() {
+            let why = match &reach.endpoint {
+                Endpoint::Kafka { servers } => endpoints.broker_refusal(servers),
+                Endpoint::Nats { servers } => endpoints.nats_refusal(servers),
+                Endpoint::Postgres { connection } => endpoints.database_refusal(connection),
+            };
+            if let Some(why) = why {
+                problems.push(source.at_value(&format!("{at}{}", reach.at), why));
             }
         }
-    };
-    let nats = |at: String,
-                servers: &str,
-                creds_file: &Option<String>,
-                problems: &mut Vec<Problem>| {
-        if let Some(why) = endpoints.nats_refusal(servers) {
-            problems.push(source.at_value(&format!("{at}/servers"), why));
-        }
-        if creds_file.as_ref().is_some_and(|f| !f.is_empty()) {
-            problems.push(source.at_value(
-                &format!("{at}/creds-file"),
-                FILE_SETTING.replace("{what}", "`creds-file` makes the NATS client read a file"),
-            ));
-        }
-    };
-    for (name, s) in &spec.sources {
-        match s {
-            SourceSpec::Kafka(k) => kafka(
-                pointer(&["sources", name]),
-                &k.bootstrap_servers,
-                &k.properties,
-                problems,
-            ),
-            SourceSpec::Nats(n) => nats(
-                pointer(&["sources", name]),
-                &n.servers,
-                &n.creds_file,
-                problems,
-            ),
-            _ => {}
-        }
-    }
-    for (name, s) in &spec.sinks {
-        let at = pointer(&["sinks", name]);
-        match s {
-            SinkSpec::Kafka(k) => kafka(at, &k.bootstrap_servers, &k.properties, problems),
-            SinkSpec::Nats(n) => nats(at, &n.servers, &n.creds_file, problems),
-            SinkSpec::Postgres(p) => {
-                if let Some(why) = endpoints.database_refusal(&p.connection) {
-                    problems.push(source.at_value(&format!("{at}/connection"), why));
-                } else if weir_runtime::connectors::postgres::tls::root_certificate_file(
-                    &p.connection,
-                )
-                .is_some()
-                {
-                    problems.push(source.at_value(
-                        &format!("{at}/connection"),
-                        FILE_SETTING.replace("{what}", "`sslrootcert` makes the PostgreSQL client read a file")
-                            + "; `sslmode=verify-full` without it verifies against the system's roots",
-                    ));
-                }
-            }
-            _ => {}
+        for file in hosted.server_files() {
+            let why = FILE_SETTING.replace("{what}", &file.what);
+            let at = format!("{at}{}", file.at);
+            problems.push(if file.key {
+                source.at_key(&at, why)
+            } else {
+                source.at_value(&at, why)
+            });
         }
     }
 }
@@ -1017,24 +955,42 @@ mod tests {
     }
 
     #[test]
-    fn kafka_properties_that_touch_the_servers_machine_are_refused() {
-        for key in [
+    fn kafka_properties_that_touch_the_servers_machine_are_refused_at_their_key() {
+        let properties = [
             "ssl.key.location",
             "ssl.ca.location",
             "sasl.kerberos.kinit.cmd",
             "plugin.library.paths",
             "sasl.oauthbearer.token.endpoint.url",
             "SSL.Keystore.Location",
-        ] {
-            assert!(property_refusal(key).is_some(), "{key}");
-        }
-        for key in [
             "security.protocol",
             "sasl.mechanism",
             "sasl.username",
             "socket.timeout.ms",
-        ] {
-            assert_eq!(property_refusal(key), None, "{key}");
-        }
+        ];
+        let listed_properties: Vec<String> = properties
+            .iter()
+            .map(|k| format!("      {k}: x\n"))
+            .collect();
+        let text = format!(
+            "name: props\nsources:\n  in:\n    kind: kafka\n    bootstrap-servers: \
+             127.0.0.1:9092\n    topic: t\n    format: raw\n    properties:\n{}\
+             sinks:\n  out: {{kind: blackhole, from: in}}\n",
+            listed_properties.concat()
+        );
+        let loaded = weir_runtime::spec::load::parse_str("job.yaml", &text, &[]).unwrap();
+        let problems = check(
+            &loaded.source,
+            &loaded.spec,
+            &listed(&["kafka://127.0.0.1:9092"]),
+        );
+        let refused: Vec<&str> = problems
+            .iter()
+            .map(|p| {
+                assert!(p.message.contains("`weir run` may"), "{}", p.message);
+                p.path.trim_start_matches("sources.in.properties.")
+            })
+            .collect();
+        assert_eq!(refused, &properties[..6], "{problems:?}");
     }
 }

@@ -7,11 +7,11 @@
 //! the key that asks too much and naming the limit (a `weir serve` flag); the subtasks of all
 //! running jobs together are bounded when a job starts ([`JobLimits::admit`]).
 
-use std::path::Path;
 use std::time::Duration;
 
+use weir_runtime::api::connector::HostLimits;
 use weir_runtime::spec::problems::{SpecSource, pointer};
-use weir_runtime::spec::{HumanDuration, JobSpec, Problem, SourceSpec};
+use weir_runtime::spec::{HumanDuration, JobSpec, Problem};
 
 use crate::ApiError;
 
@@ -112,51 +112,22 @@ impl JobLimits {
                 ),
             ));
         }
-        for (name, s) in &spec.sources {
-            match s {
-                SourceSpec::Nexmark(n) => match n.rate {
-                    Some(rate) if rate > self.max_generator_rate => {
-                        problems.push(source.at_value(
-                            &pointer(&["sources", name, "rate"]),
-                            format!(
-                                "this server generates at most {} events/s per source \
-                                 (--max-generator-rate)",
-                                self.max_generator_rate
-                            ),
-                        ));
-                    }
-                    None if n.events.is_none() => problems.push(source.at_value(
-                        &pointer(&["sources", name]),
-                        format!(
-                            "an unbounded generator must set a `rate` on this server (at most \
-                             {} events/s), or `events` to end",
-                            self.max_generator_rate
-                        ),
-                    )),
-                    _ => {}
-                },
-                SourceSpec::Jsonl(j) => {
-                    // A path that cannot be listed is reported when the job starts.
-                    let Ok(files) =
-                        weir_runtime::connectors::jsonl_source::list_files(Path::new(&j.path))
-                    else {
-                        continue;
-                    };
-                    let size = j.chunk_size.0.max(1);
-                    let chunks: u64 = files.iter().map(|(_, len)| len.div_ceil(size)).sum();
-                    if chunks > self.max_chunks {
-                        problems.push(source.at_value(
-                            &pointer(&["sources", name, "chunk-size"]),
-                            format!(
-                                "{} cut into {chunks} chunks of {}; this server allows at most {} \
-                                 per source (--max-chunks): use larger chunks",
-                                j.path, j.chunk_size, self.max_chunks
-                            ),
-                        ));
-                    }
-                }
-                // Brokers are reached only while the job runs; its reading is paced by them.
-                SourceSpec::Kafka(_) | SourceSpec::Nats(_) => {}
+        // What a connector generates or splits is its own to bound, against these limits.
+        let limits = HostLimits {
+            max_generator_rate: self.max_generator_rate,
+            max_chunks: self.max_chunks,
+        };
+        let sources = spec
+            .sources
+            .iter()
+            .map(|(name, s)| (pointer(&["sources", name]), s.hosted()));
+        let sinks = spec
+            .sinks
+            .iter()
+            .map(|(name, s)| (pointer(&["sinks", name]), s.hosted()));
+        for (at, hosted) in sources.chain(sinks) {
+            for p in hosted.within(&limits) {
+                problems.push(source.at_value(&format!("{at}{}", p.at), p.message));
             }
         }
         problems

@@ -7,17 +7,14 @@
 //! no `..`, no `~`), and its name must be usable as one path component. Problems come back
 //! with their line, column and key like any other problem of the file.
 //!
-//! The check walks the planned spec as JSON, so a connector added later with a `path` or
-//! `storage` key is covered without a change here.
+//! The job's own locations (`state.path`, `checkpoint.storage`) are checked here; each source
+//! and sink names its own ([`weir_runtime::api::connector::Hosted::locations`]), so a connector added later is asked too,
+//! and one that forgets to answer does not compile.
 
 use std::path::{Component, Path};
 
-use weir_runtime::spec::problems::SpecSource;
-use weir_runtime::spec::{JobSpec, Problem};
-
-/// Keys whose string values are filesystem locations (`url`: `checkpoint.storage` in its map
-/// form; `creds-file`: a NATS connector's credentials, which the server would read).
-const PATH_KEYS: &[&str] = &["path", "storage", "url", "creds-file"];
+use weir_runtime::spec::problems::{SpecSource, pointer};
+use weir_runtime::spec::{JobSpec, Problem, StorageSpec};
 
 /// Every problem with the names and paths of `spec` (located through `source`); empty if it
 /// may run.
@@ -35,46 +32,43 @@ pub fn check(source: &SpecSource, spec: &JobSpec) -> Vec<Problem> {
             ),
         ));
     }
-    match serde_json::to_value(spec) {
-        Ok(value) => walk(&value, &mut String::new(), source, &mut problems),
-        Err(e) => problems.push(source.at_value("", format!("cannot inspect the job: {e}"))),
+    let mut locations: Vec<(String, &str)> = Vec::new();
+    if let Some(path) = &spec.state.path {
+        locations.push(("/state/path".into(), path));
+    }
+    match &spec.checkpoint.storage {
+        Some(StorageSpec::Url(url)) => locations.push(("/checkpoint/storage".into(), url)),
+        Some(StorageSpec::Settings(s)) => {
+            locations.push(("/checkpoint/storage/url".into(), &s.url))
+        }
+        None => {}
+    }
+    let sources = spec
+        .sources
+        .iter()
+        .map(|(name, s)| (pointer(&["sources", name]), s.hosted()));
+    let sinks = spec
+        .sinks
+        .iter()
+        .map(|(name, s)| (pointer(&["sinks", name]), s.hosted()));
+    let named: Vec<(String, String)> = sources
+        .chain(sinks)
+        .flat_map(|(at, hosted)| {
+            hosted
+                .locations()
+                .into_iter()
+                .map(move |l| (format!("{at}{}", l.at), l.path))
+        })
+        .collect();
+    for (at, location) in locations
+        .into_iter()
+        .chain(named.iter().map(|(at, l)| (at.clone(), l.as_str())))
+    {
+        if let Err(why) = allowed(location) {
+            problems.push(source.at_value(&at, why));
+        }
     }
     problems
-}
-
-fn walk(
-    value: &serde_json::Value,
-    pointer: &mut String,
-    source: &SpecSource,
-    problems: &mut Vec<Problem>,
-) {
-    match value {
-        serde_json::Value::Object(map) => {
-            for (key, v) in map {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                match v {
-                    serde_json::Value::String(s) if PATH_KEYS.contains(&key.as_str()) => {
-                        if let Err(why) = allowed(s) {
-                            problems.push(source.at_value(pointer, why));
-                        }
-                    }
-                    _ => walk(v, pointer, source, problems),
-                }
-                pointer.truncate(len);
-            }
-        }
-        serde_json::Value::Array(items) => {
-            for (i, v) in items.iter().enumerate() {
-                let len = pointer.len();
-                pointer.push_str(&format!("/{i}"));
-                walk(v, pointer, source, problems);
-                pointer.truncate(len);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Whether a location named by a client may be used: a relative path (a `file://` URL of

@@ -3,7 +3,8 @@
 //! planner or the executor (`DESIGN.md` draws the graph).
 //!
 //! The graph is read from the source text: every `crate::<module>` a file names outside its
-//! tests, `use crate::{a, b}` groups included.
+//! tests (its `#[cfg(test)]` part, and modules of tests in files of their own, `tests.rs`),
+//! `use crate::{a, b}` groups included.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,7 +22,10 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for path in entries {
         if path.is_dir() {
             sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+        } else if path.extension().is_some_and(|e| e == "rs")
+            // A module of tests (`mod tests;` under `#[cfg(test)]`) is a test.
+            && path.file_name().is_none_or(|n| n != "tests.rs")
+        {
             out.push(path);
         }
     }

@@ -12,21 +12,26 @@
 //!   sink traits and their factories, the subtask context, the in-band message, metrics,
 //!   snapshots, and [`api::OperatorError`] with its retry decision.
 //! - [`spec`]: the job file format, strict parsing, every problem with its line and column.
+//! - [`config`]: the vocabulary job files share (durations, sizes, event time, `on-error`,
+//!   paths), beneath both [`spec`] and the connectors whose keys are written in it.
 //! - [`plan`]: spec → a [`plan::Plan`], a pure description: wiring, schemas, expression
 //!   compilation (one planning file per transform kind under `plan/nodes/`), chaining.
 //! - [`expr`]: SQL snippets compiled to vectorised evaluators over record batches.
 //! - [`keys`]: key expressions and the stable key hash behind key groups.
 //! - [`operators`]: one file per operator (filter, map, aggregates, windows, Top-N, joins),
 //!   each planned by its namesake in `plan/nodes/`.
-//! - [`connectors`]: sources (Nexmark generator, JSON lines, Kafka) and sinks (blackhole,
-//!   stdout, files, PostgreSQL, Kafka).
+//! - [`connectors`]: one module per source and sink kind (Nexmark generator, JSON lines,
+//!   Kafka, NATS; blackhole, stdout, files, PostgreSQL, Kafka, NATS), each its spec, its
+//!   connector (how it plans, what a server asks of it) and its tasks, and the registry that
+//!   lists them.
 //! - [`format`]: JSON lines to and from Arrow; splitting files for parallel readers.
 //! - [`exec`]: a plan → running tasks: jobs, their supervisor and attempts, checkpointing,
 //!   tasks and chains, input gates, exchanges, the run's state store.
 //! - [`query`]: queryable state: lookups of a running job's keyed state by key.
 //!
-//! Operators and connectors import only [`api`] and what lies beneath it (`expr`, `format`,
-//! `keys`, `spec`, `weir_state`); no module imports another in a circle. A test of this crate
+//! Operators and connectors import only [`api`] and what lies beneath it (`config`, `expr`,
+//! `format`, `keys`, `weir_state`; operators also `spec`); no module imports another in a
+//! circle. A test of this crate
 //! (`layering.rs`) checks both.
 //!
 //! # Example
@@ -45,6 +50,7 @@
 //! ```
 
 pub mod api;
+pub mod config;
 pub mod connectors;
 pub mod exec;
 pub mod expr;
@@ -55,9 +61,10 @@ pub mod plan;
 pub mod query;
 pub mod spec;
 
-/// A harness that plans one operator from a job file and drives one subtask by hand (tests
-/// only).
-#[cfg(test)]
+/// A harness that plans one operator from a job file and drives one subtask by hand, and the
+/// sink conformance suite (tests only: this crate's, and others' through the `testing`
+/// feature).
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 #[cfg(test)]

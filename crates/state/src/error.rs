@@ -12,9 +12,14 @@ pub enum StateError {
     /// A state was registered twice with different kinds or types.
     #[error("state `{0}` is already registered with another kind or type")]
     Conflict(String),
-    /// The storage underneath failed (disk, RocksDB); may work on retry.
-    #[error("state storage: {0}")]
-    Storage(String),
+    /// The storage underneath failed (disk, RocksDB); may work on retry. `source` is the
+    /// storage's own error, when it gave one.
+    #[error("state storage: {context}{}", cause(source))]
+    Storage {
+        context: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The store was closed under the caller: its subtask stopped or restarts. A lookup may
     /// try again once the job runs again; an operator never sees this (it owns its store).
     #[error("{0} is closed (its subtask stopped or restarts)")]
@@ -29,4 +34,22 @@ pub enum StateError {
     /// the caller.
     #[error("invalid request: {0}")]
     Invalid(String),
+}
+
+/// `: <cause>` for a message, when there is a cause.
+fn cause(source: &Option<Box<dyn std::error::Error + Send + Sync>>) -> String {
+    source
+        .as_ref()
+        .map(|s| format!(": {s}"))
+        .unwrap_or_default()
+}
+
+impl StateError {
+    /// The storage failed while doing `context`, for a reason of its own.
+    pub fn storage(context: impl Into<String>) -> Self {
+        StateError::Storage {
+            context: context.into(),
+            source: None,
+        }
+    }
 }

@@ -121,7 +121,7 @@ impl SharedDb {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Err(_) => {
-                    return Err(StateError::Storage(format!(
+                    return Err(StateError::storage(format!(
                         "a state query still reads the store after {EXCLUSIVE_WAIT:?}"
                     )));
                 }
@@ -215,7 +215,7 @@ impl StateReader {
         let db = shared.db();
         let cf = db
             .cf_handle(&self.state)
-            .ok_or_else(|| StateError::Storage(format!("no column family `{}`", self.state)))?;
+            .ok_or_else(|| StateError::storage(format!("no column family `{}`", self.state)))?;
         let snapshot = db.snapshot();
         let now = now_ms();
         let mut found = Found {

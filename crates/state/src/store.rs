@@ -195,8 +195,14 @@ impl std::fmt::Debug for Store {
     }
 }
 
-pub(crate) fn storage(context: &str, e: impl std::fmt::Display) -> StateError {
-    StateError::Storage(format!("{context}: {e}"))
+pub(crate) fn storage(
+    context: &str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> StateError {
+    StateError::Storage {
+        context: context.to_owned(),
+        source: Some(Box::new(e)),
+    }
 }
 
 impl Store {
@@ -440,7 +446,7 @@ impl Store {
     pub(crate) fn cf(&self, name: &str) -> Result<&ColumnFamily, StateError> {
         self.db()?
             .cf_handle(name)
-            .ok_or_else(|| StateError::Storage(format!("no column family for state `{name}`")))
+            .ok_or_else(|| StateError::storage(format!("no column family for state `{name}`")))
     }
 
     /// One point read.

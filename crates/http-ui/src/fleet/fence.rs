@@ -22,7 +22,7 @@ type Answer<T> = Pin<Box<dyn Future<Output = Result<T, Fenced>> + Send + 'static
 
 impl JobFence {
     fn refused(&self) -> Fenced {
-        Fenced(format!(
+        Fenced::Taken(format!(
             "job {}'s lease (epoch {}) is no longer this server's: another server of the fleet runs the job",
             self.job, self.epoch
         ))
@@ -56,11 +56,11 @@ impl weir_checkpoint::Fence for JobFence {
                     })
                 })
                 .await
-                .map_err(|e| Fenced(e.to_string()))?;
+                .map_err(|e| Fenced::unknown("reserving snapshot ids", e))?;
             let first: i64 = row
                 .ok_or(refused)?
                 .try_get(0)
-                .map_err(|e| Fenced(e.to_string()))?;
+                .map_err(|e| Fenced::unknown("reserving snapshot ids", e))?;
             Ok(id_of(first))
         })
     }
@@ -88,7 +88,7 @@ impl weir_checkpoint::Fence for JobFence {
                     })
                 })
                 .await
-                .map_err(|e| Fenced(e.to_string()))?;
+                .map_err(|e| Fenced::unknown("publishing a snapshot", e))?;
             if updated == 1 { Ok(()) } else { Err(refused) }
         })
     }
@@ -111,10 +111,10 @@ impl weir_checkpoint::Fence for JobFence {
                     })
                 })
                 .await
-                .map_err(|e| Fenced(e.to_string()))?;
+                .map_err(|e| Fenced::unknown("reading the latest snapshot", e))?;
             row.ok_or(refused)?
                 .try_get(0)
-                .map_err(|e| Fenced(e.to_string()))
+                .map_err(|e| Fenced::unknown("reading the latest snapshot", e))
         })
     }
 }

@@ -149,7 +149,7 @@ impl From<ArrowError> for OperatorError {
 impl From<StateError> for OperatorError {
     fn from(e: StateError) -> Self {
         match e {
-            StateError::Storage(_) | StateError::Snapshot { .. } => {
+            StateError::Storage { .. } | StateError::Snapshot { .. } => {
                 OperatorError::external(e.to_string(), e)
             }
             StateError::Closed(_) => OperatorError::Cancelled(e.to_string()),

@@ -14,6 +14,8 @@
 //!   its records), and reading time columns.
 //! - [`sink`]: [`Sink`], [`SinkFactory`] and the two phases of an exactly-once commit
 //!   ([`SinkRestore`], [`Unconfirmed`], [`SnapshotTransaction`]).
+//! - [`two_phase`]: that protocol written once: a transactional sink is its
+//!   [`two_phase::Stage`] and its [`two_phase::Committer`].
 //! - [`context`]: [`SubtaskContext`], what a factory knows of the subtask it makes, and
 //!   [`KeyedStateStore`], through which a keyed operator's subtask opens its state.
 //! - [`message`]: [`Message`], the one in-band message between tasks, and [`Watermark`].
@@ -23,6 +25,9 @@
 //!   ([`JobMetrics`]), read by the CLI and the HTTP API.
 //! - [`error`]: [`OperatorError`], why an operator, source or sink failed, grouped by what
 //!   the job should do about it.
+//! - [`connector`]: what a source or sink kind tells the planner and a hosting server about
+//!   itself ([`connector::SourceConnector`], [`connector::SinkConnector`],
+//!   [`connector::Hosted`]).
 //!
 //! # Example
 //! An operator that keeps the rows of even `n`, tested without an executor:
@@ -58,6 +63,7 @@
 //! assert_eq!(out[0].num_rows(), 2);
 //! ```
 
+pub mod connector;
 pub mod context;
 pub mod error;
 pub mod message;
@@ -67,6 +73,7 @@ pub mod sink;
 pub mod snapshot;
 pub mod source;
 pub mod time;
+pub mod two_phase;
 
 pub use context::{KeyedStateStore, SubtaskContext};
 pub use error::OperatorError;

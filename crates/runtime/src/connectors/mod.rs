@@ -1,84 +1,177 @@
-//! Sources and sinks: where records enter and leave a job.
+//! Sources and sinks: where records enter and leave a job. One module per connector, and the
+//! registry below that lists them.
+//!
+//! A connector is its module: its spec (the keys of its `kind:`, documented where they are
+//! declared, so that `weir schema` and the book carry them), the [`SourceConnector`] or
+//! [`SinkConnector`] and [`Hosted`] impls of that spec (how it plans, and what a server asks
+//! of it), and its [`Source`](crate::api::Source) or [`Sink`] with their factories. Adding one
+//! is its module and one line in [`sources!`] or [`sinks!`] here: the spec enums
+//! ([`SourceSpec`], [`SinkSpec`]) and their dispatch are made from those lists, so the planner
+//! and a server reach every connector through the contract of [`crate::api::connector`] and
+//! match on no kind.
 //!
 //! # Layout
-//! - [`nexmark`]: the Nexmark event generator (pure function of seed and event number).
-//! - [`nexmark_source`]: the generator as a parallel, rate-limitable source.
-//! - [`jsonl_source`]: JSON lines from files, split into chunks across subtasks.
+//! - [`nexmark`]: the Nexmark event generator (a pure function of seed and event number) and
+//!   its parallel, rate-limitable source.
+//! - [`jsonl`]: JSON lines from files, split into chunks across subtasks.
 //! - [`partitioned`]: what sources of partitioned logs share (assignment of partitions to
 //!   subtasks, positions in checkpoints, per-partition watermarks and idleness, progress,
 //!   record decoding), used by the Kafka and NATS sources.
 //! - [`kafka`]: Kafka topics in (partition-aware, per-partition watermarks) and out
 //!   (transactional).
 //! - [`nats`]: NATS JetStream streams in (partitions read by ordered consumers from
-//!   checkpointed sequences) and out (deterministic message ids and the duplicate window).
-//! - [`blackhole`], [`stdout`], [`file_sink`], [`postgres`]: sinks.
-//! - [`sink_factory`]: the factory of each sink kind from its spec.
+//!   checkpointed sequences) and out (deterministic message ids, commit markers).
+//! - [`blackhole`], [`stdout`], [`file`], [`postgres`]: sinks.
 //!
-//! Every connector implements the contract of [`crate::api`] ([`Source`](crate::api::Source)
-//! and [`SourceFactory`](crate::api::SourceFactory), or [`Sink`] and [`SinkFactory`]) and
-//! imports nothing of the executor or the planner.
+//! Every connector implements the contract of [`crate::api`] and imports nothing of the
+//! executor or the planner.
 
 pub mod blackhole;
-pub mod file_sink;
-pub mod jsonl_source;
+pub mod file;
+pub mod jsonl;
 pub mod kafka;
 pub mod nats;
 pub mod nexmark;
-pub mod nexmark_source;
 pub mod partitioned;
 pub mod postgres;
 pub mod stdout;
 
-use std::sync::Arc;
-
 use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
+use crate::api::connector::{Hosted, SinkConnector, SourceConnector};
 use crate::api::{OperatorError, Sink, SinkFactory, SinkRestore, SubtaskContext};
-use crate::spec::SinkSpec;
 
-/// What the planner works out for a sink beyond its spec.
-#[derive(Clone)]
-pub struct SinkPlan {
-    /// A NATS sink's subjects (its `{expression}` parts compiled by the planner).
-    pub nats_subjects: Option<nats::sink::Subjects>,
-    /// How long after a checkpoint's commit it may be repeated by a restore: the checkpoint
-    /// timeout plus the longest restart delay (what a NATS stream's duplicate window must
-    /// cover).
-    pub repeat_within: std::time::Duration,
+/// Every source kind, one line each: its variant, its spec (boxed when large) and its `kind:`
+/// in job files. [`SourceSpec`] and its dispatch are made from this list.
+macro_rules! sources {
+    ($( $(#[$doc:meta])* $variant:ident($spec:ty) = $kind:literal, )*) => {
+        /// A source of records.
+        #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+        #[serde(tag = "kind")]
+        pub enum SourceSpec {
+            $( $(#[$doc])* #[serde(rename = $kind)] $variant($spec), )*
+        }
+
+        impl SourceSpec {
+            /// The node's `kind:` in the job file.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( SourceSpec::$variant(_) => $kind, )*
+                }
+            }
+
+            /// The connector, through its contract.
+            pub fn connector(&self) -> &dyn SourceConnector {
+                match self {
+                    $( SourceSpec::$variant(s) => s, )*
+                }
+            }
+
+            /// What a server asks of it.
+            pub fn hosted(&self) -> &dyn Hosted {
+                match self {
+                    $( SourceSpec::$variant(s) => s, )*
+                }
+            }
+        }
+
+        /// Every source kind's `kind:`.
+        pub const SOURCE_KINDS: &[&str] = &[$( $kind, )*];
+    };
 }
 
-/// The factory of a sink spec whose input has `schema`, for node `node` of job `job`.
-pub fn sink_factory(
-    spec: &SinkSpec,
-    schema: arrow_schema::SchemaRef,
-    job: &str,
-    node: &str,
-    plan: SinkPlan,
-) -> Result<Arc<dyn SinkFactory>, String> {
-    Ok(match spec {
-        SinkSpec::Blackhole(_) => Arc::new(Simple(|| -> Box<dyn Sink> {
-            Box::new(blackhole::Blackhole)
-        })),
-        SinkSpec::Stdout(_) => Arc::new(Simple(|| -> Box<dyn Sink> {
-            Box::new(stdout::Stdout::default())
-        })),
-        SinkSpec::File(f) => Arc::new(file_sink::FileSinkFactory::new(std::path::PathBuf::from(
-            &f.path,
-        ))),
-        SinkSpec::Postgres(p) => Arc::new(postgres::PostgresSinkFactory::new(p, schema)?),
-        SinkSpec::Kafka(k) => Arc::new(kafka::sink::KafkaSinkFactory::new(k, schema, job, node)?),
-        SinkSpec::Nats(n) => Arc::new(nats::sink::NatsSinkFactory::new(
-            n,
-            plan.nats_subjects
-                .unwrap_or_else(|| nats::sink::Subjects::Literal(n.subject.clone())),
-            job,
-            node,
-            plan.repeat_within,
-        )),
-    })
+/// Every sink kind, one line each, as [`sources!`].
+macro_rules! sinks {
+    ($( $(#[$doc:meta])* $variant:ident($spec:ty) = $kind:literal, )*) => {
+        /// Where results go.
+        #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+        #[serde(tag = "kind")]
+        pub enum SinkSpec {
+            $( $(#[$doc])* #[serde(rename = $kind)] $variant($spec), )*
+        }
+
+        impl SinkSpec {
+            /// The node's `kind:` in the job file.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( SinkSpec::$variant(_) => $kind, )*
+                }
+            }
+
+            /// The connector, through its contract.
+            pub fn connector(&self) -> &dyn SinkConnector {
+                match self {
+                    $( SinkSpec::$variant(s) => s, )*
+                }
+            }
+
+            /// What a server asks of it.
+            pub fn hosted(&self) -> &dyn Hosted {
+                match self {
+                    $( SinkSpec::$variant(s) => s, )*
+                }
+            }
+        }
+
+        /// Every sink kind's `kind:`.
+        pub const SINK_KINDS: &[&str] = &[$( $kind, )*];
+    };
 }
 
-/// A sink that is not transactional.
+sources! {
+    /// The Nexmark auction generator. Output ports: `person`, `auction`, `bid`.
+    Nexmark(nexmark::NexmarkSourceSpec) = "nexmark",
+    /// JSON lines from files, one object per line, decoded by a declared schema.
+    Jsonl(jsonl::JsonlSourceSpec) = "jsonl",
+    /// Records of Kafka topics, partition by partition, exactly-once with checkpoints.
+    Kafka(Box<kafka::spec::KafkaSourceSpec>) = "kafka",
+    /// Messages of a NATS JetStream stream, partition by partition, exactly-once with
+    /// checkpoints.
+    Nats(Box<nats::spec::NatsSourceSpec>) = "nats",
+}
+
+sinks! {
+    /// Discards records, counting them: for benchmarks.
+    Blackhole(blackhole::BlackholeSinkSpec) = "blackhole",
+    /// JSON lines on standard output.
+    Stdout(stdout::StdoutSinkSpec) = "stdout",
+    /// JSON lines in files `part-<subtask>.jsonl` of a directory, each written to a temporary
+    /// file and renamed into place when complete.
+    File(file::FileSinkSpec) = "file",
+    /// Rows into a PostgreSQL table, batched, through a pooled connection; exactly once with
+    /// checkpoints (staged, then moved when the checkpoint completes).
+    Postgres(postgres::PostgresSinkSpec) = "postgres",
+    /// Rows into a Kafka topic as JSON records; exactly once with checkpoints (one Kafka
+    /// transaction per completed checkpoint).
+    Kafka(kafka::spec::KafkaSinkSpec) = "kafka",
+    /// Rows into a NATS JetStream stream as JSON messages; exactly once with checkpoints
+    /// (published when the checkpoint completes, with deterministic `Nats-Msg-Id`s).
+    Nats(nats::spec::NatsSinkSpec) = "nats",
+}
+
+impl SourceSpec {
+    pub fn parallelism(&self) -> Option<u32> {
+        self.connector().parallelism()
+    }
+
+    pub fn event_time(&self) -> &crate::config::EventTimeSpec {
+        self.connector().event_time()
+    }
+}
+
+impl SinkSpec {
+    pub fn from(&self) -> &str {
+        self.connector().from()
+    }
+
+    pub fn parallelism(&self) -> Option<u32> {
+        self.connector().parallelism()
+    }
+}
+
+/// A sink that is not transactional: it makes each subtask's sink, and commits nothing.
 struct Simple<F>(F);
 
 impl<F: Fn() -> Box<dyn Sink> + Send + Sync> SinkFactory for Simple<F> {

@@ -5,7 +5,13 @@ use arrow_array::RecordBatch;
 use futures::future::BoxFuture;
 use tokio::io::AsyncWriteExt;
 
-use crate::api::{OperatorError, Sink};
+use std::sync::Arc;
+
+use crate::api::connector::{
+    HostLimits, Hosted, Location, Reach, Secret, ServerFile, SinkConnector, SinkContext,
+    SpecProblem,
+};
+use crate::api::{OperatorError, Sink, SinkFactory};
 use crate::format::json::JsonEncoder;
 
 #[derive(Default)]
@@ -36,5 +42,56 @@ impl Sink for Stdout {
         _committed: u64,
     ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
         Box::pin(async { Ok(None) })
+    }
+}
+
+/// The keys of `kind: stdout`: JSON lines on standard output.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StdoutSinkSpec {
+    /// The input: a node name, or `node.port`. Standard output has one writer: parallelism 1.
+    pub from: String,
+}
+
+impl SinkConnector for StdoutSinkSpec {
+    fn from(&self) -> &str {
+        &self.from
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        Some(1)
+    }
+
+    fn plan(
+        &self,
+        _input: &arrow_schema::SchemaRef,
+        _cx: SinkContext<'_>,
+    ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
+        Ok(Arc::new(super::Simple(|| -> Box<dyn Sink> {
+            Box::new(Stdout::default())
+        })))
+    }
+}
+
+/// It reaches nothing, reads and writes no file, holds no secret.
+impl Hosted for StdoutSinkSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        Vec::new()
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        Vec::new()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        Vec::new()
+    }
+
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
     }
 }

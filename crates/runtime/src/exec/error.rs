@@ -45,8 +45,8 @@ pub enum RunError {
         #[source]
         error: OperatorError,
     },
-    /// In a fleet, the job's lease is another server's (or the catalog cannot say): this copy
-    /// must stop, and another runs the job.
+    /// In a fleet, the job's lease is another server's (this copy stops for good, another runs
+    /// the job), or the catalog cannot say (retried: the restart asks again).
     #[error("the job's lease is lost: {0}")]
     Fenced(#[from] weir_checkpoint::Fenced),
     /// A bug in weir: an invariant did not hold.
@@ -63,6 +63,9 @@ impl RunError {
         match self {
             RunError::Task(e) => e.error.retry(),
             RunError::Commit { error, .. } => error.retry(),
+            // A lease another server took stops this copy for good; a catalog that did not
+            // answer is asked again by the restart.
+            RunError::Fenced(f) if !f.is_taken() => Retry::Backoff,
             RunError::Restore(_)
             | RunError::StorageConfig(_)
             | RunError::Scheduler(_)

@@ -12,11 +12,8 @@ use arrow_schema::{DataType, SchemaRef};
 
 use super::nodes::{self, Compiled, Make, Planned, Planner, sql_type};
 use super::{Factory, OperatorFactory, Plan, PlanEdge, PlanNode};
-use crate::connectors::jsonl_source::{self, JsonlSourceFactory};
-use crate::connectors::kafka::source::KafkaSourceFactory;
-use crate::connectors::nexmark_source::{self, NexmarkSourceFactory};
-
-use crate::api::{EventTime, NodeRole, SourceFactory};
+use crate::api::connector::{PlannedSource, SinkContext, SourceContext, SpecProblem};
+use crate::api::{EventTime, NodeRole};
 use crate::keys::KeySelector;
 use crate::operators::local_aggregate::{LocalAggregate, LocalPhase};
 use crate::query::QueryableNode;
@@ -165,7 +162,7 @@ pub(crate) fn probe(
     };
     let port = match (port, defs[target].source) {
         (None, _) => 0,
-        (Some(p), Some(s)) => match source_ports(s).iter().position(|q| q == p) {
+        (Some(p), Some(s)) => match s.connector().ports().iter().position(|q| q == p) {
             Some(i) => i,
             None => return Err(Vec::new()),
         },
@@ -282,31 +279,6 @@ fn collect_defs<'a>(
     defs
 }
 
-/// Output port names of a source (empty for single-port nodes).
-fn source_ports(s: &SourceSpec) -> Vec<String> {
-    match s {
-        SourceSpec::Nexmark(_) => nexmark_source::PORTS
-            .iter()
-            .map(|p| p.to_string())
-            .collect(),
-        SourceSpec::Jsonl(j) => j
-            .variants
-            .as_ref()
-            .map(|v| v.keys().cloned().collect())
-            .unwrap_or_default(),
-        SourceSpec::Kafka(k) => k
-            .variants
-            .as_ref()
-            .map(|v| v.keys().cloned().collect())
-            .unwrap_or_default(),
-        SourceSpec::Nats(n) => n
-            .variants
-            .as_ref()
-            .map(|v| v.keys().cloned().collect())
-            .unwrap_or_default(),
-    }
-}
-
 fn resolve_inputs(
     defs: &mut [Def<'_>],
     src: &SpecSource,
@@ -364,7 +336,10 @@ fn resolve_inputs(
                 ));
                 continue;
             }
-            let ports = target.source.map(source_ports).unwrap_or_default();
+            let ports = target
+                .source
+                .map(|s| s.connector().ports())
+                .unwrap_or_default();
             let port_index = match (port, ports.is_empty()) {
                 (None, true) => 0,
                 (None, false) => {
@@ -545,40 +520,24 @@ fn compile_sink(
     src: &SpecSource,
     problems: &mut Vec<Problem>,
 ) -> Compiled {
-    if let SinkSpec::Postgres(pg) = sink_spec {
-        let found = crate::connectors::postgres::check_input(pg, &schema);
-        if !found.is_empty() {
-            for (key, message) in found {
-                problems.push(src.at_value(&format!("{at}/{key}"), message));
-            }
-            return Compiled::Failed;
-        }
-    }
-    let mut sink_plan = crate::connectors::SinkPlan {
-        nats_subjects: None,
+    let cx = SinkContext {
+        job: &settings.name,
+        node,
         repeat_within: settings.checkpoint.timeout.0 + settings.restart.max_delay.0,
     };
-    if let SinkSpec::Nats(n) = sink_spec {
-        match nats_sink(n, &schema) {
-            Ok(subjects) => sink_plan.nats_subjects = Some(subjects),
-            Err((key, message)) => {
-                problems.push(src.at_value(&format!("{at}/{key}"), message));
-                return Compiled::Failed;
-            }
-        }
-    }
-    match crate::connectors::sink_factory(sink_spec, schema, &settings.name, node, sink_plan) {
+    match sink_spec.connector().plan(&schema, cx) {
         Ok(factory) => Compiled::Sink { factory },
-        Err(message) => {
-            let key = match sink_spec {
-                SinkSpec::Kafka(_) if message.starts_with("weir sets") => "properties",
-                SinkSpec::Kafka(_) => "key",
-                SinkSpec::Nats(_) => "subject",
-                _ => "connection",
-            };
-            problems.push(src.at_value(&format!("{at}/{key}"), message));
+        Err(found) => {
+            report(found, at, src, problems);
             Compiled::Failed
         }
+    }
+}
+
+/// A connector's problems, each at its key below the node at `at`.
+fn report(found: Vec<SpecProblem>, at: &str, src: &SpecSource, problems: &mut Vec<Problem>) {
+    for p in found {
+        problems.push(src.at_value(&format!("{at}{}", p.at), p.message));
     }
 }
 
@@ -594,7 +553,7 @@ fn compile(
     let at = def.pointer();
     let before = problems.len();
     if let Some(s) = def.source {
-        return compile_source(s, def.name, &at, src, problems);
+        return compile_source(s, (&spec.name, def.name), &at, src, problems);
     }
     // Inputs that failed have reported their own problems: skip quietly.
     let Some(schema) = input_schema(compiled, defs, i, 0) else {
@@ -667,345 +626,19 @@ fn with_queryable(
     }
 }
 
-/// A source's output ports with their schemas, and its factory.
-type MadeSource = (Vec<(String, SchemaRef)>, Arc<dyn SourceFactory>);
-
-/// The Kafka source's factory and ports, or a problem at the key that is wrong.
-fn kafka_source(
-    k: &crate::spec::KafkaSourceSpec,
-    node: &str,
-) -> Result<MadeSource, (&'static str, String)> {
-    use crate::connectors::partitioned::records::ValueFormat;
-    use crate::spec::kafka::{KafkaFormat, StartFrom, StartPosition};
-    let format = match k.format {
-        KafkaFormat::Json => ValueFormat::Json(
-            jsonl_source::layout_of(&k.schema, &k.variants).map_err(|m| ("format", m))?,
-        ),
-        KafkaFormat::Raw if k.schema.is_some() || k.variants.is_some() => {
-            return Err((
-                "format",
-                "`format: raw` reads the value as one string column: leave out `schema` and \
-                 `variants`"
-                    .into(),
-            ));
-        }
-        KafkaFormat::Raw => ValueFormat::Raw,
-    };
-    k.start_from.millis().map_err(|m| ("start-from", m))?;
-    if k.start_from == StartFrom::Position(StartPosition::GroupOffsets) && k.group_id.is_none() {
-        return Err((
-            "start-from",
-            "`start-from: group-offsets` needs the `group-id` whose offsets to start from".into(),
-        ));
-    }
-    crate::connectors::kafka::check_properties(&k.properties).map_err(|m| ("properties", m))?;
-    let ports = format.ports(&k.metadata);
-    let value_columns = match &format {
-        ValueFormat::Json(layout) => layout
-            .ports()
-            .iter()
-            .flat_map(|(_, s)| {
-                s.fields()
-                    .iter()
-                    .map(|f| f.name().clone())
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Vec<_>>(),
-        ValueFormat::Raw => vec![crate::connectors::partitioned::records::RAW_COLUMN.to_owned()],
-    };
-    if let Some(clash) = k.metadata.keys().find(|c| value_columns.contains(c)) {
-        return Err((
-            "metadata",
-            format!("`{clash}` is already a column of the value: name the metadata column apart"),
-        ));
-    }
-    let factory = KafkaSourceFactory::new(k, format, node).map_err(|m| ("topic", m))?;
-    Ok((ports, Arc::new(factory)))
-}
-
-/// The value format of a log's records (`json` with `schema`/`variants`, or `raw`), and a
-/// check that no metadata column takes a value column's name.
-fn log_format(
-    format: crate::spec::kafka::KafkaFormat,
-    schema: &Option<indexmap::IndexMap<String, crate::format::json::JsonType>>,
-    variants: &Option<
-        indexmap::IndexMap<String, indexmap::IndexMap<String, crate::format::json::JsonType>>,
-    >,
-    metadata: Vec<&String>,
-) -> Result<crate::connectors::partitioned::records::ValueFormat, (&'static str, String)> {
-    use crate::connectors::partitioned::records::{RAW_COLUMN, ValueFormat};
-    use crate::spec::kafka::KafkaFormat;
-    let format = match format {
-        KafkaFormat::Json => {
-            ValueFormat::Json(jsonl_source::layout_of(schema, variants).map_err(|m| ("format", m))?)
-        }
-        KafkaFormat::Raw if schema.is_some() || variants.is_some() => {
-            return Err((
-                "format",
-                "`format: raw` reads the value as one string column: leave out `schema` and \
-                 `variants`"
-                    .into(),
-            ));
-        }
-        KafkaFormat::Raw => ValueFormat::Raw,
-    };
-    let value_columns = match &format {
-        ValueFormat::Json(layout) => layout
-            .ports()
-            .iter()
-            .flat_map(|(_, s)| {
-                s.fields()
-                    .iter()
-                    .map(|f| f.name().clone())
-                    .collect::<Vec<_>>()
-            })
-            .collect::<Vec<_>>(),
-        ValueFormat::Raw => vec![RAW_COLUMN.to_owned()],
-    };
-    if let Some(clash) = metadata.into_iter().find(|c| value_columns.contains(c)) {
-        return Err((
-            "metadata",
-            format!("`{clash}` is already a column of the value: name the metadata column apart"),
-        ));
-    }
-    Ok(format)
-}
-
-/// The NATS source's factory and ports, or a problem at the key that is wrong.
-fn nats_source(
-    n: &crate::spec::NatsSourceSpec,
-    node: &str,
-) -> Result<MadeSource, (&'static str, String)> {
-    use crate::spec::nats::PARTITION_PLACEHOLDER;
-    let format = log_format(
-        n.format,
-        &n.schema,
-        &n.variants,
-        n.metadata.keys().collect(),
-    )?;
-    n.start_from.time().map_err(|m| ("start-from", m))?;
-    n.auth().check()?;
-    crate::connectors::nats::server_addrs(&n.servers).map_err(|m| ("servers", m))?;
-    let placeholder = n
-        .subjects
-        .as_deref()
-        .is_some_and(|s| s.contains(PARTITION_PLACEHOLDER));
-    if n.partitions > 1 && !placeholder {
-        return Err((
-            "subjects",
-            format!(
-                "a stream read as {} partitions needs `subjects` with `{PARTITION_PLACEHOLDER}` \
-                 where each partition's number stands (`bids.{PARTITION_PLACEHOLDER}.>`)",
-                n.partitions
-            ),
-        ));
-    }
-    if let Some(s) = n.subjects.as_deref()
-        && (s.split('.').any(str::is_empty) || s.chars().any(char::is_whitespace))
-    {
-        return Err((
-            "subjects",
-            format!("`{s}` is not a subject filter: tokens separated by `.`, no blanks"),
-        ));
-    }
-    let ports = format.ports(&n.metadata);
-    let factory = crate::connectors::nats::source::NatsSourceFactory::new(n, format, node);
-    Ok((ports, Arc::new(factory)))
-}
-
-/// A NATS sink's subjects: the literal, or its `{expression}` parts compiled against the
-/// input's columns (each value written as text in its place).
-fn nats_sink(
-    n: &crate::spec::NatsSinkSpec,
-    schema: &SchemaRef,
-) -> Result<crate::connectors::nats::sink::Subjects, (&'static str, String)> {
-    use crate::connectors::nats::sink::Subjects;
-    use crate::spec::kafka::Delivery;
-    n.auth().check()?;
-    crate::connectors::nats::server_addrs(&n.servers).map_err(|m| ("servers", m))?;
-    let template = parse_template(&n.subject).map_err(|m| ("subject", m))?;
-    if template.len() == 1
-        && let TemplatePart::Text(literal) = &template[0]
-    {
-        if literal.split('.').any(str::is_empty)
-            || literal
-                .chars()
-                .any(|c| c.is_whitespace() || c == '*' || c == '>')
-        {
-            return Err((
-                "subject",
-                format!(
-                    "`{literal}` is not a subject to publish to: tokens separated by `.`, no blanks or wildcards"
-                ),
-            ));
-        }
-        return Ok(Subjects::Literal(literal.clone()));
-    }
-    if n.delivery == Delivery::ExactlyOnce && n.stream.is_none() {
-        return Err((
-            "subject",
-            "a subject computed from the rows needs the `stream` its subjects belong to, so that \
-             the exactly-once sink can check its duplicate window before it starts"
-                .into(),
-        ));
-    }
-    let mut parts = Vec::new();
-    for part in template {
-        parts.push(match part {
-            TemplatePart::Text(t) => SubjectPart::Text(t),
-            TemplatePart::Expr(sql) => SubjectPart::Expr(Arc::new(
-                crate::expr::Expr::compile(&sql, schema)
-                    .map_err(|e| ("subject", format!("in `{{{sql}}}`: {e}")))?,
-            )),
-        });
-    }
-    Ok(Subjects::Computed(Arc::new(move |batch| {
-        subjects_of(&parts, batch)
-    })))
-}
-
-enum TemplatePart {
-    Text(String),
-    Expr(String),
-}
-
-enum SubjectPart {
-    Text(String),
-    Expr(Arc<crate::expr::Expr>),
-}
-
-/// `text{expr}text...` in parts; `{{` and `}}` stand for braces.
-fn parse_template(text: &str) -> Result<Vec<TemplatePart>, String> {
-    let mut parts = Vec::new();
-    let mut literal = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                literal.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                literal.push('}');
-            }
-            '{' => {
-                let mut sql = String::new();
-                let mut depth = 0usize;
-                loop {
-                    match chars.next() {
-                        None => return Err(format!("`{text}`: a `{{` is never closed")),
-                        Some('}') if depth == 0 => break,
-                        Some(c) => {
-                            match c {
-                                '{' => depth += 1,
-                                '}' => depth -= 1,
-                                _ => {}
-                            }
-                            sql.push(c);
-                        }
-                    }
-                }
-                if sql.trim().is_empty() {
-                    return Err(format!("`{text}`: `{{}}` holds no expression"));
-                }
-                if !literal.is_empty() {
-                    parts.push(TemplatePart::Text(std::mem::take(&mut literal)));
-                }
-                parts.push(TemplatePart::Expr(sql));
-            }
-            '}' => return Err(format!("`{text}`: a `}}` closes nothing (write `}}}}`)")),
-            c => literal.push(c),
-        }
-    }
-    if !literal.is_empty() || parts.is_empty() {
-        parts.push(TemplatePart::Text(literal));
-    }
-    Ok(parts)
-}
-
-/// Each row's subject.
-fn subjects_of(
-    parts: &[SubjectPart],
-    batch: &arrow_array::RecordBatch,
-) -> Result<Vec<String>, crate::api::OperatorError> {
-    use crate::api::OperatorError;
-    let mut out = vec![String::new(); batch.num_rows()];
-    for part in parts {
-        match part {
-            SubjectPart::Text(t) => out.iter_mut().for_each(|s| s.push_str(t)),
-            SubjectPart::Expr(e) => {
-                let values = e.evaluate(batch)?;
-                let options = arrow_cast::display::FormatOptions::default();
-                let formatter = arrow_cast::display::ArrayFormatter::try_new(&values, &options)
-                    .map_err(|e| OperatorError::Internal(format!("NATS subject: {e}")))?;
-                for (row, s) in out.iter_mut().enumerate() {
-                    if arrow_array::Array::is_null(&values, row) {
-                        return Err(OperatorError::Data(format!(
-                            "NATS sink: a subject expression is NULL for the row {row} of a batch"
-                        )));
-                    }
-                    s.push_str(&formatter.value(row).to_string());
-                }
-            }
-        }
-    }
-    if let Some(bad) = out.iter().find(|s| {
-        s.is_empty() || s.split('.').any(str::is_empty) || s.contains(char::is_whitespace)
-    }) {
-        return Err(OperatorError::Data(format!(
-            "NATS sink: `{bad}` is not a subject (tokens separated by `.`, no blanks)"
-        )));
-    }
-    Ok(out)
-}
-
 fn compile_source(
     s: &SourceSpec,
-    node: &str,
+    (job, node): (&str, &str),
     at: &str,
     src: &SpecSource,
     problems: &mut Vec<Problem>,
 ) -> Compiled {
-    let (ports, factory): (Vec<(String, SchemaRef)>, Arc<dyn SourceFactory>) = match s {
-        SourceSpec::Nexmark(n) => match NexmarkSourceFactory::new(n) {
-            Ok(factory) => (nexmark_source::port_schemas(), Arc::new(factory)),
-            Err(message) => {
-                problems.push(src.at_value(at, message));
-                return Compiled::Failed;
-            }
-        },
-        SourceSpec::Jsonl(j) => match jsonl_source::layout(j) {
-            Ok(layout) => (layout.ports(), Arc::new(JsonlSourceFactory::new(j, layout))),
-            Err(message) => {
-                problems.push(src.at_value(at, message));
-                return Compiled::Failed;
-            }
-        },
-        SourceSpec::Nats(n) => match nats_source(n, node) {
-            Ok(made) => made,
-            Err((key, message)) => {
-                let at = if key == "format" && n.format == crate::spec::kafka::KafkaFormat::Json {
-                    at.to_owned()
-                } else {
-                    format!("{at}/{key}")
-                };
-                problems.push(src.at_value(&at, message));
-                return Compiled::Failed;
-            }
-        },
-        SourceSpec::Kafka(k) => match kafka_source(k, node) {
-            Ok(made) => made,
-            Err((key, message)) => {
-                let at = if key == "format" && k.format == crate::spec::kafka::KafkaFormat::Json {
-                    at.to_owned()
-                } else {
-                    format!("{at}/{key}")
-                };
-                problems.push(src.at_value(&at, message));
-                return Compiled::Failed;
-            }
-        },
+    let PlannedSource { ports, factory } = match s.connector().plan(SourceContext { job, node }) {
+        Ok(planned) => planned,
+        Err(found) => {
+            report(found, at, src, problems);
+            return Compiled::Failed;
+        }
     };
     let et = s.event_time();
     let mut columns = Vec::new();

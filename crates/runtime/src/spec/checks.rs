@@ -1,21 +1,17 @@
 //! What `weir validate` refuses beyond the schema: values that are well-typed but would make a
-//! run fail at start or misbehave (a checkpoint every nanosecond, a TTL of zero, files cut into
-//! one-byte chunks), each reported at its key with its line and column.
+//! run fail at start or misbehave (a checkpoint every nanosecond, a TTL of zero), each reported
+//! at its key with its line and column. A connector checks its own keys when it plans
+//! (`crate::api::connector`).
 //!
 //! The rule: a job that validates starts. Anything `weir run` would refuse at start, and
 //! anything that would make a run spin or exhaust memory, is refused here instead.
 
 use super::problems::{Problem, SpecSource, pointer};
-use super::{HumanDuration, JobSpec, RestartStrategy, SourceSpec};
+use super::{HumanDuration, JobSpec, RestartStrategy};
 
 /// The shortest checkpoint interval and timeout (Flink's minimum, too): below it a job does
 /// nothing but checkpoint, and a zero interval or timeout cannot be scheduled at all.
 pub const MIN_CHECKPOINT_TIME: HumanDuration = HumanDuration(std::time::Duration::from_millis(10));
-
-/// The smallest `chunk-size` of a JSON-lines source: each chunk is a split with its own
-/// position in every checkpoint, so one-byte chunks of a large file are hundreds of millions of
-/// splits (a server bounds the count itself: `--max-chunks`).
-pub const MIN_CHUNK_SIZE: u64 = 256;
 
 /// The most nodes (sources, transforms and sinks together) one job may have.
 pub const MAX_NODES: usize = 1000;
@@ -60,41 +56,6 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
         if let Some(ttl) = t.node().state_ttl() {
             let at = pointer(&["transforms", name, "state-ttl"]);
             at_least(problems, &at, ttl, one_ms, "a state TTL");
-        }
-    }
-    for (name, s) in &spec.sources {
-        if let SourceSpec::Kafka(k) = s {
-            at_least(
-                problems,
-                &pointer(&["sources", name, "partition-discovery"]),
-                k.partition_discovery,
-                HumanDuration::from_millis(100),
-                "the partition discovery interval",
-            );
-        }
-        if let SourceSpec::Nats(n) = s
-            && let Some(idle) = n.event_time.idle_timeout
-        {
-            at_least(
-                problems,
-                &pointer(&["sources", name, "event-time", "idle-timeout"]),
-                idle,
-                HumanDuration::from_millis(1),
-                "an idle timeout",
-            );
-        }
-        if let SourceSpec::Jsonl(j) = s
-            && j.chunk_size.0 < MIN_CHUNK_SIZE
-        {
-            problems.push(src.at_value(
-                &pointer(&["sources", name, "chunk-size"]),
-                format!(
-                    "a chunk must be at least {} (each chunk is a split with a position in \
-                         every checkpoint), not {}",
-                    super::ByteSize(MIN_CHUNK_SIZE),
-                    j.chunk_size
-                ),
-            ));
         }
     }
 }
@@ -250,16 +211,6 @@ sinks:
         let p = problems_with(&["restart.strategy=failure-rate", "restart.interval=1ms"]);
         assert_eq!(p.len(), 1, "{p:#?}");
         assert_eq!(p[0].path, "restart.interval");
-    }
-
-    #[test]
-    fn tiny_chunks_are_refused() {
-        for size in ["0", "1", "255"] {
-            let p = problems_with(&[&format!("sources.file.chunk-size={size}")]);
-            assert_eq!(p.len(), 1, "{size}: {p:#?}");
-            assert_eq!(p[0].path, "sources.file.chunk-size");
-        }
-        assert!(problems_with(&["sources.file.chunk-size=256"]).is_empty());
     }
 
     #[test]

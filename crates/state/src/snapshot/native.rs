@@ -91,7 +91,7 @@ fn require_checkpoint(dir: &Path) -> Result<(), StateError> {
     if current.is_file() {
         return Ok(());
     }
-    Err(StateError::Storage(format!(
+    Err(StateError::storage(format!(
         "{}: no RocksDB checkpoint there ({} is missing)",
         dir.display(),
         current.display()

@@ -32,15 +32,25 @@
 
 pub mod sink;
 pub mod source;
+pub mod spec;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_schema::SchemaRef;
 use indexmap::IndexMap;
 use rdkafka::ClientConfig;
 
-use crate::api::OperatorError;
-use crate::connectors::partitioned::records::{MetaType, MetaValue, MetadataField};
-use crate::spec::kafka::KafkaMetadata;
+use self::spec::{
+    KafkaFormat, KafkaMetadata, KafkaSinkSpec, KafkaSourceSpec, StartFrom, StartPosition,
+};
+use crate::api::connector::{
+    Endpoint, HostLimits, Hosted, Location, PlannedSource, Reach, Secret, ServerFile,
+    SinkConnector, SinkContext, SourceConnector, SourceContext, SpecProblem,
+};
+use crate::api::{OperatorError, SinkFactory};
+use crate::config::{EventTimeSpec, HumanDuration};
+use crate::connectors::partitioned::records::{MetaType, MetaValue, MetadataField, value_format};
 
 impl MetadataField for KafkaMetadata {
     fn column_type(self) -> MetaType {
@@ -94,7 +104,7 @@ const RESERVED: [&str; 7] = [
 ];
 
 /// Refuses `properties` that weir sets itself (a problem at plan time, at `properties`).
-pub fn check_properties(properties: &IndexMap<String, String>) -> Result<(), String> {
+pub fn check_properties(properties: &IndexMap<String, String>) -> Result<(), SpecProblem> {
     let reserved: Vec<&str> = properties
         .keys()
         .filter(|k| RESERVED.contains(&k.as_str()))
@@ -102,11 +112,249 @@ pub fn check_properties(properties: &IndexMap<String, String>) -> Result<(), Str
         .collect();
     match reserved.len() {
         0 => Ok(()),
-        n => Err(format!(
-            "weir sets {} itself: leave {} out of `properties`",
-            reserved.join(", "),
-            if n == 1 { "it" } else { "them" }
+        n => Err(SpecProblem::at(
+            "properties",
+            format!(
+                "weir sets {} itself: leave {} out of `properties`",
+                reserved.join(", "),
+                if n == 1 { "it" } else { "them" }
+            ),
         )),
+    }
+}
+
+/// librdkafka properties a job submitted to a server may not set: each makes the client read
+/// a file, run a command, load a library or call a URL on the server's machine. Any key ending
+/// in `.location`, `.path`, `.paths`, `.cmd`, `.url` or `.file` is refused as well.
+const SERVER_REFUSED_PROPERTIES: &[&str] = &[
+    "plugin.library.paths",
+    "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.keytab",
+    "sasl.oauthbearer.token.endpoint.url",
+    "ssl.engine.location",
+    "ssl.providers",
+];
+
+/// Words in a property's name that make its value a secret (`sasl.password`,
+/// `ssl.key.password`, `sasl.oauthbearer.client.secret`).
+const SECRET_WORDS: [&str; 4] = ["password", "secret", "token", "credential"];
+
+/// What a Kafka client of a job reaches and holds, for a server: its brokers, the properties
+/// that would act on the server's machine, and the secret properties.
+struct Client<'a> {
+    servers: &'a str,
+    properties: &'a IndexMap<String, String>,
+}
+
+impl Client<'_> {
+    fn endpoints(&self) -> Vec<Reach> {
+        vec![Reach {
+            at: "/bootstrap-servers".into(),
+            endpoint: Endpoint::Kafka {
+                servers: self.servers.to_owned(),
+            },
+        }]
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        self.properties
+            .keys()
+            .filter_map(|key| {
+                let name = key.trim().to_ascii_lowercase();
+                let refused = SERVER_REFUSED_PROPERTIES.contains(&name.as_str())
+                    || [".location", ".path", ".paths", ".cmd", ".url", ".file"]
+                        .iter()
+                        .any(|end| name.ends_with(end));
+                refused.then(|| ServerFile {
+                    at: format!("/properties/{}", key.replace('~', "~0").replace('/', "~1")),
+                    key: true,
+                    what: format!(
+                        "`{name}` makes the Kafka client read a file, run a command or reach a URL"
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        self.properties
+            .iter()
+            .filter(|(k, _)| {
+                let k = k.to_ascii_lowercase();
+                SECRET_WORDS.iter().any(|w| k.contains(w))
+            })
+            .map(|(_, v)| Secret::Value(v.clone()))
+            .collect()
+    }
+}
+
+impl SourceConnector for KafkaSourceSpec {
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn event_time(&self) -> &EventTimeSpec {
+        &self.event_time
+    }
+
+    fn ports(&self) -> Vec<String> {
+        crate::format::json::layout::variant_ports(&self.variants)
+    }
+
+    fn plan(&self, cx: SourceContext<'_>) -> Result<PlannedSource, Vec<SpecProblem>> {
+        let mut problems = Vec::new();
+        if self.partition_discovery < HumanDuration::from_millis(100) {
+            problems.push(SpecProblem::at(
+                "partition-discovery",
+                format!(
+                    "the partition discovery interval must be at least 100ms, not {}",
+                    self.partition_discovery
+                ),
+            ));
+        }
+        if let Err(m) = self.start_from.millis() {
+            problems.push(SpecProblem::at("start-from", m));
+        }
+        if self.start_from == StartFrom::Position(StartPosition::GroupOffsets)
+            && self.group_id.is_none()
+        {
+            problems.push(SpecProblem::at(
+                "start-from",
+                "`start-from: group-offsets` needs the `group-id` whose offsets to start from",
+            ));
+        }
+        if let Err(p) = check_properties(&self.properties) {
+            problems.push(p);
+        }
+        let format = match value_format(
+            self.format == KafkaFormat::Raw,
+            &self.schema,
+            &self.variants,
+            self.metadata.keys(),
+        ) {
+            Ok(format) => Some(format),
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+        };
+        let Some(format) = format.filter(|_| problems.is_empty()) else {
+            return Err(problems);
+        };
+        let ports = format.ports(&self.metadata);
+        let factory = source::KafkaSourceFactory::new(self, format, cx.node)
+            .map_err(|m| SpecProblem::at("topic", m))?;
+        Ok(PlannedSource {
+            ports,
+            factory: Arc::new(factory),
+        })
+    }
+}
+
+impl Hosted for KafkaSourceSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        self.client().endpoints()
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        self.client().server_files()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        self.client().secrets()
+    }
+
+    /// Its reading is paced by the brokers.
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
+    }
+}
+
+impl KafkaSourceSpec {
+    fn client(&self) -> Client<'_> {
+        Client {
+            servers: &self.bootstrap_servers,
+            properties: &self.properties,
+        }
+    }
+}
+
+impl SinkConnector for KafkaSinkSpec {
+    fn from(&self) -> &str {
+        &self.from
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn plan(
+        &self,
+        input: &SchemaRef,
+        cx: SinkContext<'_>,
+    ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
+        let mut problems = Vec::new();
+        let mut key = Vec::new();
+        for (i, column) in self.key.iter().enumerate() {
+            match input.index_of(column) {
+                Ok(index) => key.push(index),
+                Err(_) => {
+                    let names: Vec<&str> =
+                        input.fields().iter().map(|f| f.name().as_str()).collect();
+                    problems.push(SpecProblem::at(
+                        &format!("/key/{i}"),
+                        format!(
+                            "the key column `{column}` is not a column of the input ({})",
+                            names.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Err(p) = check_properties(&self.properties) {
+            problems.push(p);
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(Arc::new(crate::api::two_phase::TwoPhaseFactory(
+            sink::KafkaSinkFactory::new(self, key, cx.job, cx.node),
+        )))
+    }
+}
+
+impl Hosted for KafkaSinkSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        self.client().endpoints()
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        self.client().server_files()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        self.client().secrets()
+    }
+
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
+    }
+}
+
+impl KafkaSinkSpec {
+    fn client(&self) -> Client<'_> {
+        Client {
+            servers: &self.bootstrap_servers,
+            properties: &self.properties,
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! # Exactly once (checkpoints on, `delivery: exactly-once`)
 //! - Between barriers a subtask keeps its rows, encoded (key and value), in memory.
 //! - At barrier `n` they become the subtask's transaction for snapshot `n`; every transaction
-//!   not yet known to be committed goes into the checkpoint ([`Unconfirmed`]).
+//!   not yet known to be committed goes into the checkpoint (the protocol of
+//!   [`crate::api::two_phase`], whose stage here is `KafkaStage`).
 //! - When the checkpoint completes, the job commits: per writer (the subtask that wrote the
 //!   rows), a producer with transactional id `<prefix>-<writer>` writes the rows in one Kafka
 //!   transaction that also commits the offset `n + 1` for the group
@@ -33,7 +34,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
@@ -43,13 +43,11 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use super::spec::{Delivery, KafkaSinkSpec};
 use super::{Closing, REQUEST_TIMEOUT, client_config, external};
-use crate::api::{
-    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
-    Unconfirmed, decode_transactions,
-};
+use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase};
+use crate::api::{OperatorError, Sink, SnapshotTransaction, SubtaskContext};
 use crate::format::json::JsonEncoder;
-use crate::spec::kafka::{Delivery, KafkaSinkSpec};
 
 /// How long a producer may wait for its queue to drain before a send is retried.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
@@ -59,7 +57,7 @@ type Record = (Option<String>, String);
 
 /// The rows of one writer for one snapshot.
 #[derive(Debug, Serialize, Deserialize)]
-struct Transaction {
+pub struct Transaction {
     writer: usize,
     snapshot: u64,
     /// The attempt that made it (random per attempt): snapshot ids are unique only within
@@ -383,33 +381,14 @@ pub struct KafkaSinkFactory {
 }
 
 impl KafkaSinkFactory {
-    /// `job` names the default transactional-id prefix, with `node`.
-    pub fn new(
-        spec: &KafkaSinkSpec,
-        input: SchemaRef,
-        job: &str,
-        node: &str,
-    ) -> Result<Self, String> {
-        let key = spec
-            .key
-            .iter()
-            .map(|c| {
-                input.index_of(c).map_err(|_| {
-                    let names: Vec<&str> =
-                        input.fields().iter().map(|f| f.name().as_str()).collect();
-                    format!(
-                        "the key column `{c}` is not a column of the input ({})",
-                        names.join(", ")
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        super::check_properties(&spec.properties)?;
+    /// `key` holds the input columns (by index) that key each record; `job` names the default
+    /// transactional-id prefix, with `node`.
+    pub fn new(spec: &KafkaSinkSpec, key: Vec<usize>, job: &str, node: &str) -> Self {
         let prefix = spec
             .transactional_id_prefix
             .clone()
             .unwrap_or_else(|| format!("weir-{job}-{node}"));
-        Ok(Self {
+        Self {
             shared: Arc::new(Shared {
                 spec: spec.clone(),
                 prefix,
@@ -418,17 +397,20 @@ impl KafkaSinkFactory {
                 markers: Mutex::new(HashMap::new()),
             }),
             key,
-        })
+        }
     }
 }
 
-impl SinkFactory for KafkaSinkFactory {
-    fn prepare(
+impl Committer for KafkaSinkFactory {
+    type Transaction = Transaction;
+    const SINK: &'static str = "Kafka";
+
+    fn recover(
         &self,
         parallelism: usize,
-        restore: Option<&SinkRestore>,
+        restored: Option<Recovered<Transaction>>,
     ) -> BoxFuture<'_, Result<(), OperatorError>> {
-        let restored = restore.map(|r| r.transactions.clone()).unwrap_or_default();
+        let list = restored.map(|r| r.transactions).unwrap_or_default();
         Box::pin(async move {
             if self.shared.spec.delivery != Delivery::ExactlyOnce {
                 return Ok(());
@@ -436,7 +418,6 @@ impl SinkFactory for KafkaSinkFactory {
             if let Ok(mut lineage) = self.shared.lineage.lock() {
                 *lineage = new_lineage();
             }
-            let list: Vec<Transaction> = decode_transactions(restored, "Kafka")?;
             // Open (fence) this attempt's writers and those the snapshot inherits, so nothing
             // an earlier incarnation left open survives; then commit what the snapshot holds.
             let mut ids: Vec<usize> = (0..parallelism).collect();
@@ -465,14 +446,15 @@ impl SinkFactory for KafkaSinkFactory {
                 .lock()
                 .map(|l| l.clone())
                 .map_err(|_| OperatorError::Internal("the Kafka sink's lineage lock".into()))?;
-            return Ok(Box::new(TransactionalSink {
-                writer: ctx.subtask,
-                lineage,
-                encoder: Encoder::new(self.key.clone()),
-                rows: Vec::new(),
-                pending: Unconfirmed::default(),
-                last_barrier: ctx.checkpoint_base,
-            }));
+            return Ok(Box::new(TwoPhase::new(
+                KafkaStage {
+                    writer: ctx.subtask,
+                    lineage,
+                    encoder: Encoder::new(self.key.clone()),
+                    rows: Vec::new(),
+                },
+                ctx.checkpoint_base,
+            )));
         }
         let producer: KafkaProducer = client_config(
             &spec.bootstrap_servers,
@@ -499,68 +481,51 @@ impl SinkFactory for KafkaSinkFactory {
 
     fn commit(
         &self,
-        states: Vec<serde_json::Value>,
+        transactions: Vec<Transaction>,
     ) -> BoxFuture<'static, Result<(), OperatorError>> {
         let shared = self.shared.clone();
         Box::pin(async move {
             if shared.spec.delivery != Delivery::ExactlyOnce {
                 return Ok(());
             }
-            let list: Vec<Transaction> = decode_transactions(states, "Kafka")?;
-            shared.commit(list).await
+            shared.commit(transactions).await
         })
+    }
+
+    /// An aborted transaction's rows were never sent: they exist only in the checkpoint.
+    fn abort(&self, _transactions: Vec<Transaction>) -> Result<(), OperatorError> {
+        Ok(())
     }
 }
 
-/// Exactly once: rows kept until their checkpoint completes.
-struct TransactionalSink {
+/// Exactly once: rows kept (encoded) until their checkpoint completes; a pre-commit makes
+/// them the writer's transaction for the snapshot, durable in the checkpoint.
+struct KafkaStage {
     writer: usize,
     lineage: String,
     encoder: Encoder,
     rows: Vec<Record>,
-    pending: Unconfirmed<Transaction>,
-    last_barrier: u64,
 }
 
-impl TransactionalSink {
-    fn seal(&mut self, snapshot: u64) {
-        if !self.rows.is_empty() {
-            self.pending.push(Transaction {
-                writer: self.writer,
-                snapshot,
-                lineage: self.lineage.clone(),
-                records: std::mem::take(&mut self.rows),
-            });
-        }
-    }
-}
+impl Stage for KafkaStage {
+    type Transaction = Transaction;
 
-impl Sink for TransactionalSink {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>> {
         let result = self.encoder.encode(&batch, &mut self.rows);
         Box::pin(async move { result })
     }
 
-    fn prepare_commit(
+    fn pre_commit(
         &mut self,
-        checkpoint: u64,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        self.seal(checkpoint);
-        self.last_barrier = checkpoint;
-        let state = self.pending.state(committed);
-        Box::pin(async move { Ok(state) })
-    }
-
-    fn finish(
-        &mut self,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        // Named after the snapshot that follows the last barrier, as the file sink's last
-        // transaction: above every snapshot committed before.
-        self.seal(self.last_barrier + 1);
-        let state = self.pending.state(committed);
-        Box::pin(async move { Ok(state) })
+        snapshot: u64,
+    ) -> BoxFuture<'_, Result<Option<Transaction>, OperatorError>> {
+        let t = (!self.rows.is_empty()).then(|| Transaction {
+            writer: self.writer,
+            snapshot,
+            lineage: self.lineage.clone(),
+            records: std::mem::take(&mut self.rows),
+        });
+        Box::pin(async move { Ok(t) })
     }
 }
 
@@ -673,7 +638,7 @@ mod tests {
 
     fn pending(state: Option<serde_json::Value>) -> Vec<Transaction> {
         state.map_or_else(Vec::new, |s| {
-            decode_transactions(vec![s], "Kafka").expect("transactions")
+            crate::api::decode_transactions(vec![s], "Kafka").expect("transactions")
         })
     }
 
@@ -681,14 +646,15 @@ mod tests {
     /// and a transaction is forgotten once a later checkpoint says it was committed.
     #[test]
     fn transactions_follow_barriers_and_commits() {
-        let mut sink = TransactionalSink {
-            writer: 3,
-            lineage: "l".into(),
-            encoder: Encoder::new(vec![0]),
-            rows: Vec::new(),
-            pending: Unconfirmed::default(),
-            last_barrier: 10,
-        };
+        let mut sink = TwoPhase::new(
+            KafkaStage {
+                writer: 3,
+                lineage: "l".into(),
+                encoder: Encoder::new(vec![0]),
+                rows: Vec::new(),
+            },
+            10,
+        );
         let block = |f: BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>>| {
             futures::executor::block_on(f).expect("sink call")
         };

@@ -22,14 +22,14 @@ use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message};
 
+use super::spec::{KafkaMetadata, KafkaSourceSpec, StartFrom, StartPosition, StopAt};
 use super::{Closing, REQUEST_TIMEOUT, RecordMeta, client_config, external};
 use crate::api::{OperatorError, Source, SourceFactory, SubtaskContext, SubtaskMetrics};
+use crate::config::OnError;
 use crate::connectors::partitioned::records::{RecordDecoder, ValueFormat, headers_json};
 use crate::connectors::partitioned::{
     self, Fetched, MAX_BATCH_DELAY, Part, PartitionedSource, Parts, Position, REPORT_EVERY, owner,
 };
-use crate::spec::OnError;
-use crate::spec::kafka::{KafkaMetadata, KafkaSourceSpec, StartFrom, StartPosition, StopAt};
 
 /// How long the reader waits for a record before it looks at its partitions again (idleness,
 /// discovery, a stop request).
@@ -594,7 +594,7 @@ impl Reader {
             Some(format!(
                 "the value is {} bytes, more than `max-record-size` ({})",
                 value.map_or(0, <[u8]>::len),
-                crate::spec::ByteSize(self.max_record_size)
+                crate::config::ByteSize(self.max_record_size)
             ))
         } else {
             let headers = if self.decoder.wants(KafkaMetadata::Headers) {

@@ -24,15 +24,30 @@
 
 pub mod sink;
 pub mod source;
+pub mod spec;
+pub mod subjects;
 
 use std::time::Duration;
 
 use async_nats::ServerAddr;
 use async_nats::jetstream;
 
-use crate::api::OperatorError;
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+
+use self::spec::{NatsAuth, NatsMetadata, PARTITION_PLACEHOLDER};
+use self::spec::{NatsSinkSpec, NatsSourceSpec};
+use self::subjects::Subjects;
+use crate::api::connector::{
+    Endpoint, HostLimits, Hosted, Location, PlannedSource, Reach, Secret, ServerFile,
+    SinkConnector, SinkContext, SourceConnector, SourceContext, SpecProblem,
+};
+use crate::api::{OperatorError, SinkFactory};
+use crate::config::EventTimeSpec;
+use crate::connectors::kafka::spec::{Delivery, KafkaFormat};
+use crate::connectors::partitioned::records::value_format;
 use crate::connectors::partitioned::records::{MetaType, MetadataField};
-use crate::spec::nats::{NatsAuth, NatsMetadata, PARTITION_PLACEHOLDER};
 
 /// How long connecting, and one JetStream request, may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -171,6 +186,192 @@ pub async fn stream(
             e,
         ),
     })
+}
+
+impl SourceConnector for NatsSourceSpec {
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn event_time(&self) -> &EventTimeSpec {
+        &self.event_time
+    }
+
+    fn ports(&self) -> Vec<String> {
+        crate::format::json::layout::variant_ports(&self.variants)
+    }
+
+    fn plan(&self, cx: SourceContext<'_>) -> Result<PlannedSource, Vec<SpecProblem>> {
+        let mut problems = Vec::new();
+        let format = value_format(
+            self.format == KafkaFormat::Raw,
+            &self.schema,
+            &self.variants,
+            self.metadata.keys(),
+        )
+        .map_err(|p| problems.push(p))
+        .ok();
+        if let Err(m) = self.start_from.time() {
+            problems.push(SpecProblem::at("start-from", m));
+        }
+        if let Err(p) = self.auth().check() {
+            problems.push(p);
+        }
+        if let Err(m) = server_addrs(&self.servers) {
+            problems.push(SpecProblem::at("servers", m));
+        }
+        if let Some(idle) = self.event_time.idle_timeout
+            && idle < crate::config::HumanDuration::from_millis(1)
+        {
+            problems.push(SpecProblem::at(
+                "/event-time/idle-timeout",
+                format!("an idle timeout must be at least 1ms, not {idle}"),
+            ));
+        }
+        let placeholder = self
+            .subjects
+            .as_deref()
+            .is_some_and(|s| s.contains(PARTITION_PLACEHOLDER));
+        if self.partitions > 1 && !placeholder {
+            problems.push(SpecProblem::at(
+                "subjects",
+                format!(
+                    "a stream read as {} partitions needs `subjects` with \
+                     `{PARTITION_PLACEHOLDER}` where each partition's number stands \
+                     (`bids.{PARTITION_PLACEHOLDER}.>`)",
+                    self.partitions
+                ),
+            ));
+        }
+        if let Some(s) = self.subjects.as_deref()
+            && (s.split('.').any(str::is_empty) || s.chars().any(char::is_whitespace))
+        {
+            problems.push(SpecProblem::at(
+                "subjects",
+                format!("`{s}` is not a subject filter: tokens separated by `.`, no blanks"),
+            ));
+        }
+        let Some(format) = format.filter(|_| problems.is_empty()) else {
+            return Err(problems);
+        };
+        Ok(PlannedSource {
+            ports: format.ports(&self.metadata),
+            factory: Arc::new(source::NatsSourceFactory::new(self, format, cx.node)),
+        })
+    }
+}
+
+/// What a NATS client of a job reaches and holds, for a server.
+fn hosted_client(servers: &str, auth: &NatsAuth) -> (Vec<Reach>, Vec<ServerFile>, Vec<Secret>) {
+    let reach = vec![Reach {
+        at: "/servers".into(),
+        endpoint: Endpoint::Nats {
+            servers: servers.to_owned(),
+        },
+    }];
+    let files = auth
+        .creds_file
+        .iter()
+        .map(|_| ServerFile {
+            at: "/creds-file".into(),
+            key: false,
+            what: "`creds-file` makes the NATS client read a file".into(),
+        })
+        .collect();
+    let secrets = [&auth.password, &auth.token]
+        .into_iter()
+        .flatten()
+        .map(|s| Secret::Value(s.clone()))
+        .collect();
+    (reach, files, secrets)
+}
+
+impl Hosted for NatsSourceSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        hosted_client(&self.servers, &self.auth()).0
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        hosted_client(&self.servers, &self.auth()).1
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        hosted_client(&self.servers, &self.auth()).2
+    }
+
+    /// Its reading is paced by the server.
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
+    }
+}
+
+impl SinkConnector for NatsSinkSpec {
+    fn from(&self) -> &str {
+        &self.from
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn plan(
+        &self,
+        input: &SchemaRef,
+        cx: SinkContext<'_>,
+    ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
+        let mut problems = Vec::new();
+        if let Err(p) = self.auth().check() {
+            problems.push(p);
+        }
+        if let Err(m) = server_addrs(&self.servers) {
+            problems.push(SpecProblem::at("servers", m));
+        }
+        let subjects = Subjects::compile(&self.subject, input)
+            .map_err(|m| problems.push(SpecProblem::at("subject", m)))
+            .ok();
+        if subjects.as_ref().is_some_and(|s| !s.is_literal())
+            && self.delivery == Delivery::ExactlyOnce
+            && self.stream.is_none()
+        {
+            problems.push(SpecProblem::at(
+                "subject",
+                "a subject computed from the rows needs the `stream` its subjects belong to, so \
+                 that the exactly-once sink can check its duplicate window before it starts",
+            ));
+        }
+        let Some(subjects) = subjects.filter(|_| problems.is_empty()) else {
+            return Err(problems);
+        };
+        Ok(Arc::new(crate::api::two_phase::TwoPhaseFactory(
+            sink::NatsSinkFactory::new(self, subjects, cx.job, cx.node, cx.repeat_within),
+        )))
+    }
+}
+
+impl Hosted for NatsSinkSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        hosted_client(&self.servers, &self.auth()).0
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        hosted_client(&self.servers, &self.auth()).1
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        hosted_client(&self.servers, &self.auth()).2
+    }
+
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
+    }
 }
 
 /// The filter subject of partition `p` (`None`: every subject of the stream).

@@ -5,7 +5,8 @@
 //! # Exactly once (checkpoints on, `delivery: exactly-once`)
 //! - Between barriers a subtask keeps its rows, encoded (subject and payload), in memory.
 //! - At barrier `n` they become the subtask's transaction for snapshot `n`; every transaction
-//!   not yet known to be committed goes into the checkpoint ([`Unconfirmed`]).
+//!   not yet known to be committed goes into the checkpoint (the protocol of
+//!   [`crate::api::two_phase`], whose stage here is `NatsStage`).
 //! - When the checkpoint completes, the job commits: each transaction's rows are published in
 //!   order, the `i`-th with the id `weir:<job>:<sink>:<writer>:<lineage>:<n>:<i>`, and the
 //!   commit returns once the stream has acknowledged every one. A restore commits the
@@ -52,30 +53,19 @@ use serde::{Deserialize, Serialize};
 use weir_state::clock::now_ms;
 
 use super::connect;
-use crate::api::{
-    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
-    Unconfirmed, decode_transactions,
-};
+use super::spec::NatsSinkSpec;
+pub use super::subjects::Subjects;
+use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase};
+use crate::api::{OperatorError, Sink, SnapshotTransaction, SubtaskContext};
+use crate::connectors::kafka::spec::Delivery;
 use crate::format::json::JsonEncoder;
-use crate::spec::kafka::Delivery;
-use crate::spec::nats::NatsSinkSpec;
-
-/// Computes each row's subject from its columns (the `{expression}` parts of `subject`).
-pub type SubjectFn = Arc<dyn Fn(&RecordBatch) -> Result<Vec<String>, OperatorError> + Send + Sync>;
-
-/// Where a row goes.
-#[derive(Clone)]
-pub enum Subjects {
-    Literal(String),
-    Computed(SubjectFn),
-}
 
 /// One message: subject and payload.
 type Record = (String, String);
 
 /// The rows of one writer for one snapshot.
 #[derive(Debug, Serialize, Deserialize)]
-struct Transaction {
+pub struct Transaction {
     writer: usize,
     snapshot: u64,
     /// The attempt that made it (random per attempt): part of every message id.
@@ -117,8 +107,8 @@ impl Encoder {
         let values = text.lines().map(str::to_owned);
         match &self.subjects {
             Subjects::Literal(subject) => out.extend(values.map(|v| (subject.clone(), v))),
-            Subjects::Computed(f) => {
-                let subjects = f(batch)?;
+            Subjects::Computed(template) => {
+                let subjects = template.subjects(batch)?;
                 out.extend(subjects.into_iter().zip(values));
             }
         }
@@ -160,7 +150,7 @@ struct Markers {
 
 /// `name` as one token of a key-value key (`[-_A-Za-z0-9]`; anything else becomes `_`).
 fn key_token(name: &str) -> String {
-    crate::spec::paths::safe_name(name)
+    crate::config::paths::safe_name(name)
 }
 
 impl Markers {
@@ -713,13 +703,16 @@ impl NatsSinkFactory {
     }
 }
 
-impl SinkFactory for NatsSinkFactory {
-    fn prepare(
+impl Committer for NatsSinkFactory {
+    type Transaction = Transaction;
+    const SINK: &'static str = "NATS";
+
+    fn recover(
         &self,
         _parallelism: usize,
-        restore: Option<&SinkRestore>,
+        restored: Option<Recovered<Transaction>>,
     ) -> BoxFuture<'_, Result<(), OperatorError>> {
-        let restored = restore.map(|r| r.transactions.clone()).unwrap_or_default();
+        let list = restored.map(|r| r.transactions).unwrap_or_default();
         Box::pin(async move {
             let js = self.shared.context().await?;
             if self.shared.spec.delivery != Delivery::ExactlyOnce {
@@ -738,7 +731,6 @@ impl SinkFactory for NatsSinkFactory {
             if let Ok(mut current) = self.shared.lineage.lock() {
                 current.clone_from(&lineage);
             }
-            let list: Vec<Transaction> = decode_transactions(restored, "NATS")?;
             // Markers of lineages this snapshot no longer holds are of runs no restore goes
             // back to: they go, so the bucket holds a few keys per sink, not one per attempt.
             let mut keep: HashSet<String> = list.iter().map(|t| t.lineage.clone()).collect();
@@ -756,14 +748,15 @@ impl SinkFactory for NatsSinkFactory {
                 .lock()
                 .map(|l| l.clone())
                 .map_err(|_| OperatorError::Internal("the NATS sink's lineage lock".into()))?;
-            return Ok(Box::new(TransactionalSink {
-                writer: ctx.subtask,
-                lineage,
-                encoder: Encoder::new(self.subjects.clone()),
-                rows: Vec::new(),
-                pending: Unconfirmed::default(),
-                last_barrier: ctx.checkpoint_base,
-            }));
+            return Ok(Box::new(TwoPhase::new(
+                NatsStage {
+                    writer: ctx.subtask,
+                    lineage,
+                    encoder: Encoder::new(self.subjects.clone()),
+                    rows: Vec::new(),
+                },
+                ctx.checkpoint_base,
+            )));
         }
         Ok(Box::new(DirectSink {
             shared: self.shared.clone(),
@@ -776,67 +769,52 @@ impl SinkFactory for NatsSinkFactory {
 
     fn commit(
         &self,
-        states: Vec<serde_json::Value>,
+        transactions: Vec<Transaction>,
     ) -> BoxFuture<'static, Result<(), OperatorError>> {
         let shared = self.shared.clone();
         Box::pin(async move {
             if shared.spec.delivery != Delivery::ExactlyOnce {
                 return Ok(());
             }
-            let list: Vec<Transaction> = decode_transactions(states, "NATS")?;
-            shared.commit(list).await
+            shared.commit(transactions).await
         })
+    }
+
+    /// An aborted transaction's rows were never published: they exist only in the checkpoint.
+    fn abort(&self, _transactions: Vec<Transaction>) -> Result<(), OperatorError> {
+        Ok(())
     }
 }
 
-/// Exactly once: rows kept until their checkpoint completes.
-struct TransactionalSink {
+/// Exactly once: rows kept (encoded, with their subjects) until their checkpoint completes;
+/// a pre-commit makes them the writer's transaction for the snapshot, durable in the
+/// checkpoint.
+struct NatsStage {
     writer: usize,
     lineage: String,
     encoder: Encoder,
     rows: Vec<Record>,
-    pending: Unconfirmed<Transaction>,
-    last_barrier: u64,
 }
 
-impl TransactionalSink {
-    fn seal(&mut self, snapshot: u64) {
-        if !self.rows.is_empty() {
-            self.pending.push(Transaction {
-                writer: self.writer,
-                snapshot,
-                lineage: self.lineage.clone(),
-                records: std::mem::take(&mut self.rows),
-            });
-        }
-    }
-}
+impl Stage for NatsStage {
+    type Transaction = Transaction;
 
-impl Sink for TransactionalSink {
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>> {
         let result = self.encoder.encode(&batch, &mut self.rows);
         Box::pin(async move { result })
     }
 
-    fn prepare_commit(
+    fn pre_commit(
         &mut self,
-        checkpoint: u64,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        self.seal(checkpoint);
-        self.last_barrier = checkpoint;
-        let state = self.pending.state(committed);
-        Box::pin(async move { Ok(state) })
-    }
-
-    fn finish(
-        &mut self,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        // Named after the snapshot that follows the last barrier, as the Kafka sink's.
-        self.seal(self.last_barrier + 1);
-        let state = self.pending.state(committed);
-        Box::pin(async move { Ok(state) })
+        snapshot: u64,
+    ) -> BoxFuture<'_, Result<Option<Transaction>, OperatorError>> {
+        let t = (!self.rows.is_empty()).then(|| Transaction {
+            writer: self.writer,
+            snapshot,
+            lineage: self.lineage.clone(),
+            records: std::mem::take(&mut self.rows),
+        });
+        Box::pin(async move { Ok(t) })
     }
 }
 
@@ -928,23 +906,23 @@ mod tests {
     /// computed subjects go with their rows; ids are a pure function of the transaction.
     #[test]
     fn transactions_follow_barriers_and_ids_are_deterministic() {
-        let subjects = Subjects::Computed(Arc::new(|b: &RecordBatch| {
-            Ok((0..b.num_rows()).map(|i| format!("out.{i}")).collect())
-        }));
-        let mut sink = TransactionalSink {
-            writer: 2,
-            lineage: "l".into(),
-            encoder: Encoder::new(subjects),
-            rows: Vec::new(),
-            pending: Unconfirmed::default(),
-            last_barrier: 4,
-        };
+        let subjects = Subjects::compile("out.{id - 1}", &batch(&[]).schema()).expect("template");
+        let mut sink = TwoPhase::new(
+            NatsStage {
+                writer: 2,
+                lineage: "l".into(),
+                encoder: Encoder::new(subjects),
+                rows: Vec::new(),
+            },
+            4,
+        );
         let block = |f: BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>>| {
             futures::executor::block_on(f).expect("sink call")
         };
         futures::executor::block_on(sink.write(batch(&[1, 2]))).expect("write");
         let state = block(sink.prepare_commit(5, 4)).expect("a transaction");
-        let list: Vec<Transaction> = decode_transactions(vec![state], "NATS").expect("decode");
+        let list: Vec<Transaction> =
+            crate::api::decode_transactions(vec![state], "NATS").expect("decode");
         assert_eq!(list.len(), 1);
         assert_eq!(
             list[0].records,

@@ -21,16 +21,14 @@ use async_nats::jetstream::{self, consumer};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
+use super::spec::{NatsMetadata, NatsSourceSpec, NatsStartFrom, NatsStartPosition, NatsStopAt};
 use super::{connect, headers_json, millis, partition_filter, stream};
 use crate::api::{OperatorError, Source, SourceFactory, SubtaskContext, SubtaskMetrics};
+use crate::config::OnError;
 use crate::connectors::partitioned::records::{MetaValue, RecordDecoder, ValueFormat};
 use crate::connectors::partitioned::{
     self, AbortOnDrop, Fetched, MAX_BATCH_DELAY, Part, PartitionedSource, Parts, Position,
     REPORT_EVERY, owner,
-};
-use crate::spec::OnError;
-use crate::spec::nats::{
-    NatsMetadata, NatsSourceSpec, NatsStartFrom, NatsStartPosition, NatsStopAt,
 };
 
 /// How long the reader waits for a message before it looks at its partitions again

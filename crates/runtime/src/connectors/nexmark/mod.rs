@@ -19,6 +19,8 @@
 //! - `text`: the per-generator random text, channel table and hot URLs strings are cut from.
 //! - `batch`: the Arrow schemas and [`Split`], one parallel subtask's events as record batches.
 //! - `json`: [`write_json_line`] and [`write_file`], `SCHEMA.md`'s JSON lines.
+//! - [`source`]: the generator as a parallel, rate-limitable source (`kind: nexmark`), and
+//!   `spec`: its keys ([`NexmarkSourceSpec`]); this module: its connector.
 //!
 //! # Example
 //!
@@ -43,6 +45,8 @@ mod generator;
 mod json;
 mod model;
 mod rng;
+pub mod source;
+mod spec;
 mod text;
 
 #[cfg(test)]
@@ -58,3 +62,71 @@ pub use config::{
 pub use generator::{FIRST_NAMES, Generator, LAST_NAMES, US_CITIES, US_STATES};
 pub use json::{write_file, write_json_line};
 pub use model::{Auction, Bid, Event, EventKind, Person};
+pub use spec::NexmarkSourceSpec;
+
+use std::sync::Arc;
+
+use crate::api::connector::{
+    HostLimits, Hosted, Location, PlannedSource, Reach, Secret, ServerFile, SourceConnector,
+    SourceContext, SpecProblem,
+};
+use crate::config::EventTimeSpec;
+
+impl SourceConnector for NexmarkSourceSpec {
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn event_time(&self) -> &EventTimeSpec {
+        &self.event_time
+    }
+
+    fn ports(&self) -> Vec<String> {
+        source::PORTS.iter().map(|p| p.to_string()).collect()
+    }
+
+    fn plan(&self, _cx: SourceContext<'_>) -> Result<PlannedSource, Vec<SpecProblem>> {
+        let factory = source::NexmarkSourceFactory::new(self).map_err(SpecProblem::node)?;
+        Ok(PlannedSource {
+            ports: source::port_schemas(),
+            factory: Arc::new(factory),
+        })
+    }
+}
+
+/// The generator reaches nothing and reads no file; a server bounds its rate.
+impl Hosted for NexmarkSourceSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        Vec::new()
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        Vec::new()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        Vec::new()
+    }
+
+    fn within(&self, limits: &HostLimits) -> Vec<SpecProblem> {
+        match self.rate {
+            Some(rate) if rate > limits.max_generator_rate => vec![SpecProblem::at(
+                "rate",
+                format!(
+                    "this server generates at most {} events/s per source (--max-generator-rate)",
+                    limits.max_generator_rate
+                ),
+            )],
+            None if self.events.is_none() => vec![SpecProblem::node(format!(
+                "an unbounded generator must set a `rate` on this server (at most {} events/s), \
+                 or `events` to end",
+                limits.max_generator_rate
+            ))],
+            _ => Vec::new(),
+        }
+    }
+}

@@ -62,6 +62,46 @@ pub enum ValueFormat {
 /// The column `format: raw` puts values in.
 pub const RAW_COLUMN: &str = "value";
 
+/// The value format a log source's spec declares: `raw` (the value as one string column), or
+/// JSON by `schema` or `variants` (as the `jsonl` source); and a check that no metadata column
+/// takes a value column's name.
+pub fn value_format<'a>(
+    raw: bool,
+    schema: &Option<IndexMap<String, crate::format::json::JsonType>>,
+    variants: &Option<IndexMap<String, IndexMap<String, crate::format::json::JsonType>>>,
+    metadata: impl IntoIterator<Item = &'a String>,
+) -> Result<ValueFormat, crate::api::connector::SpecProblem> {
+    use crate::api::connector::SpecProblem;
+    let format = match raw {
+        true if schema.is_some() || variants.is_some() => {
+            return Err(SpecProblem::at(
+                "format",
+                "`format: raw` reads the value as one string column: leave out `schema` and \
+                 `variants`",
+            ));
+        }
+        true => ValueFormat::Raw,
+        false => ValueFormat::Json(
+            crate::connectors::jsonl::layout_of(schema, variants).map_err(SpecProblem::node)?,
+        ),
+    };
+    let value_columns: Vec<String> = match &format {
+        ValueFormat::Json(layout) => layout
+            .ports()
+            .iter()
+            .flat_map(|(_, s)| s.fields().iter().map(|f| f.name().clone()))
+            .collect(),
+        ValueFormat::Raw => vec![RAW_COLUMN.to_owned()],
+    };
+    if let Some(clash) = metadata.into_iter().find(|c| value_columns.contains(c)) {
+        return Err(SpecProblem::at(
+            "metadata",
+            format!("`{clash}` is already a column of the value: name the metadata column apart"),
+        ));
+    }
+    Ok(format)
+}
+
 impl ValueFormat {
     /// The output ports and their schemas, metadata columns included (after the value's).
     pub fn ports<M: MetadataField>(
@@ -308,7 +348,7 @@ pub fn headers_json<'a>(headers: impl Iterator<Item = (&'a str, Option<&'a [u8]>
 mod tests {
     use super::*;
     use crate::connectors::kafka::RecordMeta;
-    use crate::spec::kafka::KafkaMetadata;
+    use crate::connectors::kafka::spec::KafkaMetadata;
     use arrow_array::{Array, Int64Array, StringArray};
 
     fn yaml(text: &str) -> serde_json::Value {

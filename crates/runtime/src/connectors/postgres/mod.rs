@@ -43,6 +43,7 @@
 
 mod client;
 mod encode;
+mod spec;
 pub mod tls;
 
 use std::sync::{Arc, Mutex};
@@ -61,17 +62,21 @@ pub use self::client::{PgConnection, PgFailure, PgManager};
 use self::encode::{encode_csv, ident};
 pub use self::encode::{sql_type, unsupported_column};
 
+pub use self::spec::{PostgresPoolSpec, PostgresRetrySpec, PostgresSinkSpec};
+use crate::api::connector::{
+    Endpoint, HostLimits, Hosted, Location, Reach, Secret, ServerFile, SinkConnector, SinkContext,
+    SpecProblem,
+};
+use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase, TwoPhaseFactory};
+use crate::api::{OperatorError, Sink, SinkFactory, SnapshotTransaction, SubtaskContext};
+
 /// What the sink needs of its input, checked at planning: every column of a type it can
-/// write, and every `key` column present. Each problem is (the key of the sink's spec it is
-/// about, the message).
-pub fn check_input(
-    spec: &crate::spec::PostgresSinkSpec,
-    schema: &arrow_schema::Schema,
-) -> Vec<(String, String)> {
+/// write, and every `key` column present.
+fn check_input(spec: &PostgresSinkSpec, schema: &arrow_schema::Schema) -> Vec<SpecProblem> {
     let mut problems = Vec::new();
     if let Some((column, ty)) = unsupported_column(schema) {
-        problems.push((
-            "from".to_owned(),
+        problems.push(SpecProblem::at(
+            "from",
             format!("column `{column}` has type {ty}, which the postgres sink cannot write"),
         ));
     }
@@ -83,19 +88,74 @@ pub fn check_input(
                 .map(|f| format!("`{}`", f.name()))
                 .collect::<Vec<_>>()
                 .join(", ");
-            problems.push((
-                format!("key/{i}"),
+            problems.push(SpecProblem::at(
+                &format!("/key/{i}"),
                 format!("the input has no column `{key}` (it has {names})"),
             ));
         }
     }
     problems
 }
-use crate::api::{
-    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
-    Unconfirmed, decode_transactions,
-};
-use crate::spec::{PostgresRetrySpec, PostgresSinkSpec};
+
+impl SinkConnector for PostgresSinkSpec {
+    fn from(&self) -> &str {
+        &self.from
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn plan(
+        &self,
+        input: &SchemaRef,
+        _cx: SinkContext<'_>,
+    ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
+        let problems = check_input(self, input);
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let factory = PostgresSinkFactory::new(self, input.clone())
+            .map_err(|m| SpecProblem::at("connection", m))?;
+        Ok(Arc::new(TwoPhaseFactory(factory)))
+    }
+}
+
+/// It reaches its database; a root certificate file (`sslrootcert`) would be read on the
+/// server's machine; the connection's password is a secret.
+impl Hosted for PostgresSinkSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        vec![Reach {
+            at: "/connection".into(),
+            endpoint: Endpoint::Postgres {
+                connection: self.connection.clone(),
+            },
+        }]
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        tls::root_certificate_file(&self.connection)
+            .map(|_| ServerFile {
+                at: "/connection".into(),
+                key: false,
+                what: "`sslrootcert` makes the PostgreSQL client read a file".into(),
+            })
+            .into_iter()
+            .collect()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        Vec::new()
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        vec![Secret::Connection(self.connection.clone())]
+    }
+
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
+    }
+}
 
 /// Batches a subtask may queue for its writer while a write is in flight.
 pub const QUEUED_BATCHES: usize = 4;
@@ -405,23 +465,21 @@ impl Shared {
     }
 }
 
-fn transactions(states: Vec<serde_json::Value>) -> Result<Vec<Transaction>, OperatorError> {
-    decode_transactions(states, "postgres")
-}
-
 impl SnapshotTransaction for Transaction {
     fn snapshot(&self) -> u64 {
         self.id
     }
 }
 
-impl SinkFactory for PostgresSinkFactory {
-    fn prepare(
+impl Committer for PostgresSinkFactory {
+    type Transaction = Transaction;
+    const SINK: &'static str = "postgres";
+
+    fn recover(
         &self,
         _parallelism: usize,
-        restore: Option<&SinkRestore>,
+        restored: Option<Recovered<Transaction>>,
     ) -> BoxFuture<'_, Result<(), OperatorError>> {
-        let restored = restore.map(|r| r.transactions.clone());
         Box::pin(async move {
             let shared = &self.shared;
             let mut connect = shared.connect.clone();
@@ -439,8 +497,8 @@ impl SinkFactory for PostgresSinkFactory {
             if let Some(old) = old {
                 old.close().await;
             }
-            if let Some(states) = restored {
-                let tags = transactions(states)?.into_iter().map(|t| t.tag).collect();
+            if let Some(r) = restored {
+                let tags = r.transactions.into_iter().map(|t| t.tag).collect();
                 let moved = shared
                     .move_tags(tags)
                     .await
@@ -477,21 +535,20 @@ impl SinkFactory for PostgresSinkFactory {
             buffered_rows: 0,
             first_buffered: None,
         };
-        Ok(Box::new(PgSink {
+        let stage = PgSink {
             tx: Some(tx),
             writer: Some(WriterTask(tokio::spawn(writer.run(rx)))),
-            pending: Unconfirmed::default(),
-            last_barrier: ctx.checkpoint_base,
-        }))
+        };
+        Ok(Box::new(TwoPhase::new(stage, ctx.checkpoint_base)))
     }
 
     fn commit(
         &self,
-        states: Vec<serde_json::Value>,
+        transactions: Vec<Transaction>,
     ) -> BoxFuture<'static, Result<(), OperatorError>> {
         let shared = self.shared.clone();
         Box::pin(async move {
-            let tags = transactions(states)?.into_iter().map(|t| t.tag).collect();
+            let tags = transactions.into_iter().map(|t| t.tag).collect();
             shared
                 .move_tags(tags)
                 .await
@@ -504,8 +561,11 @@ impl SinkFactory for PostgresSinkFactory {
         self.shared.pool().ok().map(|p| p.metrics())
     }
 
-    // `abort` keeps the default: the staged rows of an aborted transaction stay invisible, and
-    // the next run's `prepare` recreates the staging table without them.
+    /// The staged rows of an aborted transaction stay invisible, and the next run's `recover`
+    /// recreates the staging table without them.
+    fn abort(&self, _transactions: Vec<Transaction>) -> Result<(), OperatorError> {
+        Ok(())
+    }
 }
 
 /// What a subtask asks of its writer.
@@ -524,12 +584,11 @@ impl Drop for WriterTask {
     }
 }
 
-/// One subtask of the sink.
+/// One subtask of the sink: its rows go to a writer task of its own, staged under the
+/// current tag; a pre-commit flushes them and ends the tag's transaction.
 pub struct PgSink {
     tx: Option<mpsc::Sender<Command>>,
     writer: Option<WriterTask>,
-    pending: Unconfirmed<Transaction>,
-    last_barrier: u64,
 }
 
 impl PgSink {
@@ -558,19 +617,20 @@ impl PgSink {
         }
     }
 
-    async fn seal(&mut self, id: u64) -> Result<(), OperatorError> {
+    /// Ends the current transaction as the one of snapshot `id`, if it holds rows.
+    async fn seal(&mut self, id: u64) -> Result<Option<Transaction>, OperatorError> {
         let (reply, answer) = oneshot::channel();
         self.send(Command::Seal(reply)).await?;
         match answer.await {
-            Ok(Some(tag)) => self.pending.push(Transaction { id, tag }),
-            Ok(None) => {}
-            Err(_) => return Err(self.writer_error().await),
+            Ok(tag) => Ok(tag.map(|tag| Transaction { id, tag })),
+            Err(_) => Err(self.writer_error().await),
         }
-        Ok(())
     }
 }
 
-impl Sink for PgSink {
+impl Stage for PgSink {
+    type Transaction = Transaction;
+
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>> {
         Box::pin(async move {
             if batch.num_rows() == 0 {
@@ -580,25 +640,16 @@ impl Sink for PgSink {
         })
     }
 
-    fn prepare_commit(
+    fn pre_commit(
         &mut self,
-        checkpoint: u64,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        Box::pin(async move {
-            self.last_barrier = checkpoint;
-            self.seal(checkpoint).await?;
-            Ok(self.pending.state(committed))
-        })
+        snapshot: u64,
+    ) -> BoxFuture<'_, Result<Option<Transaction>, OperatorError>> {
+        Box::pin(self.seal(snapshot))
     }
 
-    fn finish(
-        &mut self,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
+    /// The writer flushes what it holds and ends: its failure, if it kept one.
+    fn close(&mut self) -> BoxFuture<'_, Result<(), OperatorError>> {
         Box::pin(async move {
-            // Named like the file sink's last part: after every snapshot taken so far.
-            self.seal(self.last_barrier + 1).await?;
             self.tx = None;
             if let Some(task) = self.writer.as_mut() {
                 match (&mut task.0).await {
@@ -611,7 +662,7 @@ impl Sink for PgSink {
                     }
                 }
             }
-            Ok(self.pending.state(committed))
+            Ok(())
         })
     }
 }

@@ -215,3 +215,14 @@ fn duplicate_columns(port: &str, fields: &IndexMap<String, JsonType>, problems: 
         }
     }
 }
+
+/// The output ports of a source whose records are tagged by `variants`: one per variant, in
+/// the order declared; none (the source's one unnamed port) without variants.
+pub fn variant_ports(
+    variants: &Option<IndexMap<String, IndexMap<String, JsonType>>>,
+) -> Vec<String> {
+    variants
+        .as_ref()
+        .map(|v| v.keys().cloned().collect())
+        .unwrap_or_default()
+}

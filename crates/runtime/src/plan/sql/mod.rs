@@ -269,15 +269,13 @@ impl Lowering<'_> {
 
     fn known_inputs(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
+        // A source of several ports is read port by port (`nexmark.bid`).
         for (name, s) in &self.spec.sources {
-            match s {
-                crate::spec::SourceSpec::Nexmark(_) => {
-                    for port in ["person", "auction", "bid"] {
-                        names.push(format!("{name}.{port}"));
-                    }
-                }
-                _ => names.push(name.clone()),
+            let ports = s.connector().ports();
+            if ports.is_empty() {
+                names.push(name.clone());
             }
+            names.extend(ports.iter().map(|port| format!("{name}.{port}")));
         }
         names.extend(
             self.spec

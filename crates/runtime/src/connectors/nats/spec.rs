@@ -4,8 +4,9 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::kafka::{Delivery, KafkaFormat};
-use super::{ByteSize, EventTimeSpec, OnError};
+use crate::api::connector::SpecProblem;
+use crate::config::{ByteSize, EventTimeSpec, OnError};
+use crate::connectors::kafka::spec::{Delivery, KafkaFormat};
 use crate::format::json::JsonType;
 
 /// The placeholder of a partition's number in `subjects`.
@@ -145,18 +146,18 @@ impl NatsSinkSpec {
 
 impl NatsAuth {
     /// Refuses contradictory sign-ins: the key at fault and why.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
+    pub fn check(&self) -> Result<(), SpecProblem> {
+        const ONE_WAY: &str =
+            "give one way to sign in: `user` and `password`, `token`, or `creds-file`";
         match (&self.user, &self.password, &self.token, &self.creds_file) {
-            (Some(_), None, _, _) => Err(("user", "`user` needs its `password`".into())),
-            (None, Some(_), _, _) => Err(("password", "`password` needs its `user`".into())),
-            (Some(_), Some(_), Some(_), _) | (_, _, Some(_), Some(_)) => Err((
-                "token",
-                "give one way to sign in: `user` and `password`, `token`, or `creds-file`".into(),
-            )),
-            (Some(_), Some(_), _, Some(_)) => Err((
-                "creds-file",
-                "give one way to sign in: `user` and `password`, `token`, or `creds-file`".into(),
-            )),
+            (Some(_), None, _, _) => Err(SpecProblem::at("user", "`user` needs its `password`")),
+            (None, Some(_), _, _) => {
+                Err(SpecProblem::at("password", "`password` needs its `user`"))
+            }
+            (Some(_), Some(_), Some(_), _) | (_, _, Some(_), Some(_)) => {
+                Err(SpecProblem::at("token", ONE_WAY))
+            }
+            (Some(_), Some(_), _, Some(_)) => Err(SpecProblem::at("creds-file", ONE_WAY)),
             _ => Ok(()),
         }
     }
@@ -242,7 +243,7 @@ pub struct NatsSinkSpec {
     pub stream: Option<String>,
     /// The payload's encoding.
     #[serde(default)]
-    pub format: super::kafka::KafkaSinkFormat,
+    pub format: crate::connectors::kafka::spec::KafkaSinkFormat,
     /// `exactly-once` (with checkpoints): each checkpoint's rows are published when it
     /// completes, each with a `Nats-Msg-Id` made of job, sink, subtask, checkpoint and
     /// sequence, so a publish repeated after a failure is dropped by the stream's duplicate

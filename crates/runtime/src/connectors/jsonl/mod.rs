@@ -21,12 +21,17 @@
 //! the same as inline.
 //!
 //! # Layout
-//! - this module: the source, its decoding of one line, its checkpoints and its factory.
+//! - this module: the source, its decoding of one line, its checkpoints and its factory, and
+//!   its connector (planning, and what a server asks of it).
 //! - [`ahead`]: decoding on threads of the subtask's own, ahead of the ordered emit.
+//! - `spec`: its keys ([`JsonlSourceSpec`]).
 
 mod ahead;
+mod spec;
 #[cfg(test)]
 mod tests;
+
+pub use spec::JsonlSourceSpec;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,9 +42,13 @@ use futures::future::BoxFuture;
 use crate::api::{OperatorError, Source, SourceEvent, SubtaskMetrics};
 use indexmap::IndexMap;
 
+use crate::api::connector::{
+    HostLimits, Hosted, Location, PlannedSource, Reach, Secret, ServerFile, SourceConnector,
+    SourceContext, SpecProblem,
+};
+use crate::config::{ByteSize, EventTimeSpec, OnError};
 use crate::format::json::{DecodeError, Decoded, JsonDecoder, JsonLayout, JsonType};
 use crate::format::lines::{Chunk, LineReader, LineTooLong, LongLines, line_number, plan_chunks};
-use crate::spec::{JsonlSourceSpec, OnError};
 use ahead::DecodeAhead;
 
 /// Read buffer per subtask.
@@ -508,5 +517,86 @@ impl crate::api::SourceFactory for JsonlSourceFactory {
             .reading(&self.read)
             .with_decode_threads(threads),
         ))
+    }
+}
+
+/// The smallest `chunk-size`: each chunk is a split with its own position in every
+/// checkpoint, so one-byte chunks of a large file are hundreds of millions of splits (a server
+/// bounds the count itself: `--max-chunks`).
+pub const MIN_CHUNK_SIZE: u64 = 256;
+
+impl SourceConnector for JsonlSourceSpec {
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn event_time(&self) -> &EventTimeSpec {
+        &self.event_time
+    }
+
+    fn ports(&self) -> Vec<String> {
+        crate::format::json::layout::variant_ports(&self.variants)
+    }
+
+    fn plan(&self, _cx: SourceContext<'_>) -> Result<PlannedSource, Vec<SpecProblem>> {
+        if self.chunk_size.0 < MIN_CHUNK_SIZE {
+            return Err(vec![SpecProblem::at(
+                "chunk-size",
+                format!(
+                    "a chunk must be at least {} (each chunk is a split with a position in \
+                     every checkpoint), not {}",
+                    ByteSize(MIN_CHUNK_SIZE),
+                    self.chunk_size
+                ),
+            )]);
+        }
+        let layout = layout(self).map_err(SpecProblem::node)?;
+        Ok(PlannedSource {
+            ports: layout.ports(),
+            factory: Arc::new(JsonlSourceFactory::new(self, layout)),
+        })
+    }
+}
+
+/// The files it reads are the server's: below its working directory, and cut into no more
+/// chunks than it allows.
+impl Hosted for JsonlSourceSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        Vec::new()
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        Vec::new()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        vec![Location {
+            at: "/path".into(),
+            path: self.path.clone(),
+        }]
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        Vec::new()
+    }
+
+    fn within(&self, limits: &HostLimits) -> Vec<SpecProblem> {
+        // A path that cannot be listed is reported when the job starts.
+        let Ok(files) = list_files(Path::new(&self.path)) else {
+            return Vec::new();
+        };
+        let size = self.chunk_size.0.max(1);
+        let chunks: u64 = files.iter().map(|(_, len)| len.div_ceil(size)).sum();
+        if chunks <= limits.max_chunks {
+            return Vec::new();
+        }
+        vec![SpecProblem::at(
+            "chunk-size",
+            format!(
+                "{} cut into {chunks} chunks of {}; this server allows at most {} per source \
+                 (--max-chunks): use larger chunks",
+                self.path, self.chunk_size, limits.max_chunks
+            ),
+        )]
     }
 }

@@ -4,7 +4,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ByteSize, EventTimeSpec, HumanDuration, OnError};
+use crate::config::{ByteSize, EventTimeSpec, HumanDuration, OnError};
 use crate::format::json::JsonType;
 
 /// Records of Kafka topics, read by partition: each partition belongs to one subtask (no

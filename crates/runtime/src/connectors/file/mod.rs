@@ -23,11 +23,74 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::api::{
-    OperatorError, Sink, SinkFactory, SinkRestore, SnapshotTransaction, SubtaskContext,
-    Unconfirmed, decode_transactions,
+use crate::api::connector::{
+    HostLimits, Hosted, Location, Reach, Secret, ServerFile, SinkConnector, SinkContext,
+    SpecProblem,
 };
+use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase, TwoPhaseFactory};
+use crate::api::{OperatorError, Sink, SinkFactory, SnapshotTransaction, SubtaskContext};
 use crate::format::json::JsonEncoder;
+
+/// The keys of `kind: file`: JSON lines in files `part-<subtask>-<checkpoint>.jsonl` of a
+/// directory, committed exactly once.
+#[derive(Clone, Debug, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FileSinkSpec {
+    /// The input: a node name, or `node.port`.
+    pub from: String,
+    /// The output directory (created if missing).
+    #[schemars(length(min = 1))]
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+impl SinkConnector for FileSinkSpec {
+    fn from(&self) -> &str {
+        &self.from
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn plan(
+        &self,
+        _input: &arrow_schema::SchemaRef,
+        _cx: SinkContext<'_>,
+    ) -> Result<std::sync::Arc<dyn SinkFactory>, Vec<SpecProblem>> {
+        Ok(std::sync::Arc::new(TwoPhaseFactory(FileSinkFactory::new(
+            PathBuf::from(&self.path),
+        ))))
+    }
+}
+
+/// It writes its directory on the machine that runs it.
+impl Hosted for FileSinkSpec {
+    fn endpoints(&self) -> Vec<Reach> {
+        Vec::new()
+    }
+
+    fn server_files(&self) -> Vec<ServerFile> {
+        Vec::new()
+    }
+
+    fn locations(&self) -> Vec<Location> {
+        vec![Location {
+            at: "/path".into(),
+            path: self.path.clone(),
+        }]
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        Vec::new()
+    }
+
+    fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
+        Vec::new()
+    }
+}
 
 /// Encoded bytes buffered before a write to the file.
 const FLUSH_BYTES: usize = 1 << 20;
@@ -73,14 +136,10 @@ pub struct FileSink {
     writer: u64,
     buffer: Vec<u8>,
     encoder: JsonEncoder,
-    /// Transactions not yet known to be committed.
-    pending: Unconfirmed<Transaction>,
-    /// The last barrier seen, or the run's checkpoint base before any.
-    last_barrier: u64,
 }
 
 impl FileSink {
-    pub fn new(dir: &Path, subtask: usize, checkpoint_base: u64) -> Self {
+    pub fn new(dir: &Path, subtask: usize) -> Self {
         Self {
             dir: dir.to_path_buf(),
             subtask,
@@ -96,8 +155,6 @@ impl FileSink {
             ),
             buffer: Vec::with_capacity(FLUSH_BYTES + (64 << 10)),
             encoder: JsonEncoder::new(),
-            pending: Unconfirmed::default(),
-            last_barrier: checkpoint_base,
         }
     }
 
@@ -131,10 +188,10 @@ impl FileSink {
     }
 
     /// Turns what was written since the last transaction into transaction `id`.
-    async fn seal(&mut self, id: u64) -> Result<(), OperatorError> {
+    async fn seal(&mut self, id: u64) -> Result<Option<Transaction>, OperatorError> {
         self.flush_buffer().await?;
         let Some((path, mut file)) = self.file.take() else {
-            return Ok(());
+            return Ok(None);
         };
         let synced = async {
             file.flush().await?;
@@ -149,12 +206,11 @@ impl FileSink {
             .await
             .map_err(|e| self.io_error("renaming", &path, e))?;
         sync_dir(&self.dir).await?;
-        self.pending.push(Transaction {
+        Ok(Some(Transaction {
             id,
             pending,
             visible,
-        });
-        Ok(())
+        }))
     }
 }
 
@@ -166,7 +222,13 @@ async fn sync_dir(dir: &Path) -> Result<(), OperatorError> {
         .map_err(|e| OperatorError::external(format!("syncing {}", dir.display()), e))
 }
 
-impl Sink for FileSink {
+/// Rows staged in a hidden in-progress file; a pre-commit syncs it and renames it pending.
+/// The transaction of the end of input is named after the snapshot that follows the last
+/// barrier: later than every checkpoint this run or an earlier one completed, so a restore of
+/// one of them removes it, and never the name of a part file already committed.
+impl Stage for FileSink {
+    type Transaction = Transaction;
+
     fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>> {
         Box::pin(async move {
             self.encoder
@@ -179,31 +241,11 @@ impl Sink for FileSink {
         })
     }
 
-    fn prepare_commit(
+    fn pre_commit(
         &mut self,
-        checkpoint: u64,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        Box::pin(async move {
-            self.last_barrier = checkpoint;
-            self.seal(checkpoint).await?;
-            Ok(self.pending.state(committed))
-        })
-    }
-
-    fn finish(
-        &mut self,
-        committed: u64,
-    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
-        Box::pin(async move {
-            // Named after the snapshot that will follow the last barrier (or the restored
-            // snapshot, when no barrier came): later than every checkpoint this run or an
-            // earlier one completed, so a restore of one of them removes it, and never the
-            // name of a part file already committed. Checkpoints that fail still use up
-            // ids, so the final snapshot's id may be higher; it never is lower.
-            self.seal(self.last_barrier + 1).await?;
-            Ok(self.pending.state(committed))
-        })
+        snapshot: u64,
+    ) -> BoxFuture<'_, Result<Option<Transaction>, OperatorError>> {
+        Box::pin(self.seal(snapshot))
     }
 }
 
@@ -218,15 +260,14 @@ impl FileSinkFactory {
     }
 
     /// Creates the directory, commits the restored transactions, removes stale part files.
-    fn prepare_dir(&self, restore: Option<&SinkRestore>) -> Result<(), OperatorError> {
+    fn prepare_dir(&self, restore: Option<&Recovered<Transaction>>) -> Result<(), OperatorError> {
         let dir = &self.dir;
         let io = |e: std::io::Error| {
             OperatorError::external(format!("preparing output directory {}", dir.display()), e)
         };
         std::fs::create_dir_all(dir).map_err(io)?;
         if let Some(r) = restore {
-            let list = transactions(r.transactions.clone())?;
-            commit_in(dir, &list).map_err(io)?;
+            commit_in(dir, &r.transactions).map_err(io)?;
         }
         let mut removed_committed = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -261,10 +302,6 @@ impl FileSinkFactory {
     }
 }
 
-fn transactions(states: Vec<serde_json::Value>) -> Result<Vec<Transaction>, OperatorError> {
-    decode_transactions(states, "file")
-}
-
 /// Renames pending files to their visible names; a file already renamed is skipped.
 fn commit_in(dir: &Path, transactions: &[Transaction]) -> std::io::Result<usize> {
     let mut committed = 0;
@@ -294,34 +331,35 @@ fn commit_in(dir: &Path, transactions: &[Transaction]) -> std::io::Result<usize>
     Ok(committed)
 }
 
-impl SinkFactory for FileSinkFactory {
-    fn prepare(
+impl Committer for FileSinkFactory {
+    type Transaction = Transaction;
+    const SINK: &'static str = "file";
+
+    fn recover(
         &self,
         _parallelism: usize,
-        restore: Option<&SinkRestore>,
+        restored: Option<Recovered<Transaction>>,
     ) -> BoxFuture<'_, Result<(), OperatorError>> {
         // A few renames and removals in one directory, before any subtask runs.
-        let result = self.prepare_dir(restore);
+        let result = self.prepare_dir(restored.as_ref());
         Box::pin(async move { result })
     }
 
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
-        Ok(Box::new(FileSink::new(
-            &self.dir,
-            ctx.subtask,
+        Ok(Box::new(TwoPhase::new(
+            FileSink::new(&self.dir, ctx.subtask),
             ctx.checkpoint_base,
         )))
     }
 
     fn commit(
         &self,
-        states: Vec<serde_json::Value>,
+        transactions: Vec<Transaction>,
     ) -> BoxFuture<'static, Result<(), OperatorError>> {
         let dir = self.dir.clone();
         Box::pin(async move {
-            let list = transactions(states)?;
             let d = dir.clone();
-            tokio::task::spawn_blocking(move || commit_in(&d, &list))
+            tokio::task::spawn_blocking(move || commit_in(&d, &transactions))
                 .await
                 .map_err(|e| OperatorError::Internal(format!("commit task: {e}")))?
                 .map_err(|e| {
@@ -331,8 +369,8 @@ impl SinkFactory for FileSinkFactory {
         })
     }
 
-    fn abort(&self, states: Vec<serde_json::Value>) -> Result<(), OperatorError> {
-        for t in transactions(states)? {
+    fn abort(&self, transactions: Vec<Transaction>) -> Result<(), OperatorError> {
+        for t in transactions {
             match std::fs::remove_file(self.dir.join(&t.pending)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -377,9 +415,9 @@ mod tests {
         std::fs::write(d.join(".part-0-7.inprogress"), "partial").unwrap();
         std::fs::write(d.join("notes.txt"), "not ours").unwrap();
         let f = FileSinkFactory::new(d.to_path_buf());
-        let restore = SinkRestore {
+        let restore = Recovered {
             checkpoint: 4,
-            transactions: vec![serde_json::json!([txn(4)])],
+            transactions: vec![txn(4)],
         };
         f.prepare_dir(Some(&restore)).unwrap();
         let mut names: Vec<String> = std::fs::read_dir(d)
@@ -402,9 +440,9 @@ mod tests {
             "pending 4\n"
         );
         // A transaction whose file vanished is an error, not silent loss.
-        let lost = SinkRestore {
+        let lost = Recovered {
             checkpoint: 9,
-            transactions: vec![serde_json::json!([txn(9)])],
+            transactions: vec![txn(9)],
         };
         assert!(f.prepare_dir(Some(&lost)).is_err());
         // A fresh run replaces everything of ours.

@@ -11,10 +11,10 @@ use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
 use serde_json::{Value, json};
 
+use super::JsonlSourceSpec;
 use super::{JsonlSource, layout, restored_chunks};
 use crate::api::{OperatorError, Source, SourceEvent, SubtaskMetrics};
 use crate::format::lines::plan_chunks;
-use crate::spec::JsonlSourceSpec;
 
 /// A decoded row: id, name, score, ok, user.age.
 #[derive(Clone, Debug, PartialEq)]
@@ -417,4 +417,23 @@ async fn decode_threads_run_at_a_lower_priority_than_the_job() {
         "own nice {own}, decode threads {niceness:?}"
     );
     drop(source);
+}
+
+/// Chunks below the smallest size are refused when the job is planned, at `chunk-size`.
+#[test]
+fn tiny_chunks_are_refused() {
+    let job = |size: &str| {
+        format!(
+            "name: demo\nsources:\n  file: {{kind: jsonl, path: data.jsonl, schema: {{a: int}}, \
+             chunk-size: {size}}}\nsinks:\n  raw: {{kind: blackhole, from: file}}\n"
+        )
+    };
+    for size in ["0", "1", "255"] {
+        let Err(e) = crate::plan::check_str("job.yaml", &job(size), &[]) else {
+            panic!("{size}: planned");
+        };
+        assert_eq!(e.problems.len(), 1, "{size}: {e}");
+        assert_eq!(e.problems[0].path, "sources.file.chunk-size");
+    }
+    assert!(crate::plan::check_str("job.yaml", &job("256"), &[]).is_ok());
 }

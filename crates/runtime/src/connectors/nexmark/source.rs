@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 
-use super::nexmark::{
-    Generator, GeneratorConfig, Kinds, Split, auction_schema, bid_schema, person_schema,
-};
+use super::spec::NexmarkSourceSpec;
+use super::{Generator, GeneratorConfig, Kinds, Split, auction_schema, bid_schema, person_schema};
 use crate::api::{OperatorError, Source, SourceEvent, SubtaskMetrics};
-use crate::spec::NexmarkSourceSpec;
 
 /// Port names in port order.
 pub const PORTS: [&str; 3] = ["person", "auction", "bid"];

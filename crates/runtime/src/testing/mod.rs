@@ -12,6 +12,12 @@
 //! ```
 //! Rows go in and out as JSON objects: `INT`s are numbers, `TIMESTAMP`s epoch milliseconds,
 //! `NULL`s `null`.
+//!
+//! [`sink_conformance`] is the suite every transactional sink runs.
+//!
+//! Behind the `testing` feature, for the tests of other crates (`tests/it` among them).
+
+pub mod sink_conformance;
 
 use std::sync::Arc;
 
@@ -87,7 +93,7 @@ impl Harness {
             out: Vec::new(),
             watermark: None,
             snapshots: 0,
-            dir: tempfile::tempdir().unwrap(),
+            dir: tempfile::tempdir().expect("a temporary directory for a test job"),
             _plan: plan,
         }
     }

@@ -1,0 +1,47 @@
+//! `aggregate`: a running aggregation per key.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{TransformNode, queryable::QueryableSpec};
+use crate::config::HumanDuration;
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct AggregateSpec {
+    /// A `key-by` node.
+    pub from: String,
+    /// Output columns after the key columns: name → aggregate call, one of `count(*)`,
+    /// `count(x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`.
+    #[schemars(length(min = 1))]
+    pub aggregates: IndexMap<String, String>,
+    /// Keys not updated for this long (processing time) are forgotten (default: `state.ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl: Option<HumanDuration>,
+    /// States that can be looked up from outside the job by key (`weir state`, the API and
+    /// the dashboard): `[accumulators]`, or a map with options per state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queryable: Option<QueryableSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+impl TransformNode for AggregateSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+
+    fn queryable(&self) -> Option<&QueryableSpec> {
+        self.queryable.as_ref()
+    }
+
+    fn state_ttl(&self) -> Option<HumanDuration> {
+        self.state_ttl
+    }
+}

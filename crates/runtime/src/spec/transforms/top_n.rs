@@ -1,0 +1,46 @@
+//! `top-n`: the first rows per key by an order, emitted when the watermark reaches a time.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::TransformNode;
+
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TopNSpec {
+    /// A `key-by` node.
+    pub from: String,
+    /// Sort expressions, each optionally followed by `ASC` or `DESC` (`price DESC`).
+    #[schemars(length(min = 1))]
+    pub order_by: Vec<String>,
+    /// How many rows per key and time.
+    #[serde(default = "default_one")]
+    #[schemars(range(min = 1))]
+    pub n: u32,
+    /// Also keep rows tied with the `n`-th (so `n: 1` keeps every row equal to the best).
+    #[serde(default)]
+    pub with_ties: bool,
+    /// A TIMESTAMP expression: rows are grouped per key and this time, and emitted in rank order
+    /// once the watermark reaches it.
+    pub fire_at: String,
+    /// Input columns to emit, in order (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub parallelism: Option<u32>,
+}
+
+impl TransformNode for TopNSpec {
+    fn inputs(&self) -> Vec<(String, &str)> {
+        vec![("from".into(), self.from.as_str())]
+    }
+
+    fn parallelism(&self) -> Option<u32> {
+        self.parallelism
+    }
+}
+
+fn default_one() -> u32 {
+    1
+}
