@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::recovery::{committed_rows, weir};
-use crate::support::{free_port, job_file, run_job};
+use crate::support::{free_port, job_file};
 
 /// The lease time of the tests' fleets: short, so that takeovers happen within a test.
 const LEASE: &str = "2s";
@@ -62,39 +62,6 @@ fn q5(name: &str, table: Option<&str>, storage: &str, events: u64) -> (String, V
         "jobs/nexmark/q5.yaml"
     };
     (std::fs::read_to_string(job_file(job)).unwrap(), overrides)
-}
-
-/// q5's rows over `events` events, run in this process without interruption, as (auction,
-/// num, window start ms, window end ms) with multiplicity.
-fn golden(dir: &Path, events: u64) -> BTreeMap<[i64; 4], usize> {
-    let out = dir.join("golden");
-    run_job(
-        &job_file("jobs/nexmark/q5.yaml"),
-        &[
-            format!("sources.nexmark.events={events}"),
-            "sinks.out.kind=file".into(),
-            format!("sinks.out.path={}", out.display()),
-        ],
-    );
-    let rows = keyed(committed_rows(&out));
-    assert!(!rows.is_empty(), "the golden run produced nothing");
-    rows
-}
-
-fn keyed(rows: Vec<Value>) -> BTreeMap<[i64; 4], usize> {
-    let mut keyed = BTreeMap::new();
-    for r in rows {
-        let field = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r}"));
-        *keyed
-            .entry([
-                field("auction"),
-                field("num"),
-                field("starttime"),
-                field("endtime"),
-            ])
-            .or_insert(0) += 1;
-    }
-    keyed
 }
 
 /// One `weir serve` of a fleet, in the shared directory `dir`, keeping its own data in
@@ -235,7 +202,7 @@ fn output(
     table: bool,
 ) -> BTreeMap<[i64; 4], usize> {
     if !table {
-        return keyed(committed_rows(&dir.join("out").join(name)));
+        return crate::support::q5_rows(committed_rows(&dir.join("out").join(name)));
     }
     cluster.q5_rows(name)
 }
@@ -290,7 +257,7 @@ fn sink_connection(port: u16) -> String {
 fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_nothing() {
     let cluster = crate::postgres::Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let expected = golden(dir.path(), EVENTS);
+    let expected = crate::support::golden_q5(EVENTS, dir.path());
     let url = catalog_url(cluster.port());
     let allow = format!("postgres://127.0.0.1:{}", cluster.port());
     // Checkpoints on S3 (the servers' own storage: its endpoint and credentials in their
@@ -519,7 +486,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream) {
 fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_their_jobs_move() {
     let cluster = crate::postgres::Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let expected = golden(dir.path(), EVENTS);
+    let expected = crate::support::golden_q5(EVENTS, dir.path());
     let allow = format!("postgres://127.0.0.1:{}", cluster.port());
     let first = Server::start(dir.path(), 0, &catalog_url(cluster.port()), &allow, &[]);
     // The second server reaches the catalog through a proxy the test can cut.

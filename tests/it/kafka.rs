@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 
 use crate::recovery::{run_through_kills, weir};
 use crate::support::{
-    assert_same_rows, free_port, job_file, multiset, nexmark_jsonl, out_dir, plan, read_parts,
-    run_job, script, script_quietly, try_run_plan,
+    assert_same_rows, free_port, golden_jsonl, job_file, multiset, nexmark_jsonl, out_dir, plan,
+    read_parts, run_job, script, script_quietly, try_run_plan,
 };
 
 const SCRIPT: &str = "scripts/kafka-broker.sh";
@@ -311,22 +311,6 @@ fn nexmark_kafka_job(query: &str, broker: &Broker, topic: &str) -> String {
     )
 }
 
-/// The rows a Nexmark query over the events of `file` produces, read from JSON lines.
-fn golden(query: &str, file: &Path, dir: &Path) -> BTreeMap<String, usize> {
-    let out = dir.join(format!("golden-{query}"));
-    run_job(
-        &job_file(&format!("jobs/nexmark/{query}-jsonl.yaml")),
-        &[
-            format!("sources.nexmark.path={}", file.display()),
-            "sinks.out.kind=file".into(),
-            format!("sinks.out.path={}", out.display()),
-        ],
-    );
-    let rows = multiset(read_parts(&out));
-    assert!(!rows.is_empty(), "{query}: the golden run produced nothing");
-    rows
-}
-
 /// Per-partition watermarks make a topic whose partitions are each in event-time order read
 /// as the ordered file does: no record is late, and the windows equal the file's. A watermark
 /// taken over the subtask (the largest time seen of any partition) would drop the records of
@@ -338,7 +322,7 @@ fn q5_and_q11_over_a_topic_equal_the_same_queries_over_the_file() {
     let file = dir.path().join("events.jsonl");
     nexmark_topic(&broker, "events", 4, 40_000, &file);
     for query in ["q5", "q11"] {
-        let expected = golden(query, &file, dir.path());
+        let expected = golden_jsonl(query, &file, dir.path());
         for parallelism in [1, 2] {
             let out = dir.path().join(format!("{query}-{parallelism}"));
             let text = nexmark_kafka_job(query, &broker, "events");
@@ -405,7 +389,7 @@ fn kafka_source_is_exactly_once_across_kill9_and_rescale() {
     let file = dir.path().join("events.jsonl");
     nexmark_topic(&broker, "events", 4, 60_000, &file);
     for (query, seed) in [("q5", 7), ("q11", 11)] {
-        let expected = golden(query, &file, dir.path());
+        let expected = golden_jsonl(query, &file, dir.path());
         let data = dir.path().join(format!("data-{query}"));
         let out = dir.path().join(format!("out-{query}"));
         let path = job(
@@ -473,7 +457,7 @@ fn a_broker_restart_mid_run_loses_and_repeats_nothing() {
     let file = dir.path().join("events.jsonl");
     nexmark_topic(&broker, "events", 4, 60_000, &file);
     broker.create_topic("q5-out", 2);
-    let expected = golden("q5", &file, dir.path());
+    let expected = golden_jsonl("q5", &file, dir.path());
     let path = job(
         dir.path(),
         "q5.yaml",
@@ -524,7 +508,7 @@ fn kafka_to_kafka_at_least_once_loses_nothing_across_kill9_and_rescale() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.jsonl");
     nexmark_topic(&broker, "events", 4, 60_000, &file);
-    let expected = golden("q5", &file, dir.path());
+    let expected = golden_jsonl("q5", &file, dir.path());
     broker.create_topic("q5-out", 3);
     let path = job(
         dir.path(),

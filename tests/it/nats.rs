@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 
 use crate::recovery::{Rng, weir};
 use crate::support::{
-    assert_same_rows, free_port, job_file, multiset, nexmark_jsonl, out_dir, plan, read_parts,
-    run_job, script, script_quietly, try_run_plan,
+    assert_same_rows, free_port, golden_jsonl, job_file, multiset, nexmark_jsonl, out_dir, plan,
+    read_parts, run_job, run_through_kills, script, script_quietly, try_run_plan,
 };
 
 const SCRIPT: &str = "scripts/nats-server.sh";
@@ -219,9 +219,14 @@ impl TestStream {
 
     /// Every message the stream holds, in order, as the client reads it.
     fn read_messages(&self) -> Vec<jetstream::Message> {
-        let js = self.js.clone();
-        let name = self.name.clone();
-        rt().block_on(async move {
+        rt().block_on(read_stream(self.js.clone(), self.name.clone()))
+    }
+}
+
+/// Every message of stream `name`, in order, read by a plain consumer.
+async fn read_stream(js: jetstream::Context, name: String) -> Vec<jetstream::Message> {
+    {
+        {
             let mut stream = js.get_stream(&name).await.unwrap();
             let count = stream.info().await.unwrap().state.messages as usize;
             let consumer = stream
@@ -250,7 +255,7 @@ impl TestStream {
                 }
             }
             out
-        })
+        }
     }
 }
 
@@ -548,22 +553,6 @@ fn nexmark_nats_job(query: &str, server: &Server, stream: &TestStream) -> String
     )
 }
 
-/// The rows a Nexmark query over the events of `file` produces, read from JSON lines.
-fn golden(query: &str, file: &Path, dir: &Path) -> BTreeMap<String, usize> {
-    let out = dir.join(format!("golden-{query}"));
-    run_job(
-        &job_file(&format!("jobs/nexmark/{query}-jsonl.yaml")),
-        &[
-            format!("sources.nexmark.path={}", file.display()),
-            "sinks.out.kind=file".into(),
-            format!("sinks.out.path={}", out.display()),
-        ],
-    );
-    let rows = multiset(read_parts(&out));
-    assert!(!rows.is_empty(), "{query}: the golden run produced nothing");
-    rows
-}
-
 /// `--set`s that make a query's sink publish to `<stream>.<query>` with `delivery`.
 fn nats_sink(server: &Server, stream: &TestStream, query: &str, delivery: &str) -> Vec<String> {
     vec![format!(
@@ -620,48 +609,6 @@ fn calibrate(server: &Server, job: &Path, dir: &Path, query: &str) -> Duration {
     started.elapsed()
 }
 
-/// Starts run 0, 1, ... of a job with `spawn` (each restoring the latest checkpoint), kills the
-/// first `kills` runs with SIGKILL at random points (seeded) between 10% and 50% of `span`
-/// (what an uninterrupted run takes), and lets the next run complete. Returns the stderr of
-/// each run and how many were killed: a run may end before its kill, and a test that saw no
-/// kill proves nothing, so callers check that one did.
-fn run_through_kills(
-    what: &str,
-    seed: u64,
-    kills: usize,
-    span: Duration,
-    mut spawn: impl FnMut(usize) -> Child,
-) -> (Vec<String>, usize) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let span = span.as_millis().max(50) as u64;
-    let mut logs = Vec::new();
-    let mut killed = 0;
-    for run in 0.. {
-        assert!(run < kills + 5, "{what}: never completed: {logs:#?}");
-        let mut child = spawn(run);
-        if run < kills {
-            let at = Duration::from_millis(rng.between(span / 10, span / 2));
-            let started = Instant::now();
-            while started.elapsed() < at && child.try_wait().unwrap().is_none() {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if child.try_wait().unwrap().is_none() {
-                child.kill().unwrap(); // SIGKILL
-                killed += 1;
-                let log = child.wait_with_output().unwrap();
-                logs.push(String::from_utf8_lossy(&log.stderr).into_owned());
-                continue;
-            }
-        }
-        let log = child.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&log.stderr).into_owned();
-        assert!(log.status.success(), "{what}: run {run} failed:\n{text}");
-        logs.push(text);
-        break;
-    }
-    (logs, killed)
-}
-
 /// Per-partition watermarks make a stream whose partitions are each in event-time order read
 /// as the ordered file does: no record is late, and the windows equal the file's.
 #[test]
@@ -672,7 +619,7 @@ fn q5_and_q11_over_a_partitioned_stream_equal_the_same_queries_over_the_file() {
     let file = dir.path().join("events.jsonl");
     nexmark_stream(&events, 4, 40_000, &file);
     for query in ["q5", "q11"] {
-        let expected = golden(query, &file, dir.path());
+        let expected = golden_jsonl(query, &file, dir.path());
         for parallelism in [1, 3] {
             let out = dir.path().join(format!("{query}-{parallelism}"));
             let path = job(
@@ -712,7 +659,7 @@ fn nats_to_nats_is_exactly_once_across_kill9_and_rescale() {
     let file = dir.path().join("events.jsonl");
     nexmark_stream(&events, 4, 200_000, &file);
     for (query, seed) in [("q5", 7), ("q11", 11)] {
-        let expected = golden(query, &file, dir.path());
+        let expected = golden_jsonl(query, &file, dir.path());
         let path = job(
             dir.path(),
             &format!("{query}.yaml"),
@@ -723,7 +670,8 @@ fn nats_to_nats_is_exactly_once_across_kill9_and_rescale() {
         let sink = nats_sink(&server, &output, query, "exactly-once");
         let data = dir.path().join(format!("data-{query}"));
         let parallelism = [2, 1, 2];
-        let (logs, killed) = run_through_kills(query, seed, 3, span, |run| {
+        let window = span / 10..span / 2;
+        let (logs, killed) = run_through_kills(query, seed, 3, window, |run| {
             spawn_nexmark(&path, &data, parallelism[run % 3], &sink)
         });
         assert!(
@@ -768,7 +716,7 @@ fn a_server_restart_mid_run_loses_and_repeats_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.jsonl");
     nexmark_stream(&events, 4, 200_000, &file);
-    let expected = golden("q5", &file, dir.path());
+    let expected = golden_jsonl("q5", &file, dir.path());
     let path = job(
         dir.path(),
         "q5.yaml",
@@ -1485,4 +1433,53 @@ fn a_resume_after_the_duplicate_window_repeats_nothing() {
         );
         check_keyed_output(&format!("round {round}"), &out, &rows);
     }
+}
+
+/// The NATS sink under the sink conformance suite: visible output is the stream's messages.
+struct NatsStream<'a> {
+    server: &'a Server,
+    stream: &'a TestStream,
+}
+
+impl weir_runtime::testing::sink_conformance::SinkUnderTest for NatsStream<'_> {
+    fn factory(&self) -> std::sync::Arc<dyn weir_runtime::api::SinkFactory> {
+        use weir_runtime::api::connector::{SinkConnector, SinkContext};
+        let spec: weir_runtime::spec::NatsSinkSpec = serde_json::from_value(json!({
+            "from": "in",
+            "servers": self.server.servers(),
+            "subject": format!("{}.out", self.stream.name),
+            "stream": self.stream.name,
+            "commit-markers": format!("conformance_{}", std::process::id()),
+        }))
+        .unwrap();
+        let cx = SinkContext {
+            job: "conformance",
+            node: "out",
+            repeat_within: Duration::from_secs(60),
+        };
+        spec.plan(&weir_runtime::testing::sink_conformance::schema(), cx)
+            .unwrap()
+    }
+
+    fn visible(&self) -> futures::future::BoxFuture<'_, Vec<Value>> {
+        Box::pin(async move {
+            read_stream(self.stream.js.clone(), self.stream.name.clone())
+                .await
+                .into_iter()
+                .map(|m| serde_json::from_slice(&m.payload).unwrap())
+                .collect()
+        })
+    }
+}
+
+/// The sink conformance suite (crash before and after pre-commit, restore commits once, a
+/// repeated commit is a no-op, an abort leaves nothing visible) against a real server.
+#[test]
+fn the_nats_sink_conforms() {
+    let server = Server::any();
+    let stream = server.stream("conformance");
+    rt().block_on(weir_runtime::testing::sink_conformance::run(&NatsStream {
+        server: &server,
+        stream: &stream,
+    }));
 }

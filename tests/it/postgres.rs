@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::recovery::{run_through_kills, weir};
-use crate::support::{job_file, plan, read_parts, run_job, script, script_quietly, try_run_plan};
+use crate::support::{job_file, plan, script, script_quietly, try_run_plan};
 
 /// Starts and stops the throwaway clusters.
 const PG_CLUSTER: &str = "scripts/pg-cluster.sh";
@@ -148,32 +148,6 @@ fn q5_postgres() -> PathBuf {
     job_file("jobs/nexmark/q5-postgres.yaml")
 }
 
-/// q5 over `events` events through the file sink, no checkpoints: the expected rows.
-fn golden(events: u64, dir: &Path) -> BTreeMap<[i64; 4], usize> {
-    let out = dir.join("golden");
-    run_job(
-        &job_file("jobs/nexmark/q5.yaml"),
-        &[
-            format!("sources.nexmark.events={events}"),
-            "sinks.out.kind=file".into(),
-            format!("sinks.out.path={}", out.display()),
-        ],
-    );
-    let mut rows = BTreeMap::new();
-    for r in read_parts(&out) {
-        let field = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r}"));
-        let key = [
-            field("auction"),
-            field("num"),
-            field("starttime"),
-            field("endtime"),
-        ];
-        *rows.entry(key).or_insert(0) += 1;
-    }
-    assert!(!rows.is_empty(), "the golden run produced nothing");
-    rows
-}
-
 /// Runs q5-postgres in this process, its checkpoints and state under `dir`.
 fn run_q5(dir: &Path, overrides: &[String]) -> Result<(), String> {
     run_q5_summary(dir, overrides).map(|_| ())
@@ -202,7 +176,7 @@ fn rows_are_written_exactly_once_through_sigkills() {
     const EVENTS: u64 = 150_000;
     let cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let expected = golden(EVENTS, dir.path());
+    let expected = crate::support::golden_q5(EVENTS, dir.path());
     let data = dir.path().join("data");
     let connection = cluster.connection();
     let logs = run_through_kills("q5 into postgres", 7, 2, |_| {
@@ -247,7 +221,7 @@ fn a_server_that_goes_away_and_comes_back_loses_nothing() {
     const EVENTS: u64 = 120_000;
     let mut cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let expected = golden(EVENTS, dir.path());
+    let expected = crate::support::golden_q5(EVENTS, dir.path());
     let overrides = vec![
         format!("sources.nexmark.events={EVENTS}"),
         "sources.nexmark.rate=40000".into(),
@@ -283,7 +257,7 @@ fn a_database_that_goes_away_restarts_the_job_with_backoff_until_it_is_back() {
     const EVENTS: u64 = 120_000;
     let mut cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let expected = golden(EVENTS, dir.path());
+    let expected = crate::support::golden_q5(EVENTS, dir.path());
     // The sink gives up at its first failure: the job itself restarts, with backoff, from its
     // latest checkpoint, as often as the database needs (an external failure).
     let overrides = vec![
@@ -325,7 +299,7 @@ fn rows_with_a_key_are_upserted() {
     const EVENTS: u64 = 60_000;
     let cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let expected = golden(EVENTS, dir.path());
+    let expected = crate::support::golden_q5(EVENTS, dir.path());
     // Without checkpoints: every batch is staged and upserted at once.
     let job = dir.path().join("q5-upsert.yaml");
     let text = std::fs::read_to_string(q5_postgres()).unwrap();
@@ -419,7 +393,7 @@ fn tls_follows_sslmode_and_verifies_what_it_is_told_to() {
     let (port, ca) = (cluster.port(), cluster.ca_file().display().to_string());
     let dir = tempfile::tempdir().unwrap();
     let events = 20_000;
-    let expected = golden(events, dir.path());
+    let expected = crate::support::golden_q5(events, dir.path());
     let write = |table: &str, connection: String| {
         run_q5(
             &dir.path().join(table),
@@ -607,5 +581,156 @@ restart: {{strategy: fixed-delay, delay: 200ms, max-attempts: 1000}}
         cluster.psql("SELECT count(*) FROM bid_counts__weir_stage"),
         ["0"],
         "everything staged was committed"
+    );
+}
+
+/// The PostgreSQL sink under the sink conformance suite: visible output is the table's rows.
+struct PgTable {
+    connection: String,
+    port: u16,
+    table: &'static str,
+}
+
+impl weir_runtime::testing::sink_conformance::SinkUnderTest for PgTable {
+    fn factory(&self) -> std::sync::Arc<dyn weir_runtime::api::SinkFactory> {
+        use weir_runtime::api::connector::{SinkConnector, SinkContext};
+        let spec: weir_runtime::spec::PostgresSinkSpec =
+            serde_json::from_value(serde_json::json!({
+                "from": "in",
+                "connection": self.connection,
+                "table": self.table,
+                "batch-size": 7,
+            }))
+            .unwrap();
+        let cx = SinkContext {
+            job: "conformance",
+            node: "out",
+            repeat_within: Duration::from_secs(60),
+        };
+        spec.plan(&weir_runtime::testing::sink_conformance::schema(), cx)
+            .unwrap()
+    }
+
+    fn visible(&self) -> futures::future::BoxFuture<'_, Vec<serde_json::Value>> {
+        Box::pin(async move {
+            let out = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args([
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-At",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                ])
+                .args(["-c", &format!("SELECT id, name FROM {}", self.table)])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let (id, name) = l.split_once('|').unwrap();
+                    serde_json::json!({"id": id.parse::<i64>().unwrap(), "name": name})
+                })
+                .collect()
+        })
+    }
+}
+
+/// The sink conformance suite (crash before and after pre-commit, restore commits once, a
+/// repeated commit is a no-op, an abort leaves nothing visible) against a real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_sink_conforms() {
+    let cluster = Cluster::start();
+    cluster.psql("CREATE TABLE conformance (id bigint, name text)");
+    weir_runtime::testing::sink_conformance::run(&PgTable {
+        connection: cluster.connection(),
+        port: cluster.port(),
+        table: "conformance",
+    })
+    .await;
+}
+
+/// A commit the database refuses for good (the job's role lost its privilege on the table
+/// mid-run) fails the job at once: the sink's typed error crosses the checkpoint's commit with
+/// its decision, where a message used to be retried until the restart budget ran out. (A
+/// database that is only away is retried: see the test above.)
+#[test]
+fn a_commit_the_database_refuses_for_good_fails_the_job_at_once() {
+    let cluster = Cluster::start();
+    cluster.psql("CREATE ROLE writer LOGIN");
+    cluster.psql("GRANT CREATE ON SCHEMA public TO writer");
+    cluster.psql("CREATE TABLE refused_counts (auction bigint PRIMARY KEY, bids bigint)");
+    cluster.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON refused_counts TO writer");
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("refused.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            r#"name: refused-counts
+sources:
+  nexmark: {{kind: nexmark, rate: 20000}}
+transforms:
+  by-auction: {{kind: key-by, from: nexmark.bid, keys: [auction]}}
+  counts: {{kind: aggregate, from: by-auction, aggregates: {{bids: count(*)}}}}
+sinks:
+  out:
+    kind: postgres
+    from: counts
+    connection: 'host=127.0.0.1 port={} user=writer dbname=postgres'
+    table: refused_counts
+    key: [auction]
+    retry: {{max-attempts: 1}}
+checkpoint: {{interval: 200ms}}
+restart: {{strategy: fixed-delay, delay: 100ms, max-attempts: 1000}}
+"#,
+            cluster.port()
+        ),
+    )
+    .unwrap();
+    let mut child = weir(&dir.path().join("data"))
+        .arg("run")
+        .arg(&job)
+        .arg("--quiet")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Commits land; then the role loses the right to write the table.
+    let started = std::time::Instant::now();
+    while cluster.psql("SELECT count(*) FROM refused_counts") == ["0"] {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "nothing was committed"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the job ended early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.psql("REVOKE INSERT, UPDATE ON refused_counts FROM writer");
+    let refused = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            refused.elapsed() < Duration::from_secs(30),
+            "the job still runs 30 s after its commits were refused"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("retrying cannot help") && log.contains("permission denied"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("restarting after a failure"),
+        "the refused commit was retried: {log}"
     );
 }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{assert_same_rows, job_file, multiset, read_parts, run_job};
 
@@ -151,43 +151,16 @@ fn run_with_kills(case: &Case<'_>, data: &Path, out: &Path) -> Vec<String> {
     })
 }
 
-/// Starts run 0, 1, ... of a job with `spawn` (each restoring the latest checkpoint), kills the
-/// first `kills` runs with SIGKILL at random points between 0.3 and 1.8 s (seeded), and lets
-/// the next run complete; returns the stderr of each run. `what` names the job in failures.
+/// [`crate::support::run_through_kills`] with kills between 0.3 and 1.8 s: a full run of the
+/// cases takes about two seconds, so kills land before, between and during checkpoints.
 pub(crate) fn run_through_kills(
     what: &str,
     seed: u64,
     kills: usize,
-    mut spawn: impl FnMut(usize) -> Child,
+    spawn: impl FnMut(usize) -> Child,
 ) -> Vec<String> {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let mut logs = Vec::new();
-    for run in 0.. {
-        assert!(run < kills + 5, "{what}: never completed: {logs:#?}");
-        let mut child = spawn(run);
-        if run < kills {
-            let at = Duration::from_millis(rng.between(300, 1800));
-            let started = Instant::now();
-            while started.elapsed() < at {
-                if child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if child.try_wait().unwrap().is_none() {
-                child.kill().unwrap(); // SIGKILL
-                let log = child.wait_with_output().unwrap();
-                logs.push(String::from_utf8_lossy(&log.stderr).into_owned());
-                continue;
-            }
-        }
-        let log = child.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&log.stderr).into_owned();
-        assert!(log.status.success(), "{what}: run {run} failed:\n{text}");
-        logs.push(text);
-        break;
-    }
-    logs
+    let window = Duration::from_millis(300)..Duration::from_millis(1800);
+    crate::support::run_through_kills(what, seed, kills, window, spawn).0
 }
 
 fn check(case: Case<'_>) {

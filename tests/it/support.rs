@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use serde_json::Value;
 use weir_runtime::exec::job::JobSummary;
@@ -269,4 +270,100 @@ pub fn wait_until(
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     panic!("{path} never reached the expected state; it is: {last}");
+}
+
+/// The rows a Nexmark query over the events of `file` produces (its `-jsonl` job into a file
+/// sink), as a multiset: what a run of the same query over a broker must equal.
+pub fn golden_jsonl(query: &str, file: &Path, dir: &Path) -> BTreeMap<String, usize> {
+    let out = dir.join(format!("golden-{query}"));
+    run_job(
+        &job_file(&format!("jobs/nexmark/{query}-jsonl.yaml")),
+        &[
+            format!("sources.nexmark.path={}", file.display()),
+            "sinks.out.kind=file".into(),
+            format!("sinks.out.path={}", out.display()),
+        ],
+    );
+    let rows = multiset(read_parts(&out));
+    assert!(!rows.is_empty(), "{query}: the golden run produced nothing");
+    rows
+}
+
+/// q5 over `events` generated events through the file sink, no checkpoints: each row as
+/// `[auction, num, starttime, endtime]`, counted.
+pub fn golden_q5(events: u64, dir: &Path) -> BTreeMap<[i64; 4], usize> {
+    let out = dir.join("golden");
+    run_job(
+        &job_file("jobs/nexmark/q5.yaml"),
+        &[
+            format!("sources.nexmark.events={events}"),
+            "sinks.out.kind=file".into(),
+            format!("sinks.out.path={}", out.display()),
+        ],
+    );
+    let rows = q5_rows(read_parts(&out));
+    assert!(!rows.is_empty(), "the golden run produced nothing");
+    rows
+}
+
+/// q5's rows as `[auction, num, starttime, endtime]`, counted.
+pub fn q5_rows(rows: Vec<Value>) -> BTreeMap<[i64; 4], usize> {
+    let mut keyed = BTreeMap::new();
+    for r in rows {
+        let field = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k} in {r}"));
+        *keyed
+            .entry([
+                field("auction"),
+                field("num"),
+                field("starttime"),
+                field("endtime"),
+            ])
+            .or_insert(0) += 1;
+    }
+    keyed
+}
+
+/// Starts run 0, 1, ... of a job with `spawn` (each restoring the latest checkpoint), kills the
+/// first `kills` runs with SIGKILL at a random point of `window` (seeded) after they start,
+/// and lets the next run complete. Returns the stderr of each run and how many were killed: a
+/// run may end before its kill, and a test that saw no kill proves nothing, so callers that
+/// need one check. `what` names the job in failures.
+pub fn run_through_kills(
+    what: &str,
+    seed: u64,
+    kills: usize,
+    window: std::ops::Range<Duration>,
+    mut spawn: impl FnMut(usize) -> std::process::Child,
+) -> (Vec<String>, usize) {
+    let mut rng = crate::recovery::Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let (lo, hi) = (
+        window.start.as_millis() as u64,
+        window.end.as_millis() as u64,
+    );
+    let mut logs = Vec::new();
+    let mut killed = 0;
+    for run in 0.. {
+        assert!(run < kills + 5, "{what}: never completed: {logs:#?}");
+        let mut child = spawn(run);
+        if run < kills {
+            let at = Duration::from_millis(rng.between(lo, hi.max(lo + 1)));
+            let started = std::time::Instant::now();
+            while started.elapsed() < at && child.try_wait().unwrap().is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                killed += 1;
+                let log = child.wait_with_output().unwrap();
+                logs.push(String::from_utf8_lossy(&log.stderr).into_owned());
+                continue;
+            }
+        }
+        let log = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&log.stderr).into_owned();
+        assert!(log.status.success(), "{what}: run {run} failed:\n{text}");
+        logs.push(text);
+        break;
+    }
+    (logs, killed)
 }
