@@ -15,6 +15,7 @@ use weir_runtime::api::JobMetrics;
 use weir_runtime::exec::error::RunError;
 use weir_runtime::exec::job::{JobControl, JobSummary, RunStatus, RunningJob};
 use weir_runtime::plan::Plan;
+use weir_state::clock::now_ms;
 
 use crate::catalog::{StoredJob, StoredRun};
 
@@ -794,9 +795,6 @@ fn push_sample(samples: &mut VecDeque<Sample>, sample: Sample) {
     }
     samples.push_back(sample);
 }
-
-/// Milliseconds since the Unix epoch.
-pub use weir_state::clock::now_ms;
 
 /// Per-second rate between two counter readings.
 pub fn rate(before: u64, after: u64, elapsed: Duration) -> f64 {

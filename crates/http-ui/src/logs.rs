@@ -20,8 +20,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
-
-use crate::job::now_ms;
+use weir_state::clock::now_ms;
 
 /// The span field that names a job's log.
 pub const FIELD: &str = "weir_log";

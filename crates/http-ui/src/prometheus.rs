@@ -219,7 +219,7 @@ impl Scrape {
             jobs.push(JobFigures {
                 state,
                 uptime_seconds: if state.is_live() {
-                    (crate::job::now_ms() - s.started_at).max(0) as f64 / 1e3
+                    (weir_state::clock::now_ms() - s.started_at).max(0) as f64 / 1e3
                 } else {
                     0.0
                 },

@@ -13,8 +13,9 @@ use weir_checkpoint::metadata::SnapshotKind;
 use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
 use weir_runtime::api::{NodeRole, UNKNOWN};
 use weir_scheduler::{DelaySummary, PipelineMetrics};
+use weir_state::clock::now_ms;
 
-use crate::job::{HostedJob, JobInner, JobState, Sample, now_ms, rate};
+use crate::job::{HostedJob, JobInner, JobState, Sample, rate};
 
 /// A job in the jobs list (and the head of its detail).
 #[derive(Debug, Serialize, JsonSchema)]

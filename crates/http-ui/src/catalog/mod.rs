@@ -214,7 +214,7 @@ impl Row {
             id: job.id,
             name: job.name.clone(),
             state: job.state.clone(),
-            updated_at: crate::job::now_ms(),
+            updated_at: weir_state::clock::now_ms(),
             checksum: checksum(&document),
             document,
             epoch: job.epoch,
