@@ -61,6 +61,7 @@ pub mod error;
 pub mod fleet;
 pub mod host;
 pub mod job;
+pub mod lifecycle;
 pub mod limits;
 pub mod logs;
 pub mod openapi;
@@ -79,7 +80,8 @@ pub use api::router;
 pub use auth::Access;
 pub use error::{ApiError, ServeError};
 pub use host::{Host, HostConfig};
-pub use job::{HostedJob, JobState};
+pub use job::HostedJob;
+pub use lifecycle::JobState;
 pub use limits::JobLimits;
 
 /// Where and how `weir serve` listens.

@@ -25,7 +25,7 @@ use weir_checkpoint::coordinator::{Outcome, Record, StatsSnapshot};
 use weir_scheduler::DelaySummary;
 
 use crate::host::Host;
-use crate::job::JobState;
+use crate::lifecycle::JobState;
 use crate::view::PoolView;
 
 /// The content type of the text format.

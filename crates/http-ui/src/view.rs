@@ -15,7 +15,8 @@ use weir_runtime::api::{NodeRole, UNKNOWN};
 use weir_scheduler::{DelaySummary, PipelineMetrics};
 use weir_state::clock::now_ms;
 
-use crate::job::{HostedJob, JobInner, JobState, Sample, rate};
+use crate::job::{HostedJob, JobInner, Sample, rate};
+use crate::lifecycle::JobState;
 
 /// A job in the jobs list (and the head of its detail).
 #[derive(Debug, Serialize, JsonSchema)]

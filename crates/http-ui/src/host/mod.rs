@@ -36,7 +36,8 @@ use crate::ApiError;
 use crate::catalog::persist::Persister;
 use crate::catalog::{Catalog, StoredJob};
 use crate::fleet::Fleet;
-use crate::job::{Definition, HostedJob, JobState};
+use crate::job::{Definition, HostedJob};
+use crate::lifecycle::JobState;
 use crate::limits::JobLimits;
 
 mod fleet;
