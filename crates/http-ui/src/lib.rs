@@ -56,6 +56,7 @@ pub mod api;
 pub mod assets;
 pub mod auth;
 pub mod catalog;
+pub mod db;
 pub mod endpoints;
 pub mod error;
 pub mod fleet;

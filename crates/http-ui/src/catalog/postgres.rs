@@ -16,7 +16,7 @@
 use tokio::sync::Mutex;
 
 use super::{CatalogError, Row, TABLES, check_version};
-use crate::fleet::db::Conn;
+use crate::db::{Conn, DDL_LOCK, id_of, id_sql};
 
 /// The advisory lock key of a catalog: "weir" in ASCII, then 1.
 const LOCK_KEY: i64 = 0x7765_6972_0000_0001;
@@ -123,11 +123,8 @@ impl PgCatalog {
         }
         let create = async {
             let tx = conn.client.transaction().await?;
-            tx.execute(
-                "SELECT pg_advisory_xact_lock($1)",
-                &[&crate::fleet::db::DDL_LOCK],
-            )
-            .await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&DDL_LOCK])
+                .await?;
             tx.batch_execute(TABLES).await?;
             tx.commit().await
         };
@@ -292,7 +289,7 @@ impl PgCatalog {
             .map(|r| {
                 Ok(Row {
                     epoch: None,
-                    id: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
+                    id: id_of(r.try_get(0)?),
                     name: r.try_get(1)?,
                     state: r.try_get(2)?,
                     updated_at: r.try_get(3)?,
@@ -311,8 +308,4 @@ impl PgCatalog {
             source: "the connection is closed".into(),
         }
     }
-}
-
-fn id_sql(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
 }

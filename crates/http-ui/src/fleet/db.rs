@@ -16,7 +16,8 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 use tokio::sync::Mutex;
-use tokio::task::JoinHandle;
+
+use crate::db::Conn;
 
 /// Something the fleet's catalog could not do.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -37,8 +38,8 @@ pub enum DbError {
 }
 
 /// The fleet's tables, created when missing. Creating them is serialised by a
-/// transaction-level advisory lock: servers starting together would otherwise race in the
-/// system catalogs.
+/// transaction-level advisory lock ([`crate::db::DDL_LOCK`]): servers starting together would
+/// otherwise race in the system catalogs.
 pub(crate) const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS weir_servers (
     id TEXT PRIMARY KEY,
@@ -64,22 +65,6 @@ CREATE TABLE IF NOT EXISTS weir_leases (
 CREATE UNIQUE INDEX IF NOT EXISTS weir_leases_checkpointing_name
     ON weir_leases (name) WHERE checkpointing;
 ";
-
-/// The advisory lock key serialising table creation: \"weir\", then 2.
-pub(crate) const DDL_LOCK: i64 = 0x7765_6972_0000_0002;
-
-/// A connection and the task that drives its socket (aborted with it). The job catalog's
-/// connection is one too.
-pub(crate) struct Conn {
-    pub(crate) client: tokio_postgres::Client,
-    pub(crate) driver: JoinHandle<()>,
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
 
 /// What a statement's closure returns: the work on the connection, borrowing only it.
 pub(crate) type DbFuture<'c, T> =
@@ -164,16 +149,6 @@ pub(crate) fn db_reason(e: &tokio_postgres::Error) -> String {
 /// Whether `e` is a unique violation (SQLSTATE 23505).
 pub(crate) fn unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
-}
-
-/// A row id as PostgreSQL keeps it.
-pub(crate) fn id_sql(id: u64) -> i64 {
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
-
-/// A count or id back from PostgreSQL.
-pub(crate) fn id_of(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 /// A duration as the whole milliseconds the statements take.

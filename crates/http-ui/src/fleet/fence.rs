@@ -8,7 +8,7 @@ use std::sync::Arc;
 use weir_checkpoint::Fenced;
 
 use super::Fleet;
-use super::db::{id_of, id_sql};
+use crate::db::{id_of, id_sql};
 
 /// The fence of one job's copy on this server, at one lease epoch.
 #[derive(Debug)]

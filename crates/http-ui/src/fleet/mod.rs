@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use self::db::{DbError, Link, id_of, id_sql, ms};
+use self::db::{DbError, Link, ms};
+use crate::db::{id_of, id_sql};
 use crate::host::Host;
 
 /// How a server takes part in a fleet.
@@ -236,7 +237,7 @@ impl Fleet {
             .run("creating the fleet's tables", |c| {
                 Box::pin(async move {
                     let tx = c.transaction().await?;
-                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&db::DDL_LOCK])
+                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&crate::db::DDL_LOCK])
                         .await?;
                     tx.batch_execute(db::TABLES).await?;
                     tx.commit().await
