@@ -16,7 +16,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-use crate::ServeError;
+/// Why the access rule cannot be set up: `weir serve` refuses to start ([`crate::ServeError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error(
+        "listening on {0} (not a loopback address) needs a bearer token: pass `--token` or set WEIR_TOKEN"
+    )]
+    TokenRequired(SocketAddr),
+    #[error("the bearer token is empty")]
+    EmptyToken,
+}
 
 /// The API's access rule.
 #[derive(Clone, Debug)]
@@ -31,9 +40,9 @@ impl Access {
     }
 
     /// Every request must carry `token`.
-    pub fn token(token: &str) -> Result<Self, ServeError> {
+    pub fn token(token: &str) -> Result<Self, AccessError> {
         if token.trim().is_empty() {
-            return Err(ServeError::EmptyToken);
+            return Err(AccessError::EmptyToken);
         }
         Ok(Access {
             token: Some(Arc::from(token.as_bytes())),
@@ -42,11 +51,11 @@ impl Access {
 
     /// The rule for listening on `addr`: a token is required unless `addr` is loopback, and
     /// used whenever one is given.
-    pub fn for_bind(addr: SocketAddr, token: Option<&str>) -> Result<Self, ServeError> {
+    pub fn for_bind(addr: SocketAddr, token: Option<&str>) -> Result<Self, AccessError> {
         match token {
             Some(t) => Self::token(t),
             None if addr.ip().is_loopback() => Ok(Self::open()),
-            None => Err(ServeError::TokenRequired(addr)),
+            None => Err(AccessError::TokenRequired(addr)),
         }
     }
 
@@ -111,7 +120,7 @@ mod tests {
         let local: SocketAddr = ([127, 0, 0, 1], 8080).into();
         assert!(matches!(
             Access::for_bind(public, None),
-            Err(ServeError::TokenRequired(_))
+            Err(AccessError::TokenRequired(_))
         ));
         assert!(
             !Access::for_bind(local, None)

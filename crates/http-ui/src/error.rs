@@ -2,8 +2,8 @@
 //!
 //! [`ApiError`] is the error of every handler: each variant is one HTTP status, and its JSON
 //! body ([`ErrorBody`]) says what to do (`{"error": "...", "problems": [...]}`). Internal errors are logged with
-//! their cause and answered with a short message. [`ServeError`] is what stops `weir serve`
-//! from starting.
+//! their cause and answered with a short message. What stops `weir serve` from starting is
+//! [`crate::ServeError`], beside the [`crate::Server`] it stops.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -145,30 +145,4 @@ impl IntoResponse for ApiError {
             None => (status, Json(body)).into_response(),
         }
     }
-}
-
-/// Why `weir serve` cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error(
-        "listening on {0} (not a loopback address) needs a bearer token: pass `--token` or set WEIR_TOKEN"
-    )]
-    TokenRequired(std::net::SocketAddr),
-    #[error("the bearer token is empty")]
-    EmptyToken,
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: std::net::SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("cannot start the checkpoint scheduler: {0}")]
-    Scheduler(String),
-    #[error("serving: {0}")]
-    Io(#[from] std::io::Error),
-    /// The job catalog cannot be opened or read.
-    #[error(transparent)]
-    Catalog(#[from] crate::catalog::CatalogError),
-    /// The fleet's catalog cannot be joined.
-    #[error("joining the fleet: {0}")]
-    Fleet(String),
 }

@@ -35,7 +35,8 @@
 //! - [`prometheus`]: the `/metrics` text.
 //! - [`ratelimit`]: rate limits per client (state lookups), on governor.
 //! - [`assets`]: the embedded dashboard files.
-//! - [`error`]: [`ApiError`] (one HTTP status each) and [`ServeError`].
+//! - [`error`]: [`ApiError`] (one HTTP status each); [`ServeError`], why the server cannot
+//!   start, is defined here.
 //!
 //! # Example
 //! ```no_run
@@ -79,7 +80,7 @@ use std::time::Duration;
 
 pub use api::router;
 pub use auth::Access;
-pub use error::{ApiError, ServeError};
+pub use error::ApiError;
 pub use host::{Host, HostConfig};
 pub use job::HostedJob;
 pub use lifecycle::JobState;
@@ -146,6 +147,29 @@ impl Default for Timeouts {
             body_read: api::BODY_TIMEOUT,
         }
     }
+}
+
+/// Why `weir serve` cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The access rule refuses the bind (no token off loopback, an empty token).
+    #[error(transparent)]
+    Access(#[from] auth::AccessError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the checkpoint scheduler: {0}")]
+    Scheduler(String),
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+    /// The job catalog cannot be opened or read.
+    #[error(transparent)]
+    Catalog(#[from] catalog::CatalogError),
+    /// The fleet's catalog cannot be joined.
+    #[error("joining the fleet: {0}")]
+    Fleet(String),
 }
 
 /// A bound server: its host (to submit start-up jobs to) and the address it listens on.
