@@ -290,7 +290,7 @@ async fn submit(
         if let Some(p) = options.parallelism {
             overrides.push(format!("parallelism={p}"));
         }
-        let parsed = crate::host::parse_overrides(&overrides)?;
+        let parsed = crate::overrides::parse(&overrides)?;
         let plan = Host::check_isolated(SUBMITTED, text, &parsed, host.config())
             .await
             .map_err(|e| Secrets::of(text).mask_error(e))?;
@@ -347,7 +347,7 @@ async fn validate(
     if let Some(p) = options.parallelism {
         overrides.push(format!("parallelism={p}"));
     }
-    let overrides = crate::host::parse_overrides(&overrides)?;
+    let overrides = crate::overrides::parse(&overrides)?;
     let plan = Host::check_isolated(SUBMITTED, text, &overrides, host.config())
         .await
         .map_err(|e| Secrets::of(text).mask_error(e))?;

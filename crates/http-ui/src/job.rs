@@ -350,7 +350,7 @@ impl HostedJob {
     /// A job read back from the catalog, with no run in this server (yet): an ended job as it
     /// ended, a job that was running as `restarting` until the host resumes it.
     pub fn recovered(stored: &StoredJob, plan: Plan) -> Self {
-        let overrides = crate::host::parse_overrides(&stored.overrides).unwrap_or_default();
+        let overrides = crate::overrides::parse(&stored.overrides).unwrap_or_default();
         let secrets = crate::redact::registry().register(
             crate::redact::Secrets::of_job(&stored.text, &overrides).with(&plan.env_values),
         );

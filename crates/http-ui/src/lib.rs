@@ -67,6 +67,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod logs;
 pub mod openapi;
+pub mod overrides;
 pub mod paths;
 pub mod prometheus;
 pub mod ratelimit;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::plan::Plan;
 
-use super::{Host, parse_overrides};
+use super::Host;
 use crate::ApiError;
 use crate::fleet::Claimed;
 use crate::job::HostedJob;
@@ -99,7 +99,7 @@ impl Host {
                 return;
             }
         };
-        let overrides = match parse_overrides(&stored.overrides) {
+        let overrides = match crate::overrides::parse(&stored.overrides) {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(job = id, error = %e, "a job taken over has overrides that no longer parse; its lease is dropped");

@@ -355,7 +355,7 @@ impl Host {
         if let Some(p) = options.parallelism {
             overrides.push(format!("parallelism={p}"));
         }
-        let parsed = parse_overrides(&overrides)?;
+        let parsed = crate::overrides::parse(&overrides)?;
         let plan = Self::check_isolated(file, text, &parsed, &self.config).await?;
         let _starting = self.starting.lock().await;
         self.admit(&plan, None)?;
@@ -563,7 +563,7 @@ impl Host {
             .cloned()
             .collect();
         overrides.push(format!("parallelism={parallelism}"));
-        let parsed = parse_overrides(&overrides)?;
+        let parsed = crate::overrides::parse(&overrides)?;
         let plan = Self::check_isolated(&job.name, &job.text, &parsed, &self.config).await?;
         {
             let _starting = self.starting.lock().await;
@@ -643,7 +643,7 @@ impl Host {
                 JobState::Running | JobState::Restarting | JobState::Stopping
             )
         });
-        let overrides = match parse_overrides(&stored.overrides) {
+        let overrides = match crate::overrides::parse(&stored.overrides) {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(id = stored.id, error = %e, "a job of the catalog has overrides that no longer parse; it is left in the catalog");
@@ -981,17 +981,6 @@ pub fn catalog(
     let storage = weir_checkpoint::object::open_guarded(&config, Some(&endpoints.guard()))
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(JobCheckpoints::new(storage, plan.name()))
-}
-
-/// `key.path=value` overrides, parsed; a bad one is the client's mistake.
-pub fn parse_overrides(overrides: &[String]) -> Result<Vec<Override>, ApiError> {
-    overrides
-        .iter()
-        .map(|o| {
-            o.parse::<Override>()
-                .map_err(|e| ApiError::BadRequest(format!("override `{o}`: {e}")))
-        })
-        .collect()
 }
 
 /// Hands `job`'s state to the catalog, unless the host is closing (see [`Host::shutdown`]).
