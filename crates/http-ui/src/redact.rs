@@ -29,28 +29,207 @@ use serde_json::{Map, Value};
 use weir_runtime::spec::load::Override;
 use weir_runtime::spec::yaml::{self, ScalarSpan};
 
-/// Every property name the API's answers define (from the OpenAPI document's schemas).
-fn api_keys() -> &'static std::collections::HashSet<String> {
-    static KEYS: OnceLock<std::collections::HashSet<String>> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        let mut keys = std::collections::HashSet::new();
-        let doc = crate::openapi::build();
-        // Iterative: the document is weir's own, but no recursion on a tree's depth anyway.
-        let mut stack = vec![&doc];
-        while let Some(v) = stack.pop() {
-            match v {
-                Value::Object(map) => {
-                    if let Some(Value::Object(properties)) = map.get("properties") {
-                        keys.extend(properties.keys().cloned());
-                    }
-                    stack.extend(map.values());
-                }
-                Value::Array(items) => stack.extend(items),
-                _ => {}
-            }
-        }
-        keys
-    })
+/// Every property name the API's answers define, sorted: the names of the OpenAPI document's
+/// schemas' properties. Written out rather than read from the document at run time, so that
+/// masking depends on nothing above it; a test checks it against the document
+/// (`the_api_key_list_is_every_property_of_the_openapi_document`), so a field added to a view
+/// must be added here too.
+const API_KEYS: [&str; 190] = [
+    "acked-after-ms",
+    "acks",
+    "acquire-p50-us",
+    "acquire-p99-us",
+    "age-ms",
+    "alignment-ms",
+    "alive",
+    "as-of",
+    "at",
+    "attempt",
+    "backpressure",
+    "backpressure-ms",
+    "barriers",
+    "broken",
+    "buckets",
+    "busy",
+    "bytes",
+    "bytes-read",
+    "capacity",
+    "category",
+    "chain",
+    "checkpoint",
+    "checkpointing",
+    "coalesced",
+    "column",
+    "completed",
+    "completed-at",
+    "control-messages",
+    "count",
+    "delay",
+    "description",
+    "draining",
+    "dropped",
+    "duration-ms",
+    "edges",
+    "elapsed-us",
+    "enabled",
+    "end",
+    "ended-at",
+    "entries",
+    "epoch",
+    "error",
+    "events",
+    "events-history",
+    "events-per-second",
+    "exceptions",
+    "failed",
+    "file",
+    "files",
+    "finished",
+    "fired",
+    "format",
+    "freshness",
+    "from",
+    "gap-bytes",
+    "heartbeat-age-ms",
+    "high-us",
+    "history",
+    "id",
+    "idle",
+    "in-progress",
+    "in-use",
+    "info",
+    "input-watermarks",
+    "interval-ms",
+    "interval-us",
+    "job",
+    "jobs",
+    "key",
+    "key-columns",
+    "key-groups",
+    "key_groups",
+    "keyed",
+    "kind",
+    "lag",
+    "late-dropped",
+    "latest",
+    "latest-snapshot",
+    "lease-ttl-ms",
+    "leases",
+    "length",
+    "level",
+    "line",
+    "lines",
+    "location",
+    "longest-run-actions",
+    "longest-run-us",
+    "low-us",
+    "margin-us",
+    "max-size",
+    "max-staleness-ms",
+    "max-us",
+    "message",
+    "metadata",
+    "mode",
+    "moved",
+    "name",
+    "node",
+    "nodes",
+    "offset",
+    "opened",
+    "opening",
+    "operator",
+    "operator-state",
+    "p50-us",
+    "p99-us",
+    "panicked",
+    "parallelism",
+    "partition",
+    "partitioning",
+    "partitions",
+    "path",
+    "pipelines",
+    "pools",
+    "port",
+    "position",
+    "precision",
+    "problems",
+    "progress",
+    "queryable",
+    "ranges",
+    "rate-in",
+    "rate-out",
+    "read-your-writes",
+    "reason",
+    "records-in",
+    "records-out",
+    "requested-at",
+    "requests",
+    "restarts",
+    "restore",
+    "restored-from",
+    "role",
+    "rows",
+    "rows-per-subtask",
+    "run",
+    "running",
+    "sample-interval-ms",
+    "savepoints",
+    "scheduler",
+    "seeks-performed",
+    "seeks-skipped",
+    "seq",
+    "server",
+    "servers",
+    "size",
+    "skew",
+    "skewed",
+    "skipped",
+    "sleeps",
+    "snapshot",
+    "snapshot-id",
+    "snapshots",
+    "spin-us",
+    "start",
+    "started-at",
+    "state",
+    "state-bytes",
+    "state-keys",
+    "states",
+    "status",
+    "stop",
+    "submitted-at",
+    "subtask",
+    "subtasks",
+    "subtasks-finished",
+    "sum-us",
+    "target",
+    "this",
+    "threads",
+    "throughput",
+    "timeouts",
+    "to",
+    "topic",
+    "triggered-at",
+    "truncated",
+    "ttl_ms",
+    "unanswered",
+    "url",
+    "valid",
+    "value",
+    "version",
+    "waiters",
+    "watch-ms",
+    "watching",
+    "watermark",
+    "watermark-delay-ms",
+    "watermark-lag-ms",
+    "window",
+    "xxh3",
+];
+
+/// Whether `key` is one of the API's own field names ([`API_KEYS`]).
+fn is_api_key(key: &str) -> bool {
+    API_KEYS.binary_search(&key).is_ok()
 }
 
 /// What a masked value reads as.
@@ -204,7 +383,7 @@ impl Secrets {
                     self.mask_json(&mut v);
                     // The API's own field names are never the user's (a secret `test` must
                     // not turn `latest` into `la******`); keys the user named are masked.
-                    let key = if api_keys().contains(key.as_str()) {
+                    let key = if is_api_key(&key) {
                         key
                     } else {
                         self.mask(&key).into_owned()
@@ -656,6 +835,37 @@ mod tests {
                 "latest": {"status": format!("{MASK} run"), "bytes": 3},
                 format!("my-{MASK}-node"): 1,
             })
+        );
+    }
+
+    #[test]
+    fn the_api_key_list_is_every_property_of_the_openapi_document() {
+        let doc = crate::openapi::build();
+        let mut defined = std::collections::BTreeSet::new();
+        let mut stack = vec![&doc];
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::Object(map) => {
+                    if let Some(Value::Object(properties)) = map.get("properties") {
+                        defined.extend(properties.keys().map(String::as_str));
+                    }
+                    stack.extend(map.values());
+                }
+                Value::Array(items) => stack.extend(items),
+                _ => {}
+            }
+        }
+        assert!(
+            API_KEYS.windows(2).all(|w| w[0] < w[1]),
+            "API_KEYS is sorted, each name once (it is searched by bisection)"
+        );
+        let listed: std::collections::BTreeSet<&str> = API_KEYS.into_iter().collect();
+        let missing: Vec<_> = defined.difference(&listed).collect();
+        let stale: Vec<_> = listed.difference(&defined).collect();
+        assert!(
+            missing.is_empty() && stale.is_empty(),
+            "API_KEYS must list exactly the document's property names: add {missing:?}, \
+             remove {stale:?}"
         );
     }
 
