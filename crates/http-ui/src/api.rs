@@ -19,8 +19,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
@@ -30,16 +29,17 @@ use crate::host::{Host, SubmitOptions};
 use crate::job::HostedJob;
 use crate::redact::Secrets;
 use crate::view::{
-    CheckpointDetail, ExceptionList, JobDetail, JobList, JobOverview, LogPage, SavepointAccepted,
-    SavepointList, SnapshotList, SnapshotMetadata, TailSubtask, TailView, Validation,
+    CheckpointDetail, Drained, DrainedJob, ExceptionList, JobDetail, JobList, JobOverview, LogPage,
+    LogParams, LookupParams, RescaleRequest, RestartRequest, SavepointAccepted, SavepointList,
+    SavepointRequest, SnapshotList, SnapshotMetadata, SpecParams, TailSubtask, TailView,
+    Validation,
 };
 use crate::{ApiError, assets, prometheus};
 
 /// How a submitted job file is named in messages.
 const SUBMITTED: &str = "job.yaml";
 
-/// Largest request body accepted (a job file): larger ones get 413.
-pub const MAX_BODY: usize = 1 << 20;
+pub use crate::limits::MAX_BODY;
 
 /// How long a client has to send a request's whole body, once its headers are in (the
 /// headers have their own limit: [`crate::Timeouts`]).
@@ -368,15 +368,6 @@ async fn job_detail(
     masked(&job, job.detail(every))
 }
 
-/// The query of the spec route: `view=submitted` (the default: the file as submitted) or
-/// `view=effective` (the job as it runs: overrides applied, defaults filled in).
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SpecParams {
-    /// `submitted` (the default) or `effective`.
-    view: Option<String>,
-}
-
 async fn job_spec(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
@@ -406,17 +397,6 @@ async fn job_spec(
         }
     };
     Ok(([(header::CONTENT_TYPE, "application/yaml")], text).into_response())
-}
-
-/// The query of the logs route: lines after `after` (a `seq`); `info=true` captures the
-/// job's `info` lines too for the next minute.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct LogParams {
-    /// Only lines with a greater `seq` (the last one the client has).
-    after: Option<u64>,
-    /// `true` captures the job's `info` lines too, for the next minute.
-    info: Option<bool>,
 }
 
 async fn logs(
@@ -523,15 +503,6 @@ fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Re
     serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("bad JSON body: {e}")))
 }
 
-/// The body of a savepoint request (optional: empty means `{"stop": false}`).
-#[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SavepointRequest {
-    /// Stop the job once the savepoint is complete.
-    #[serde(default)]
-    stop: bool,
-}
-
 fn savepoint_accepted(id: &str, request: u64) -> Response {
     (
         StatusCode::ACCEPTED,
@@ -590,15 +561,6 @@ async fn savepoint(
     Ok(masked(&job, status)?.into_response())
 }
 
-/// The body of a restart (optional: empty means `{"from": "latest"}`).
-#[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RestartRequest {
-    /// `latest`, `none`, `sp-<id>`, `chk-<id>` or `final-<id>`.
-    #[serde(default)]
-    from: Option<String>,
-}
-
 async fn restart(
     State(host): State<Arc<Host>>,
     Path(id): Path<String>,
@@ -610,14 +572,6 @@ async fn restart(
         .await
         .map_err(|e| job.secrets.mask_error(e))?;
     Ok((StatusCode::ACCEPTED, masked(&job, job.overview())?).into_response())
-}
-
-/// The body of a rescale.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RescaleRequest {
-    /// The job's new parallelism (of every node that does not set its own), at least 1.
-    parallelism: u32,
 }
 
 async fn rescale(
@@ -688,21 +642,6 @@ async fn exceptions(
     let job = host.job(&id)?;
     let exceptions = job.lock().exceptions.iter().rev().cloned().collect();
     masked(&job, ExceptionList { exceptions })
-}
-
-/// The query string of a state lookup.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct LookupParams {
-    /// The key as text: the key column's value (`42`, `alice`), or for several key columns a
-    /// JSON array (`["alice", 3]`).
-    key: Option<String>,
-    /// Every key whose first column starts with this (a bounded scan).
-    prefix: Option<String>,
-    /// Most entries to answer with.
-    limit: Option<usize>,
-    /// `direct` or `ordered`, instead of the state's declared path.
-    path: Option<String>,
 }
 
 /// Who a rate limit counts a request against: its bearer token if it has one (clients sharing
@@ -821,23 +760,6 @@ fn not_in_fleet() -> ApiError {
         "this server is not part of a fleet (start it with --catalog postgres://... --advertise URL)"
             .into(),
     )
-}
-
-/// `POST /api/v1/fleet/drain`: what moved where.
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub struct Drained {
-    /// The server that drained.
-    pub server: String,
-    pub moved: Vec<DrainedJob>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub struct DrainedJob {
-    pub id: String,
-    /// The server it was handed to (none: any server takes it).
-    pub to: Option<String>,
 }
 
 async fn drain(State(host): State<Arc<Host>>) -> Result<Json<Drained>, ApiError> {

@@ -5,7 +5,8 @@
 //! checkpoint every 10 ms or an unthrottled generator that never ends; on a server that would
 //! starve every other job. [`JobLimits::check`] refuses such a job at submit, each problem at
 //! the key that asks too much and naming the limit (a `weir serve` flag); the subtasks of all
-//! running jobs together are bounded when a job starts ([`JobLimits::admit`]).
+//! running jobs together are bounded when a job starts ([`JobLimits::admit`]). A job file
+//! itself, the body of a submit, is bounded by [`MAX_BODY`].
 
 use std::time::Duration;
 
@@ -14,6 +15,9 @@ use weir_runtime::spec::problems::{SpecSource, pointer};
 use weir_runtime::spec::{HumanDuration, JobSpec, Problem};
 
 use crate::ApiError;
+
+/// Largest request body accepted (a job file): larger ones get 413.
+pub const MAX_BODY: usize = 1 << 20;
 
 /// The limits of a server, with defaults for a small shared machine.
 #[derive(Clone, Debug, PartialEq)]

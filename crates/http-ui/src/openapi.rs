@@ -19,13 +19,11 @@ use schemars::JsonSchema;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use crate::api::{
-    LogParams, LookupParams, RescaleRequest, RestartRequest, SavepointRequest, SpecParams,
-};
 use crate::error::ErrorBody;
 use crate::view::{
-    CheckpointDetail, CheckpointsView, ExceptionList, JobDetail, JobList, JobOverview, LogPage,
-    SavepointAccepted, SavepointList, SnapshotList, TailView, Validation,
+    CheckpointDetail, CheckpointsView, Drained, ExceptionList, JobDetail, JobList, JobOverview,
+    LogPage, LogParams, LookupParams, RescaleRequest, RestartRequest, SavepointAccepted,
+    SavepointList, SavepointRequest, SnapshotList, SpecParams, TailView, Validation,
 };
 
 /// The document as served at `/api/v1/openapi.json`, built on first use.
@@ -235,7 +233,7 @@ impl Builder {
                 json!({
                     "description": format!(
                         "The request's body is larger than {} bytes.",
-                        crate::api::MAX_BODY
+                        crate::limits::MAX_BODY
                     ),
                     "content": { "text/plain": { "schema": { "type": "string" } } },
                 }),
@@ -749,7 +747,7 @@ fn routes(doc: &mut Builder) {
             "Drain this server",
             "Stops taking jobs, then moves each of its jobs to the least loaded other server of the fleet: a savepoint that stops it here, and a run there from that savepoint.",
         )
-        .answers(200, doc.json::<crate::api::Drained>("What moved where."))
+        .answers(200, doc.json::<Drained>("What moved where."))
         .answers(404, doc.error("This server is not part of a fleet."));
     doc.add(op);
     let op = Op::new("get", "/metrics", "getMetrics", "server")

@@ -2,12 +2,13 @@
 //! from its live metrics and samples. Keys are kebab-case, as in job files and the scheduler's
 //! metrics. Every answer is a type here (or one these hold) deriving its JSON schema, from
 //! which [`crate::openapi`] builds the API's document: a field added to a view is documented
-//! by that alone.
+//! by that alone. What the API reads (request bodies, query strings) is typed here too, at the
+//! end, so that the document describes the API from beneath it.
 
 use std::sync::atomic::Ordering;
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weir_checkpoint::coordinator::{Outcome, Record};
 use weir_checkpoint::metadata::SnapshotKind;
 use weir_runtime::api::{BEGINNING_OF_TIME, END_OF_TIME};
@@ -814,4 +815,85 @@ pub enum SnapshotMetadata {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ExceptionList {
     pub exceptions: Vec<crate::job::Exception>,
+}
+
+/// `POST /api/v1/fleet/drain`: what moved where.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct Drained {
+    /// The server that drained.
+    pub server: String,
+    pub moved: Vec<DrainedJob>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub struct DrainedJob {
+    pub id: String,
+    /// The server it was handed to (none: any server takes it).
+    pub to: Option<String>,
+}
+
+// What the API reads: the bodies and query strings of its requests, described by the OpenAPI
+// document with the deserialize contract.
+
+/// The query of the spec route: `view=submitted` (the default: the file as submitted) or
+/// `view=effective` (the job as it runs: overrides applied, defaults filled in).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SpecParams {
+    /// `submitted` (the default) or `effective`.
+    pub view: Option<String>,
+}
+
+/// The query of the logs route: lines after `after` (a `seq`); `info=true` captures the
+/// job's `info` lines too for the next minute.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LogParams {
+    /// Only lines with a greater `seq` (the last one the client has).
+    pub after: Option<u64>,
+    /// `true` captures the job's `info` lines too, for the next minute.
+    pub info: Option<bool>,
+}
+
+/// The body of a savepoint request (optional: empty means `{"stop": false}`).
+#[derive(Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SavepointRequest {
+    /// Stop the job once the savepoint is complete.
+    #[serde(default)]
+    pub stop: bool,
+}
+
+/// The body of a restart (optional: empty means `{"from": "latest"}`).
+#[derive(Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RestartRequest {
+    /// `latest`, `none`, `sp-<id>`, `chk-<id>` or `final-<id>`.
+    #[serde(default)]
+    pub from: Option<String>,
+}
+
+/// The body of a rescale.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RescaleRequest {
+    /// The job's new parallelism (of every node that does not set its own), at least 1.
+    pub parallelism: u32,
+}
+
+/// The query string of a state lookup.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LookupParams {
+    /// The key as text: the key column's value (`42`, `alice`), or for several key columns a
+    /// JSON array (`["alice", 3]`).
+    pub key: Option<String>,
+    /// Every key whose first column starts with this (a bounded scan).
+    pub prefix: Option<String>,
+    /// Most entries to answer with.
+    pub limit: Option<usize>,
+    /// `direct` or `ordered`, instead of the state's declared path.
+    pub path: Option<String>,
 }
