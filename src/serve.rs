@@ -96,7 +96,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        if let Some(fleet) = server.host.fleet() {
+        if let Some(fleet) = &server.fleet {
             eprintln!(
                 "weir serve: one server of the fleet at {} (this one: {}, lease {:?})",
                 server
@@ -136,7 +136,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
             match server.host.submit(&name, &text, &args.overrides).await {
                 Ok(job) => eprintln!("started {name} as job {}", job.id),
                 // In a fleet, another server may run it already (this one restarted).
-                Err(e @ weir_http_ui::ApiError::Conflict(_)) if server.host.fleet().is_some() => {
+                Err(e @ weir_http_ui::ApiError::Conflict(_)) if server.fleet.is_some() => {
                     eprintln!("{name} is not started here: {e}");
                 }
                 Err(e) => {

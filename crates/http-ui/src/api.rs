@@ -13,7 +13,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{
-    ConnectInfo, FromRequest, FromRequestParts, Path, Query, RawQuery, Request, State,
+    ConnectInfo, FromRef, FromRequest, FromRequestParts, Path, Query, RawQuery, Request, State,
 };
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -25,6 +25,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Access};
 use crate::error::ErrorBody;
+use crate::fleet::Fleet;
 use crate::host::{Host, SubmitOptions};
 use crate::job::HostedJob;
 use crate::redact::Secrets;
@@ -45,13 +46,41 @@ pub use crate::limits::MAX_BODY;
 /// headers have their own limit: [`crate::Timeouts`]).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The whole HTTP surface of `weir serve`, with the default [`BODY_TIMEOUT`].
-pub fn router(host: Arc<Host>, access: Access) -> Router {
-    router_with(host, access, BODY_TIMEOUT)
+/// What the handlers are given: the host, and the fleet it is one server of, if any (each
+/// handler takes the part it needs as its `State`).
+#[derive(Clone)]
+struct AppState {
+    host: Arc<Host>,
+    fleet: Option<Arc<Fleet>>,
 }
 
-/// [`router`], giving clients `body_timeout` to send a request's body.
-pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> Router {
+impl FromRef<AppState> for Arc<Host> {
+    fn from_ref(state: &AppState) -> Self {
+        state.host.clone()
+    }
+}
+
+impl FromRef<AppState> for Option<Arc<Fleet>> {
+    fn from_ref(state: &AppState) -> Self {
+        state.fleet.clone()
+    }
+}
+
+/// The whole HTTP surface of `weir serve` (outside a fleet), with the default
+/// [`BODY_TIMEOUT`].
+pub fn router(host: Arc<Host>, access: Access) -> Router {
+    router_with(host, None, access, BODY_TIMEOUT)
+}
+
+/// [`router`] for the host of a server that is one of `fleet`, if any, giving clients
+/// `body_timeout` to send a request's body.
+pub fn router_with(
+    host: Arc<Host>,
+    fleet: Option<Arc<Fleet>>,
+    access: Access,
+    body_timeout: Duration,
+) -> Router {
+    let state = AppState { host, fleet };
     let protected = Router::new()
         .route("/api/v1/jobs", get(list_jobs).post(submit))
         .route("/api/v1/jobs/validate", post(validate))
@@ -84,7 +113,10 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
         .route("/api/v1/fleet/drain", post(drain))
         .route("/metrics", get(metrics))
         // Inside the token check: a request is authorised here before it is forwarded.
-        .route_layer(axum::middleware::from_fn_with_state(host.clone(), to_owner))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            to_owner,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(access, auth::require));
     Router::new()
         .merge(protected)
@@ -96,7 +128,7 @@ pub fn router_with(host: Arc<Host>, access: Access, body_timeout: Duration) -> R
             get(|Path(file): Path<String>| assets::serve_owned(file)),
         )
         .fallback(not_found)
-        .with_state(host)
+        .with_state(state)
         // Inside the size limit: the body read within the deadline is already bounded.
         .layer(axum::middleware::from_fn(
             move |request: Request, next: Next| read_body_within(body_timeout, request, next),
@@ -198,11 +230,11 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Api
 
 async fn list_jobs(
     State(host): State<Arc<Host>>,
+    State(fleet): State<Option<Arc<Fleet>>>,
     headers: axum::http::HeaderMap,
 ) -> Result<Masked<JobList>, ApiError> {
     let jobs = host.jobs();
-    let fleet = host.fleet();
-    let here = fleet.map(|f| f.url().to_owned());
+    let here = fleet.as_ref().map(|f| f.url().to_owned());
     let list = JobList {
         jobs: jobs
             .iter()
@@ -274,6 +306,7 @@ fn submit_options(query: Option<&str>) -> Result<SubmitOptions, ApiError> {
 
 async fn submit(
     State(host): State<Arc<Host>>,
+    State(fleet): State<Option<Arc<Fleet>>>,
     RawQuery(query): RawQuery,
     headers: axum::http::HeaderMap,
     uri: axum::http::Uri,
@@ -281,7 +314,7 @@ async fn submit(
 ) -> Result<Response, ApiError> {
     let text = text(&body)?;
     let options = submit_options(query.as_deref())?;
-    if let Some(fleet) = host.fleet()
+    if let Some(fleet) = fleet
         && !crate::fleet::forward::was_forwarded(&headers)
     {
         // Checked here first (a bad file is refused by whichever server got it), then run
@@ -716,8 +749,13 @@ async fn state_lookup(
 
 /// In a fleet, a request about a job that runs on another server is forwarded there
 /// ([`crate::fleet::forward`]); everything else is answered here.
-async fn to_owner(State(host): State<Arc<Host>>, request: Request, next: Next) -> Response {
-    let Some(fleet) = host.fleet() else {
+async fn to_owner(
+    State(host): State<Arc<Host>>,
+    State(fleet): State<Option<Arc<Fleet>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(fleet) = fleet else {
         return next.run(request).await;
     };
     if crate::fleet::forward::was_forwarded(request.headers()) {
@@ -746,8 +784,10 @@ fn job_in_path(path: &str) -> Option<u64> {
     crate::host::parse_id(id)
 }
 
-async fn fleet(State(host): State<Arc<Host>>) -> Result<Json<crate::fleet::FleetView>, ApiError> {
-    let fleet = host.fleet().ok_or_else(not_in_fleet)?;
+async fn fleet(
+    State(fleet): State<Option<Arc<Fleet>>>,
+) -> Result<Json<crate::fleet::FleetView>, ApiError> {
+    let fleet = fleet.ok_or_else(not_in_fleet)?;
     fleet
         .view()
         .await
@@ -762,9 +802,13 @@ fn not_in_fleet() -> ApiError {
     )
 }
 
-async fn drain(State(host): State<Arc<Host>>) -> Result<Json<Drained>, ApiError> {
-    let server = host.fleet().ok_or_else(not_in_fleet)?.url().to_owned();
-    let moved = host.drain().await?;
+async fn drain(
+    State(host): State<Arc<Host>>,
+    State(fleet): State<Option<Arc<Fleet>>>,
+) -> Result<Json<Drained>, ApiError> {
+    let fleet = fleet.ok_or_else(not_in_fleet)?;
+    let server = fleet.url().to_owned();
+    let moved = fleet.drain(&host).await;
     Ok(Json(Drained {
         server,
         moved: moved

@@ -176,6 +176,8 @@ pub enum ServeError {
 /// A bound server: its host (to submit start-up jobs to) and the address it listens on.
 pub struct Server {
     pub host: Arc<Host>,
+    /// This server's part in a fleet, if it is one server of a fleet ([`ServeConfig::fleet`]).
+    pub fleet: Option<Arc<fleet::Fleet>>,
     pub addr: SocketAddr,
     listener: tokio::net::TcpListener,
     access: Access,
@@ -201,29 +203,30 @@ impl Server {
                 source,
             })?;
         let addr = listener.local_addr()?;
-        let host = match (&config.catalog, config.fleet) {
+        let (host, fleet) = match (&config.catalog, config.fleet) {
             (Some(catalog::CatalogConfig::Postgres(url)), Some(fleet_config)) => {
                 let fleet = fleet::Fleet::join(url, fleet_config)
                     .await
                     .map_err(|e| ServeError::Fleet(e.to_string()))?;
                 let catalog = catalog::Catalog::open_fleet(url, fleet.me()).await?;
-                Host::in_fleet(scheduler, config.host, catalog, fleet)
+                (fleet.host(scheduler, config.host, catalog), Some(fleet))
             }
             (_, Some(_)) => {
                 return Err(ServeError::Fleet(
                     "a fleet shares a PostgreSQL catalog: start every server with --catalog postgres://... and --advertise URL".into(),
                 ));
             }
-            (None, None) => Host::new(scheduler, config.host),
+            (None, None) => (Host::new(scheduler, config.host), None),
             (Some(catalog), None) => {
                 let catalog = catalog::Catalog::open(catalog).await?;
                 let host = Host::with_catalog(scheduler, config.host, catalog);
                 host.recover().await?;
-                host
+                (host, None)
             }
         };
         Ok(Server {
             host,
+            fleet,
             addr,
             listener,
             access,
@@ -254,7 +257,12 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let mut app = api::router_with(self.host.clone(), self.access, self.timeouts.body_read);
+        let mut app = api::router_with(
+            self.host.clone(),
+            self.fleet.clone(),
+            self.access,
+            self.timeouts.body_read,
+        );
         if self.read_only {
             app = app.layer(axum::middleware::from_fn(api::refuse_changes));
         }

@@ -24,10 +24,15 @@
 //!   least loaded live server, one job per round, so a dead server's jobs spread out.
 //! - **Drain**: a draining server stops each of its jobs with a savepoint and hands its lease
 //!   to the least loaded other server, which resumes it from that savepoint.
+//!
+//! The fleet sits above the host: it builds this server's host ([`Fleet::host`]), which asks
+//! it for each run's lease through a hook ([`crate::host::Leases`]) and knows no more of it,
+//! and it moves jobs in (takeovers) and out (drains) through the host's own calls.
 
 pub mod db;
 pub mod fence;
 pub mod forward;
+mod host;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -849,7 +854,7 @@ impl Fleet {
                     for c in claimed {
                         tracing::info!(job = c.job, epoch = c.epoch, latest = ?c.latest, "took over a job's lease");
                         self.hold(c.job, c.epoch);
-                        host.resume_claimed(c).await;
+                        self.resume_claimed(&host, c).await;
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot take over leases"),

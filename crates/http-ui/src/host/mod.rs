@@ -11,8 +11,9 @@
 //! are forgotten oldest first); each job keeps a bounded sample history, exception list and
 //! savepoint list ([`crate::job`]).
 //!
-//! In a fleet of servers, what the host does about leases (the lease of each run, jobs taken
-//! over, lost and drained) is in [`fleet`].
+//! In a fleet of servers, each run goes under a lease the host asks of the fleet through a
+//! hook ([`Leases`]); the fleet ([`crate::fleet`]) sits above the host and drives it (jobs
+//! taken over, lost and drained).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -35,12 +36,13 @@ use weir_scheduler::Scheduler;
 use crate::ApiError;
 use crate::catalog::persist::Persister;
 use crate::catalog::{Catalog, StoredJob};
-use crate::fleet::Fleet;
 use crate::job::{Definition, HostedJob};
 use crate::lifecycle::JobState;
 use crate::limits::JobLimits;
 
-mod fleet;
+mod leases;
+
+pub use leases::{LeaseCall, Leases};
 
 /// Limits of a host.
 #[derive(Clone, Debug)]
@@ -110,8 +112,8 @@ pub struct Host {
     /// Set at shutdown once the catalog has the jobs' last states: the cancellations that
     /// stop every job then are not written (a restarted server resumes the jobs instead).
     closing: Arc<std::sync::atomic::AtomicBool>,
-    /// This server's part in a fleet, if it is in one ([`crate::fleet`]).
-    fleet: Option<Arc<Fleet>>,
+    /// The leases of this server's fleet, if it is one server of a fleet ([`Leases`]).
+    leases: Option<Arc<dyn Leases>>,
 }
 
 /// How to submit a job besides its file.
@@ -149,30 +151,28 @@ impl Host {
         )
     }
 
-    /// A host that is one server of `fleet`, keeping its jobs in the fleet's shared
-    /// `catalog` ([`Catalog::open_fleet`]): it takes part in placement, renews the leases of
-    /// its jobs and takes over those of dead servers ([`Fleet::keep`]).
+    /// A host that is one server of a fleet, keeping its jobs in the fleet's shared `catalog`
+    /// ([`Catalog::open_fleet`]) and running each under a lease from `leases`. The fleet
+    /// builds it ([`crate::fleet::Fleet::host`]), and drives it from then on.
     pub fn in_fleet(
         scheduler: Arc<Scheduler>,
         config: HostConfig,
         catalog: Catalog,
-        fleet: Arc<Fleet>,
+        leases: Arc<dyn Leases>,
     ) -> Arc<Self> {
-        let host = Self::build(
+        Self::build(
             scheduler,
             config,
             Some(Persister::new(Arc::new(catalog))),
-            Some(fleet.clone()),
-        );
-        host.spawn(fleet.keep(Arc::downgrade(&host), host.shutdown.clone()));
-        host
+            Some(leases),
+        )
     }
 
     fn build(
         scheduler: Arc<Scheduler>,
         config: HostConfig,
         persister: Option<Arc<Persister>>,
-        fleet: Option<Arc<Fleet>>,
+        leases: Option<Arc<dyn Leases>>,
     ) -> Arc<Self> {
         let lookups = crate::ratelimit::RateLimiter::new(config.lookup_rate, config.lookup_burst);
         let writer = persister.as_ref().map(|p| {
@@ -191,7 +191,7 @@ impl Host {
             persister,
             writer: Mutex::new(writer),
             closing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            fleet,
+            leases,
         });
         host.spawn(sampler(
             Arc::downgrade(&host),
@@ -201,9 +201,9 @@ impl Host {
         host
     }
 
-    /// This server's part in a fleet, if it is in one.
-    pub fn fleet(&self) -> Option<&Arc<Fleet>> {
-        self.fleet.as_ref()
+    /// Cancelled when the host shuts down: the tasks it owns stop on it.
+    pub(crate) fn stopping(&self) -> CancellationToken {
+        self.shutdown.clone()
     }
 
     /// The catalog the host keeps its jobs in, if any.
@@ -373,8 +373,8 @@ impl Host {
         let running = match started {
             Ok(running) => running,
             Err(e) => {
-                if let (Some(fleet), Some(epoch)) = (&self.fleet, lease) {
-                    fleet.forget(id, epoch).await;
+                if let (Some(leases), Some(epoch)) = (&self.leases, lease) {
+                    leases.drop_lease(id, epoch).await;
                 }
                 return Err(secrets.mask_error(ApiError::Start(e.to_string())));
             }
@@ -398,7 +398,7 @@ impl Host {
         self.insert(job.clone());
         self.persist(&job);
         self.wait_for(job.clone(), running);
-        if self.fleet.is_some() {
+        if self.leases.is_some() {
             // In a fleet the job's document is in the catalog before the client hears of the
             // job: a server that dies now leaves a job another can take over.
             if let Err(e) = self.flush_catalog().await {
@@ -448,17 +448,17 @@ impl Host {
     fn wait_for(&self, job: Arc<HostedJob>, running: RunningJob) {
         let persister = self.persister.clone();
         let closing = self.closing.clone();
-        let fleet = self.fleet.clone();
+        let leases = self.leases.clone();
         self.spawn(async move {
             job.ended(running.wait().await);
             persist(persister.as_ref(), &closing, &job);
-            if let Some(fleet) = &fleet
+            if let Some(leases) = &leases
                 && !job.is_moving()
-                && fleet.epoch_of(job.id) == job.lease()
+                && leases.lease_epoch(job.id) == job.lease()
             {
                 // The ended document drops the lease when it is written; until then the lease
                 // stays (unrenewed), and no other server takes the job.
-                fleet.unhold(job.id);
+                leases.lease_ended(job.id);
             }
             job.run_ended.notify_waiters();
         });
@@ -486,6 +486,18 @@ impl Host {
             .await?;
         tracing::info!(job = %job.name, id = job.id, ?from, "job restarted");
         Ok(())
+    }
+
+    /// [`Self::launch`] in its turn: once no other start is under way (see `starting`).
+    pub(crate) async fn launch_in_turn(
+        &self,
+        job: &Arc<HostedJob>,
+        restore: Option<RestoreFrom>,
+        from: Option<String>,
+        claimed: Option<u64>,
+    ) -> Result<(), ApiError> {
+        let _starting = self.starting.lock().await;
+        self.launch(job, restore, from, claimed).await
     }
 
     /// Starts a new run of `job` (whose previous run ended) from `restore`; the caller holds
@@ -733,7 +745,7 @@ impl Host {
             self.closing.store(true, Ordering::Release);
         }
         for job in self.jobs() {
-            if self.fleet.is_some() {
+            if self.leases.is_some() {
                 // Their leases are handed back below, once the copies here have stopped.
                 job.set_moving();
             }
@@ -750,8 +762,8 @@ impl Host {
         }
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
-        if let Some(fleet) = &self.fleet
-            && let Err(e) = fleet.leave().await
+        if let Some(leases) = &self.leases
+            && let Err(e) = leases.release_leases().await
         {
             tracing::error!(error = %e, "cannot hand back this server's leases: its jobs move once they expire");
         }
@@ -762,8 +774,8 @@ impl Host {
             from,
             scheduler: Some(self.scheduler.clone()),
             guard: Some(self.config.endpoints.guard()),
-            fence: match (&self.fleet, lease) {
-                (Some(fleet), Some(epoch)) => Some(fleet.fence(id, epoch)),
+            fence: match (&self.leases, lease) {
+                (Some(leases), Some(epoch)) => Some(leases.clone().lease_fence(id, epoch)),
                 _ => None,
             },
         }
@@ -801,7 +813,9 @@ impl Host {
         Ok(())
     }
 
-    fn insert(&self, job: Arc<HostedJob>) {
+    /// Lists `job`, forgetting (here and in the catalog) the oldest ended jobs beyond
+    /// `max_kept`.
+    pub(crate) fn insert(&self, job: Arc<HostedJob>) {
         let Ok(mut jobs) = self.jobs.write() else {
             return;
         };
@@ -817,8 +831,15 @@ impl Host {
         }
     }
 
-    /// Spawns a task owned by the host (reaping those already finished).
-    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+    /// Stops listing job `id`, without writing anything of it to the catalog (the job moved
+    /// to another server).
+    pub(crate) fn remove(&self, id: u64) -> Option<Arc<HostedJob>> {
+        self.jobs.write().ok().and_then(|mut j| j.remove(&id))
+    }
+
+    /// Spawns a task owned by the host (reaping those already finished): [`Self::shutdown`]
+    /// waits for it within the grace period, then aborts it.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
         let mut tasks = self
             .tasks
             .lock()

@@ -1,81 +1,46 @@
-//! The host's part in a fleet ([`crate::fleet`]): the lease each run goes under, and moving
-//! jobs in (a lease taken over or placed here) and out (a lease lost, a drain).
+//! The fleet's side of the host: the host it builds for this server, the hook through which
+//! that host asks for its runs' leases ([`Leases`]), and jobs moving in (a lease taken over or
+//! placed here) and out (a drain).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use weir_runtime::exec::restore::RestoreFrom;
-use weir_runtime::plan::Plan;
+use weir_scheduler::Scheduler;
 
-use super::Host;
-use crate::ApiError;
-use crate::fleet::Claimed;
+use super::db::DbError;
+use super::{Claimed, Fleet};
+use crate::catalog::Catalog;
+use crate::error::ApiError;
+use crate::host::{Host, HostConfig, LeaseCall, Leases};
 use crate::job::HostedJob;
 
-impl Host {
-    /// In a fleet, the lease job `id` runs under here: `claimed` (just taken over), or one
-    /// taken now. Outside a fleet, none.
-    pub(super) async fn lease(
-        &self,
-        id: u64,
-        plan: &Plan,
-        claimed: Option<u64>,
-    ) -> Result<Option<u64>, ApiError> {
-        let Some(fleet) = &self.fleet else {
-            return Ok(None);
-        };
-        if claimed.is_some() {
-            return Ok(claimed);
-        }
-        let subtasks = crate::limits::subtasks(&plan.spec);
-        fleet
-            .acquire(id, plan.name(), plan.spec.checkpoint.enabled(), subtasks)
-            .await
-            .map(Some)
-            .map_err(|e| match e {
-                crate::fleet::db::DbError::NameTaken(_) | crate::fleet::db::DbError::Held(_) => {
-                    ApiError::Conflict(format!(
-                        "{e}: two running copies of a checkpointed job would share its checkpoints"
-                    ))
-                }
-                other => ApiError::Unavailable(other.to_string()),
-            })
-    }
-
-    /// Whether job `id` is kept here (and not moving away): its lease, if this server still
-    /// has one in the catalog, is this server's to keep or end.
-    pub fn has_job_here(&self, id: u64) -> bool {
-        self.jobs
-            .read()
-            .ok()
-            .and_then(|j| j.get(&id).cloned())
-            .is_some_and(|j| !j.is_moving())
-    }
-
-    /// The fleet gave job `id` to another server (or this one can no longer tell it holds
-    /// it): its copy here stops, without writing its end, and the job is no longer listed
-    /// here (requests for it go to its new server).
-    pub fn lost(&self, id: u64) {
-        let Some(job) = self.jobs.write().ok().and_then(|mut j| j.remove(&id)) else {
-            return;
-        };
-        job.set_moving();
-        let _ = job.cancel();
+impl Fleet {
+    /// The host of this server of the fleet: it keeps its jobs in the fleet's shared `catalog`
+    /// ([`Catalog::open_fleet`]) and runs each under a lease of the fleet; the fleet takes part
+    /// in placement for it, renews its jobs' leases and takes over those of dead servers
+    /// ([`Fleet::keep`], a task the host owns).
+    pub fn host(
+        self: &Arc<Self>,
+        scheduler: Arc<Scheduler>,
+        config: HostConfig,
+        catalog: Catalog,
+    ) -> Arc<Host> {
+        let host = Host::in_fleet(scheduler, config, catalog, self.clone());
+        host.spawn(self.clone().keep(Arc::downgrade(&host), host.stopping()));
+        host
     }
 
     /// Runs a job whose lease this server just took over (or that was placed here), from the
     /// latest snapshot published under the lease.
-    pub(crate) async fn resume_claimed(self: &Arc<Self>, claimed: Claimed) {
-        let Some(fleet) = self.fleet.clone() else {
-            return;
-        };
+    pub(crate) async fn resume_claimed(&self, host: &Arc<Host>, claimed: Claimed) {
         let Claimed {
             job: id,
             epoch,
             latest,
         } = claimed;
-        let location = fleet.url().to_owned();
-        let stored = match fleet.document(id).await {
+        let location = self.url().to_owned();
+        let stored = match self.document(id).await {
             Ok(Some(row)) => row.job(&location),
             Ok(None) => Err(crate::catalog::CatalogError::Corrupt {
                 location: location.clone(),
@@ -85,7 +50,7 @@ impl Host {
             Err(e) => {
                 // The catalog is unreachable: hand the lease back for a later round.
                 tracing::warn!(job = id, error = %e, "cannot read a job taken over; handing its lease back");
-                if let Err(e) = fleet.release(id, epoch, None).await {
+                if let Err(e) = self.release(id, epoch, None).await {
                     tracing::warn!(job = id, error = %e, "cannot hand back a lease");
                 }
                 return;
@@ -95,7 +60,7 @@ impl Host {
             Ok(stored) => stored,
             Err(e) => {
                 tracing::error!(job = id, error = %e, "a job taken over cannot be read: its lease is dropped, its document left as it is");
-                fleet.forget(id, epoch).await;
+                self.forget(id, epoch).await;
                 return;
             }
         };
@@ -103,11 +68,11 @@ impl Host {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(job = id, error = %e, "a job taken over has overrides that no longer parse; its lease is dropped");
-                fleet.forget(id, epoch).await;
+                self.forget(id, epoch).await;
                 return;
             }
         };
-        let plan = match Self::check_isolated(&stored.name, &stored.text, &overrides, &self.config)
+        let plan = match Host::check_isolated(&stored.name, &stored.text, &overrides, host.config())
             .await
         {
             Ok(plan) => plan,
@@ -116,16 +81,16 @@ impl Host {
                     Ok(plan) => {
                         let job = Arc::new(HostedJob::recovered(&stored, plan));
                         job.set_lease(epoch);
-                        self.insert(job.clone());
+                        host.insert(job.clone());
                         job.start_failed(&format!(
                             "the job was taken over by {location} and cannot run there: {refusal}"
                         ));
-                        self.persist(&job);
+                        host.persist(&job);
                         return;
                     }
                     Err(e) => {
                         tracing::error!(job = id, error = %e, "a job taken over no longer plans; its lease is dropped");
-                        fleet.forget(id, epoch).await;
+                        self.forget(id, epoch).await;
                         return;
                     }
                 }
@@ -143,18 +108,17 @@ impl Host {
             ),
             None,
         );
-        self.insert(job.clone());
-        let host = self.clone();
-        self.spawn(async move {
-            let _starting = host.starting.lock().await;
-            let from = latest.map(|l| RestoreFrom::Path(PathBuf::from(l)));
-            let name = from.as_ref().map(|_| "latest".to_owned());
-            match host.launch(&job, from, name, Some(epoch)).await {
+        host.insert(job.clone());
+        let from = latest.map(|l| RestoreFrom::Path(PathBuf::from(l)));
+        let name = from.as_ref().map(|_| "latest".to_owned());
+        let owner = Arc::clone(host);
+        host.spawn(async move {
+            match owner.launch_in_turn(&job, from, name, Some(epoch)).await {
                 Ok(()) => tracing::info!(job = %job.name, id = job.id, epoch, "job taken over"),
                 Err(e) => {
                     tracing::error!(job = %job.name, id = job.id, error = %e, "a job taken over could not start");
                     job.start_failed(&format!("the job was taken over and could not start: {e}"));
-                    host.persist(&job);
+                    owner.persist(&job);
                 }
             }
         });
@@ -165,23 +129,17 @@ impl Host {
     /// with a savepoint (jobs without checkpoints are cancelled) and its lease is handed to
     /// the least loaded other server, which resumes it from that savepoint. Returns each
     /// job's id and where it went.
-    pub async fn drain(self: &Arc<Self>) -> Result<Vec<(u64, Option<String>)>, ApiError> {
-        let Some(fleet) = self.fleet.clone() else {
-            return Err(ApiError::Conflict(
-                "this server is not part of a fleet (start it with --catalog postgres://... --advertise URL)"
-                    .into(),
-            ));
-        };
-        fleet.set_draining();
-        if let Err(e) = fleet.beat().await {
+    pub async fn drain(&self, host: &Host) -> Vec<(u64, Option<String>)> {
+        self.set_draining();
+        if let Err(e) = self.beat().await {
             tracing::warn!(error = %e, "cannot tell the fleet this server drains; it is told at the next heartbeat");
         }
         let mut moved = Vec::new();
-        for job in self.jobs() {
+        for job in host.jobs() {
             let (Some(epoch), true) = (job.lease(), job.state().is_live()) else {
                 continue;
             };
-            if fleet.epoch_of(job.id) != Some(epoch) {
+            if self.epoch_of(job.id) != Some(epoch) {
                 continue;
             }
             job.set_moving();
@@ -205,19 +163,63 @@ impl Host {
             if job.state().is_live() {
                 ended.await;
             }
-            let target = fleet.place(true).await.ok().flatten();
-            if let Err(e) = fleet
+            let target = self.place(true).await.ok().flatten();
+            if let Err(e) = self
                 .release(job.id, epoch, target.as_ref().map(|t| t.id.as_str()))
                 .await
             {
                 tracing::error!(job = job.id, error = %e, "cannot hand over a drained job's lease: it moves once the lease expires");
             }
-            if let Ok(mut jobs) = self.jobs.write() {
-                jobs.remove(&job.id);
-            }
+            host.remove(job.id);
             tracing::info!(job = job.id, to = ?target.as_ref().map(|t| &t.url), "job drained");
             moved.push((job.id, target.map(|t| t.url)));
         }
-        Ok(moved)
+        moved
+    }
+}
+
+/// The host's hook ([`Leases`]): each call is one of the fleet's own methods (`acquire`,
+/// `forget`, `epoch_of`, `unhold`, `fence`, `leave`), the lease errors of [`Fleet::acquire`]
+/// answered as the API answers them.
+impl Leases for Fleet {
+    fn acquire_lease<'a>(
+        &'a self,
+        id: u64,
+        name: &'a str,
+        checkpointing: bool,
+        subtasks: usize,
+    ) -> LeaseCall<'a, Result<u64, ApiError>> {
+        Box::pin(async move {
+            self.acquire(id, name, checkpointing, subtasks)
+                .await
+                .map_err(|e| match e {
+                    DbError::NameTaken(_) | DbError::Held(_) => ApiError::Conflict(format!(
+                        "{e}: two running copies of a checkpointed job would share its checkpoints"
+                    )),
+                    other => ApiError::Unavailable(other.to_string()),
+                })
+        })
+    }
+
+    fn drop_lease(&self, id: u64, epoch: u64) -> LeaseCall<'_, ()> {
+        Box::pin(self.forget(id, epoch))
+    }
+
+    fn lease_epoch(&self, id: u64) -> Option<u64> {
+        self.epoch_of(id)
+    }
+
+    fn lease_ended(&self, id: u64) {
+        self.unhold(id);
+    }
+
+    fn lease_fence(self: Arc<Self>, id: u64, epoch: u64) -> Arc<dyn weir_checkpoint::Fence> {
+        self.fence(id, epoch)
+    }
+
+    fn release_leases(
+        &self,
+    ) -> LeaseCall<'_, Result<(), Box<dyn std::error::Error + Send + Sync>>> {
+        Box::pin(async move { self.leave().await.map_err(Into::into) })
     }
 }
