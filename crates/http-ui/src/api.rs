@@ -24,6 +24,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, Access};
+use crate::error::ApiError;
 use crate::error::ErrorBody;
 use crate::fleet::Fleet;
 use crate::host::{Host, SubmitOptions};
@@ -35,7 +36,7 @@ use crate::view::{
     SavepointRequest, SnapshotList, SnapshotMetadata, SpecParams, TailSubtask, TailView,
     Validation,
 };
-use crate::{ApiError, assets, prometheus};
+use crate::{assets, prometheus};
 
 /// How a submitted job file is named in messages.
 const SUBMITTED: &str = "job.yaml";

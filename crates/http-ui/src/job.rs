@@ -18,6 +18,7 @@ use weir_runtime::plan::Plan;
 use weir_state::clock::now_ms;
 
 use crate::catalog::{StoredJob, StoredRun};
+use crate::error::ApiError;
 use crate::lifecycle::JobState;
 
 /// Samples kept per job: two minutes at the default sampling interval of one second.
@@ -605,10 +606,10 @@ impl HostedJob {
     }
 
     /// Cancels the run: its sources end and what is in flight drains.
-    pub fn cancel(&self) -> Result<(), crate::ApiError> {
+    pub fn cancel(&self) -> Result<(), ApiError> {
         let mut s = self.lock();
         let Some(live) = &s.live else {
-            return Err(crate::ApiError::Conflict(format!(
+            return Err(ApiError::Conflict(format!(
                 "job {} is not running (it is {})",
                 self.id,
                 s.state.name()
@@ -621,16 +622,16 @@ impl HostedJob {
     }
 
     /// Registers a savepoint request; the caller runs it and reports with [`Self::savepoint_done`].
-    pub fn savepoint_requested(&self, stop: bool) -> Result<(u64, JobControl), crate::ApiError> {
+    pub fn savepoint_requested(&self, stop: bool) -> Result<(u64, JobControl), ApiError> {
         let mut s = self.lock();
         let Some(live) = &s.live else {
-            return Err(crate::ApiError::Conflict(format!(
+            return Err(ApiError::Conflict(format!(
                 "job {} is not running",
                 self.id
             )));
         };
         if !live.control.checkpoints() {
-            return Err(crate::ApiError::Conflict(format!(
+            return Err(ApiError::Conflict(format!(
                 "job {} does not checkpoint (no `checkpoint.interval`), so it takes no savepoints",
                 self.id
             )));
@@ -642,7 +643,7 @@ impl HostedJob {
             .filter(|r| r.status == "in-progress")
             .count();
         if in_flight >= SAVEPOINTS_IN_FLIGHT {
-            return Err(crate::ApiError::TooMany(format!(
+            return Err(ApiError::TooMany(format!(
                 "job {} already has {in_flight} savepoints in progress",
                 self.id
             )));

@@ -14,7 +14,7 @@ use weir_runtime::api::connector::HostLimits;
 use weir_runtime::spec::problems::{SpecSource, pointer};
 use weir_runtime::spec::{HumanDuration, JobSpec, Problem};
 
-use crate::ApiError;
+use crate::error::ApiError;
 
 /// Largest request body accepted (a job file): larger ones get 413.
 pub const MAX_BODY: usize = 1 << 20;

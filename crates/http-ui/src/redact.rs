@@ -29,6 +29,8 @@ use serde_json::{Map, Value};
 use weir_runtime::spec::load::Override;
 use weir_runtime::spec::yaml::{self, ScalarSpan};
 
+use crate::error::ApiError;
+
 /// Every property name the API's answers define, sorted: the names of the OpenAPI document's
 /// schemas' properties. Written out rather than read from the document at run time, so that
 /// masking depends on nothing above it; a test checks it against the document
@@ -397,8 +399,8 @@ impl Secrets {
     }
 
     /// An API error with the secrets masked in its message and in every problem's message.
-    pub fn mask_error(&self, error: crate::ApiError) -> crate::ApiError {
-        use crate::ApiError as E;
+    pub fn mask_error(&self, error: ApiError) -> ApiError {
+        use ApiError as E;
         if self.is_empty() {
             return error;
         }
@@ -815,7 +817,7 @@ mod tests {
             !text.contains("tok-123") && !text.contains("pa55word"),
             "{text}"
         );
-        let e = secrets.mask_error(crate::ApiError::Start("login as u/pa55word".into()));
+        let e = secrets.mask_error(ApiError::Start("login as u/pa55word".into()));
         assert_eq!(e.to_string(), format!("login as u/{MASK}"));
     }
 

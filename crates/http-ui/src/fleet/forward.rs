@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::ApiError;
+use crate::error::ApiError;
 
 /// The header of a forwarded request.
 pub const FORWARDED: &str = "x-weir-forwarded";

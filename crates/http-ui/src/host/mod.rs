@@ -33,9 +33,9 @@ use weir_runtime::plan::Plan;
 use weir_runtime::spec::load::Override;
 use weir_scheduler::Scheduler;
 
-use crate::ApiError;
 use crate::catalog::persist::Persister;
 use crate::catalog::{Catalog, StoredJob};
+use crate::error::ApiError;
 use crate::job::{Definition, HostedJob};
 use crate::lifecycle::JobState;
 use crate::limits::JobLimits;
