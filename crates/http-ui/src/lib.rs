@@ -16,27 +16,46 @@
 //! - the dashboard (`web/`, embedded) at `/`.
 //!
 //! Listening anywhere but loopback needs a bearer token ([`Access`]). Request bodies are
-//! limited to [`api::MAX_BODY`] and, with the headers, must arrive in time ([`Timeouts`]);
+//! limited to [`limits::MAX_BODY`] and, with the headers, must arrive in time ([`Timeouts`]);
 //! paths and names in submitted jobs are confined to the server's working directory
 //! ([`paths`]), the endpoints they reach to the server's allow-list ([`endpoints`]).
 //!
 //! # Layout
-//! - [`host`]: [`Host`]: starting, restarting and stopping jobs; limits; the sampler.
-//! - [`job`]: [`HostedJob`]: one job's state machine, samples, savepoints, exceptions.
-//! - [`view`]: the JSON views of jobs, operators, edges and checkpoints.
-//! - [`api`]: [`router`]: the routes and their handlers.
-//! - [`openapi`]: the API's OpenAPI document, generated from the views' types.
-//! - [`auth`]: [`Access`]: the bearer-token rule and its middleware.
-//! - [`catalog`]: [`catalog::Catalog`]: the jobs kept across restarts of the server (SQLite
-//!   or PostgreSQL).
-//! - [`paths`]: what a submitted job may name on the filesystem.
-//! - [`endpoints`]: what a submitted job may reach over the network.
-//! - [`limits`]: [`JobLimits`]: what one hosted job may ask of the server.
-//! - [`prometheus`]: the `/metrics` text.
-//! - [`ratelimit`]: rate limits per client (state lookups), on governor.
-//! - [`assets`]: the embedded dashboard files.
-//! - [`error`]: [`ApiError`] (one HTTP status each); [`ServeError`], why the server cannot
-//!   start, is defined here.
+//! The modules stand in layers. A module imports only modules of its own layer or below,
+//! never one above, and no modules import each other in a circle: `layering.rs` checks both
+//! on the source. From the bottom:
+//!
+//! - **L0**, what the rest stands on:
+//!   - [`error`]: [`ApiError`], one HTTP status each;
+//!   - [`lifecycle`]: [`JobState`], where a hosted job is in its life, and its names;
+//!   - [`overrides`]: `--set` overrides as the server reads them;
+//!   - [`paths`]: what a submitted job may name on the filesystem;
+//!   - [`endpoints`]: what a submitted job may reach over the network;
+//!   - [`limits`]: [`JobLimits`], what one hosted job may ask of the server, and
+//!     [`limits::MAX_BODY`];
+//!   - [`auth`]: [`Access`], the bearer-token rule and its middleware;
+//!   - [`ratelimit`]: rate limits per client (state lookups), on governor;
+//!   - [`redact`]: a job's secrets, masked in answers and log lines;
+//!   - [`db`]: what the PostgreSQL catalog and the fleet share (a connection, the DDL lock);
+//!   - [`assets`]: the embedded dashboard files.
+//! - **L1**, what is kept of jobs: [`catalog`] ([`catalog::Catalog`]: the jobs kept across
+//!   restarts of the server, in SQLite or PostgreSQL) and [`logs`] (each job's log lines).
+//! - **L2**, [`job`]: [`HostedJob`], one job's state machine, samples, savepoints,
+//!   exceptions.
+//! - **L3**, [`host`]: [`Host`], starting, restarting and stopping jobs; limits; the sampler.
+//!   In a fleet it asks for each run's lease through a hook ([`host::Leases`]).
+//! - **L4**, [`fleet`]: servers sharing one PostgreSQL catalog (leases, fencing, placement,
+//!   takeovers, drains). It implements the host's hook, builds this server's host and drives
+//!   it.
+//! - **L5**, read-only projections: [`view`] (the JSON views of jobs, operators, edges and
+//!   checkpoints, and the types of requests) and [`prometheus`] (the `/metrics` text).
+//! - **L6**, the HTTP surface: [`api`] ([`router`]: the routes and their handlers) and
+//!   [`openapi`] (the API's OpenAPI document, generated from the views' types), which `api`
+//!   serves and which uses nothing of `api`.
+//!
+//! This root wires the layers together: [`Server`] binds (failing with [`ServeError`]) and
+//! gives the router the host and, in a fleet, the fleet; [`Watcher`] shows the job of a `weir
+//! run --listen`.
 //!
 //! # Example
 //! ```no_run
@@ -73,6 +92,9 @@ pub mod prometheus;
 pub mod ratelimit;
 pub mod redact;
 pub mod view;
+
+#[cfg(test)]
+mod layering;
 
 use std::future::Future;
 use std::net::SocketAddr;
