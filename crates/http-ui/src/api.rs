@@ -110,7 +110,7 @@ pub fn router_with(
             get(state_lookup),
         )
         .route("/api/v1/scheduler", get(scheduler))
-        .route("/api/v1/fleet", get(fleet))
+        .route("/api/v1/fleet", get(fleet_view))
         .route("/api/v1/fleet/drain", post(drain))
         .route("/metrics", get(metrics))
         // Inside the token check: a request is authorised here before it is forwarded.
@@ -785,7 +785,7 @@ fn job_in_path(path: &str) -> Option<u64> {
     crate::host::parse_id(id)
 }
 
-async fn fleet(
+async fn fleet_view(
     State(fleet): State<Option<Arc<Fleet>>>,
 ) -> Result<Json<crate::fleet::FleetView>, ApiError> {
     let fleet = fleet.ok_or_else(not_in_fleet)?;

@@ -353,7 +353,9 @@ impl HostedJob {
     pub fn recovered(stored: &StoredJob, plan: Plan) -> Self {
         let overrides = crate::overrides::parse(&stored.overrides).unwrap_or_default();
         let secrets = crate::redact::registry().register(
-            crate::redact::Secrets::of_job(&stored.text, &overrides).with(&plan.env_values),
+            crate::redact::Secrets::of_job(&stored.text, &overrides)
+                .with(&plan.env_values)
+                .with_connectors(&plan.spec),
         );
         let stored_state = JobState::from_name(&stored.state).unwrap_or(JobState::Failed);
         let state = if stored_state.is_live() {

@@ -286,6 +286,25 @@ impl Secrets {
         self
     }
 
+    /// These secrets and those the job's connectors declare ([`Hosted::secrets`]): values
+    /// the key names do not give away (a Kafka client property, a NATS credential), read from
+    /// the plan's spec after `${VAR}` references were filled in.
+    ///
+    /// [`Hosted::secrets`]: weir_runtime::api::connector::Hosted::secrets
+    pub fn with_connectors(mut self, spec: &weir_runtime::spec::JobSpec) -> Self {
+        use weir_runtime::api::connector::Secret;
+        let sources = spec.sources.values().map(|s| s.hosted().secrets());
+        let sinks = spec.sinks.values().map(|s| s.hosted().secrets());
+        for secret in sources.chain(sinks).flatten() {
+            match secret {
+                Secret::Value(v) => self.values.push(v),
+                Secret::Connection(c) => self.values.extend(connection_string_passwords(&c)),
+            }
+        }
+        self.normalise();
+        self
+    }
+
     fn in_value(value: &Value) -> Self {
         let mut values = Vec::new();
         collect(value, false, &mut values);
@@ -697,6 +716,23 @@ fn value_end(s: &str, start: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_a_connector_declares_are_masked_though_no_key_names_them() {
+        let text = "name: j\nsources:\n  nexmark: {kind: nexmark, events: 10}\n\
+                    sinks:\n  out:\n    kind: kafka\n    from: nexmark.bid\n    \
+                    bootstrap-servers: 127.0.0.1:9092\n    topic: t\n    \
+                    properties: {ssl.key.pem: PRIVATE-KEY-BYTES}\n";
+        let loaded = weir_runtime::spec::load::parse_str("job.yaml", text, &[]).unwrap();
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let by_names = Secrets::of(text);
+        assert_eq!(by_names.mask("PRIVATE-KEY-BYTES"), "PRIVATE-KEY-BYTES");
+        let secrets = by_names.with_connectors(&loaded.spec);
+        assert_eq!(
+            secrets.mask("key: PRIVATE-KEY-BYTES."),
+            format!("key: {MASK}.")
+        );
+    }
 
     #[test]
     fn a_text_without_secrets_comes_back_as_written() {

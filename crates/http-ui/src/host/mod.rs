@@ -364,8 +364,11 @@ impl Host {
         let id = self.allocate_id().await?;
         let lease = self.lease(id, &plan, None).await?;
         // Before the start, whose log lines may quote the job's values.
-        let secrets = crate::redact::registry()
-            .register(crate::redact::Secrets::of_job(text, &parsed).with(&plan.env_values));
+        let secrets = crate::redact::registry().register(
+            crate::redact::Secrets::of_job(text, &parsed)
+                .with(&plan.env_values)
+                .with_connectors(&plan.spec),
+        );
         let log = crate::logs::JobLog::new();
         let started = job::start(&plan, self.options(restore, id, lease))
             .instrument(log.span())
@@ -424,8 +427,11 @@ impl Host {
             plan: Arc::new(plan),
             overrides: Vec::new(),
         };
-        let secrets = crate::redact::registry()
-            .register(crate::redact::Secrets::of(&text).with(&definition.plan.env_values));
+        let secrets = crate::redact::registry().register(
+            crate::redact::Secrets::of(&text)
+                .with(&definition.plan.env_values)
+                .with_connectors(&definition.plan.spec),
+        );
         let job = Arc::new(HostedJob::new(
             id, text, definition, secrets, running, None, log,
         ));

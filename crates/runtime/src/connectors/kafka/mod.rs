@@ -139,6 +139,9 @@ const SERVER_REFUSED_PROPERTIES: &[&str] = &[
 /// `ssl.key.password`, `sasl.oauthbearer.client.secret`).
 const SECRET_WORDS: [&str; 4] = ["password", "secret", "token", "credential"];
 
+/// Secret properties whose names hold none of [`SECRET_WORDS`]: a private key given inline.
+const SECRET_PROPERTIES: [&str; 2] = ["ssl.key.pem", "ssl_key.pem"];
+
 /// What a Kafka client of a job reaches and holds, for a server: its brokers, the properties
 /// that would act on the server's machine, and the secret properties.
 struct Client<'a> {
@@ -181,7 +184,7 @@ impl Client<'_> {
             .iter()
             .filter(|(k, _)| {
                 let k = k.to_ascii_lowercase();
-                SECRET_WORDS.iter().any(|w| k.contains(w))
+                SECRET_WORDS.iter().any(|w| k.contains(w)) || SECRET_PROPERTIES.contains(&&*k)
             })
             .map(|(_, v)| Secret::Value(v.clone()))
             .collect()
