@@ -1,6 +1,7 @@
-//! The Kafka source and sink against a real Kafka-protocol broker process: tansu, started per
-//! test by `scripts/kafka-broker.sh` on a loopback port, its topics in SQLite (so a restarted
-//! broker keeps them). What the tests expect is computed without weir's Kafka code: records
+//! The Kafka source and sink against Apache Kafka's own broker (4.4.0, KRaft, one node that is
+//! broker and controller), started per test by `scripts/kafka-broker.sh` on a loopback port
+//! with its log directory in a temporary folder (so a restarted broker keeps its topics and
+//! transaction state). What the tests expect is computed without weir's Kafka code: records
 //! are produced and read back with plain librdkafka clients, and query results are compared
 //! with the same query over the same events from a JSON-lines file.
 
@@ -500,8 +501,7 @@ fn a_broker_restart_mid_run_loses_and_repeats_nothing() {
 
 /// Kafka in and out at least once, through SIGKILLs at random points and rescales 2 → 1 → 2:
 /// every row of the file-source run reaches the output topic, and no other row does.
-/// (Exactly-once output needs Kafka transactions, which tansu 0.6.0 does not complete: it has
-/// no `EndTxn` handler. `exactly_once_into_the_mock_cluster` covers the transactional path.)
+/// (The exactly-once sink through the same: `kafka_to_kafka_exactly_once_across_...`.)
 #[test]
 fn kafka_to_kafka_at_least_once_loses_nothing_across_kill9_and_rescale() {
     let broker = Broker::start();
@@ -529,6 +529,80 @@ fn kafka_to_kafka_at_least_once_loses_nothing_across_kill9_and_rescale() {
         eprintln!("logs of the runs:\n{}", logs.join("\n---\n"));
     }
     assert_at_least_once("q5 from Kafka into Kafka through kills", &got, &expected);
+}
+
+/// Kafka in and Kafka out exactly once, on Apache Kafka's own broker: the sink's records go
+/// out in one transaction per checkpoint and per subtask, read back `read_committed`. Through
+/// SIGKILLs of weir at random points with rescales 2 → 1 → 2, and then with the broker itself
+/// stopped at random points while a run reads, writes and commits (each time the job restarts
+/// from the newest durable checkpoint and commits it again): every row of the file-source run,
+/// each exactly once.
+#[test]
+fn kafka_to_kafka_exactly_once_across_kill9_rescale_and_broker_stops() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    nexmark_topic(&broker, "events", 4, 60_000, &file);
+    let expected = golden_jsonl("q5", &file, dir.path());
+    let path = job(
+        dir.path(),
+        "q5.yaml",
+        &nexmark_kafka_job("q5", &broker, "events"),
+    );
+    let mut sink = kafka_sink(&broker.servers(), "exactly-once");
+    sink.extend([
+        "restart.max-attempts=50".to_string(),
+        "restart.delay=300ms".to_string(),
+    ]);
+
+    // weir killed.
+    broker.create_topic("q5-out", 3);
+    let data = dir.path().join("data-kills");
+    let unused = dir.path().join("unused");
+    let parallelism = [2, 1, 2, 1];
+    let logs = run_through_kills("q5 into Kafka exactly once", 31, 3, |run| {
+        spawn_nexmark(&path, &data, &unused, parallelism[run % 4], &sink)
+    });
+    let got = multiset(q5_rows(broker.read_all("q5-out", 3)));
+    if got != expected {
+        eprintln!("logs of the runs:\n{}", logs.join("\n---\n"));
+    }
+    assert_same_rows("q5 from Kafka into Kafka through kills", &got, &expected);
+
+    // The broker stopped, at random points, for a random while.
+    let mut rng = crate::recovery::Rng(0x4b61_666b);
+    for round in 0..2 {
+        let topic = format!("q5-out-{round}");
+        broker.create_topic(&topic, 3);
+        let sink: Vec<String> = sink
+            .iter()
+            .map(|s| s.replace("topic=q5-out", &format!("topic={topic}")))
+            .collect();
+        let data = dir.path().join(format!("data-broker-{round}"));
+        let mut child = spawn_nexmark(&path, &data, &unused, 2, &sink);
+        let mut stops = 0;
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(rng.between(200, 1500)));
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            broker.stop();
+            stops += 1;
+            std::thread::sleep(Duration::from_millis(rng.between(300, 2500)));
+            broker.restart();
+        }
+        finished(
+            child,
+            &format!("round {round}: q5 into Kafka with the broker stopped"),
+        );
+        eprintln!("round {round}: broker stopped {stops} times");
+        let got = multiset(q5_rows(broker.read_all(&topic, 3)));
+        assert_same_rows(
+            &format!("round {round}: q5 into Kafka exactly once, the broker stopped {stops} times"),
+            &got,
+            &expected,
+        );
+    }
 }
 
 /// The exactly-once sink's transactions against librdkafka's mock cluster (a transaction
