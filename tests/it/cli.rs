@@ -338,3 +338,67 @@ fn run_and_validate_mask_the_jobs_secrets_in_their_messages_and_logs() {
         .unwrap();
     masked(&out);
 }
+
+/// A JSON-lines file whose one line is far longer than `max-line-length` (64 MiB against
+/// 8 MiB here; the hostile case was 300 MB against the default 256 MiB): with `on-error:
+/// fail` the run fails at once naming the file, the line and the limit; with `skip` the line
+/// is skipped and counted and the lines after it are read. Both in a time linear in the file
+/// (they took minutes when a long line was searched again from its start after every read).
+#[test]
+fn a_line_far_longer_than_the_limit_fails_or_is_skipped_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("long.jsonl");
+    let mut text = b"{\"a\": 1}\n{\"a\": \"".to_vec();
+    text.resize(text.len() + (64 << 20), b'x');
+    text.extend_from_slice(b"\"}\n{\"a\": 2}\n");
+    std::fs::write(&data, &text).unwrap();
+    for on_error in ["fail", "skip"] {
+        let job = dir.path().join(format!("{on_error}.yaml"));
+        std::fs::write(
+            &job,
+            format!(
+                "name: long-{on_error}\nsources:\n  in:\n    kind: jsonl\n    path: {}\n    \
+                 schema: {{a: int}}\n    max-line-length: 8MiB\n    on-error: {on_error}\n\
+                 sinks:\n  out: {{kind: stdout, from: in}}\n",
+                data.display()
+            ),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let mut child = weir()
+            .arg("run")
+            .arg(&job)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{on_error}: still running after a minute"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if on_error == "fail" {
+            assert!(!out.status.success(), "{stdout}{stderr}");
+            assert!(
+                stderr.contains(&format!("line 2 (byte 9) of {}", data.display()))
+                    && stderr.contains("longer than 8388608 bytes"),
+                "{stderr}"
+            );
+        } else {
+            assert!(out.status.success(), "{stderr}");
+            let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with('{')).collect();
+            assert_eq!(rows, ["{\"a\":1}", "{\"a\":2}"], "{stdout}");
+            assert!(
+                stderr.contains("(1 records skipped)") || stdout.contains("(1 records skipped)"),
+                "{stdout}{stderr}"
+            );
+        }
+    }
+}

@@ -221,6 +221,9 @@ struct Buffer {
     lo: usize,
     hi: usize,
     spare: Vec<u8>,
+    /// How many of the unread bytes, from the front, are known to hold no `'\n'`: a line read
+    /// in many pieces is searched once, not again from its start after every read.
+    clean: usize,
 }
 
 impl Buffer {
@@ -239,14 +242,30 @@ impl Buffer {
     /// Drops the first `n` unread bytes.
     fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.len(), "consumed more than was read");
-        self.lo += n.min(self.len());
+        let n = n.min(self.len());
+        self.lo += n;
+        self.clean = self.clean.saturating_sub(n);
         if self.lo == self.hi {
             self.clear();
         }
     }
 
     fn clear(&mut self) {
-        (self.lo, self.hi) = (0, 0);
+        (self.lo, self.hi, self.clean) = (0, 0, 0);
+    }
+
+    /// Whether the unread bytes hold a `'\n'`, searching only what was not searched before.
+    fn has_newline(&mut self) -> bool {
+        match memchr::memchr(b'\n', &self.data[self.lo + self.clean..self.hi]) {
+            Some(i) => {
+                self.clean += i;
+                true
+            }
+            None => {
+                self.clean = self.len();
+                false
+            }
+        }
     }
 
     /// Reads up to `want` bytes of `file` at `at` (the file offset just after the unread bytes)
@@ -285,11 +304,16 @@ impl Buffer {
             self.spare = std::mem::replace(&mut self.data, next);
             (self.lo, self.hi) = (0, carry + read);
         } else {
-            // Keep the unread bytes where they are unless the data buffer is full behind them.
+            // Keep the unread bytes where they are unless the data buffer is full behind them;
+            // then move them to the front (if they are not there) and grow the buffer.
             if self.data.len() < self.hi + read {
-                self.data.copy_within(self.lo..self.hi, 0);
-                (self.lo, self.hi) = (0, carry);
+                if self.lo > 0 {
+                    self.data.copy_within(self.lo..self.hi, 0);
+                    (self.lo, self.hi) = (0, carry);
+                }
                 if self.data.len() < carry + read {
+                    // The vector's capacity doubles: a long line costs a linear number of
+                    // copies, and at most twice the limit of memory.
                     self.data.resize(carry + read, 0);
                 }
             }
@@ -382,11 +406,18 @@ impl LineReader {
             // Read more only when the buffer holds no complete line: with chunks smaller than
             // a read, reading on every call would pile the file up in memory, and a partial
             // line plus one read is what bounds the buffer (`max_line_length` + a read).
-            let eof = if memchr::memchr(b'\n', self.buf.bytes()).is_some() {
+            let eof = if self.buf.has_newline() {
                 false
             } else {
                 self.fill().await?
             };
+            if !eof && !self.buf.has_newline() {
+                // Only the start of a line so far: nothing to deliver.
+                return match self.partial_line(next_line).await? {
+                    Some(too_long) => Err(too_long.into()),
+                    None => Ok(true),
+                };
+            }
             let chunk = &self.chunks[self.current];
             let limits = Limits {
                 max: self.max_line_length,
@@ -413,18 +444,27 @@ impl LineReader {
             }
             if next_line >= end || (eof && self.buf.is_empty()) {
                 self.finish_chunk(Some(next_line));
-            } else if self.buf.len() > self.max_line_length {
-                // What is left is the start of one line that has no end in sight.
-                match self.long_lines {
-                    LongLines::Fail => return Err(self.too_long(next_line).await?.into()),
-                    LongLines::Skip => {
-                        self.buf_start += self.buf.len() as u64;
-                        self.buf.clear();
-                        self.discarding = true;
-                    }
-                }
+            } else if let Some(too_long) = self.partial_line(next_line).await? {
+                return Err(too_long.into());
             }
             return Ok(true);
+        }
+    }
+
+    /// What is buffered is the start of one line (at `offset`) that has no end in sight: once
+    /// longer than the limit it fails the read (the error returned) or is skipped from here on.
+    async fn partial_line(&mut self, offset: u64) -> std::io::Result<Option<LineTooLong>> {
+        if self.buf.len() <= self.max_line_length {
+            return Ok(None);
+        }
+        match self.long_lines {
+            LongLines::Fail => Ok(Some(self.too_long(offset).await?)),
+            LongLines::Skip => {
+                self.buf_start += self.buf.len() as u64;
+                self.buf.clear();
+                self.discarding = true;
+                Ok(None)
+            }
         }
     }
 
@@ -597,7 +637,9 @@ impl LineReader {
             let size = self.buffer_size as u64;
             (chunk.end - at).clamp(MIN_READ.min(size), size) as usize
         } else {
-            self.buffer_size.min(TAIL_READ)
+            // Past the chunk's end only its last line is read: small reads for a line of
+            // usual length, growing with it for a long one.
+            self.buffer_size.min(TAIL_READ.max(self.buf.len()))
         };
         let file = match &self.file {
             Some(open) if open.path == chunk.path => open.file.clone(),
@@ -1034,6 +1076,56 @@ mod tests {
             data.extend(std::iter::repeat_n(b'z', len));
         }
         data
+    }
+
+    /// A 16 MiB line starting in the first of many small chunks: read in reads that grow with
+    /// it up to the buffer's size (past its chunk's end a reader reads small pieces, for the
+    /// usual short last line), so it takes about 16 reads of 1 MiB, not 256 of 64 KiB; both
+    /// when it is within the limit and when it is skipped or fails.
+    #[tokio::test]
+    async fn a_long_line_is_read_in_reads_that_grow_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.jsonl");
+        let long = 16usize << 20;
+        let mut data = b"a\n".to_vec();
+        data.resize(2 + long, b'x');
+        data.extend_from_slice(b"\nb\n");
+        std::fs::write(&path, &data).unwrap();
+        let files = [(path.clone(), data.len() as u64)];
+        for (limit, long_lines, lines) in [
+            (long, LongLines::Fail, 3),
+            (long - 1, LongLines::Skip, 2),
+            (long - 1, LongLines::Fail, 1),
+        ] {
+            let chunks = plan_chunks(&files, 64 << 10, 0, 1);
+            let mut reader = LineReader::new(chunks, DEFAULT_BUFFER_SIZE)
+                .with_max_line_length(limit)
+                .with_long_lines(long_lines);
+            let (mut seen, mut calls) = (0, 0);
+            loop {
+                calls += 1;
+                match reader
+                    .next_lines(|_, _, _| {
+                        seen += 1;
+                        Ok::<_, std::io::Error>(())
+                    })
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+                        break;
+                    }
+                }
+            }
+            assert_eq!(seen, lines, "limit {limit}, {long_lines:?}");
+            // About 16 reads of 1 MiB and a few smaller ones before them (a call reads once).
+            assert!(
+                calls < 48,
+                "{calls} calls for a 16 MiB line (limit {limit}, {long_lines:?})"
+            );
+        }
     }
 
     #[tokio::test]
