@@ -777,3 +777,61 @@ async fn a_hosted_job_reports_partition_lag_and_commits_group_offsets() {
     assert_eq!(cancelled.status, StatusCode::ACCEPTED, "{}", cancelled.text);
     wait_for(&app, &uri, |v| v["state"] == "cancelled").await;
 }
+
+/// The Kafka sink under the sink conformance suite: visible output is what a `read_committed`
+/// consumer reads of the topic.
+struct KafkaTopic {
+    servers: String,
+    topic: &'static str,
+    partitions: i32,
+}
+
+impl weir_runtime::testing::sink_conformance::SinkUnderTest for KafkaTopic {
+    fn factory(&self) -> std::sync::Arc<dyn weir_runtime::api::SinkFactory> {
+        use weir_runtime::api::connector::{SinkConnector, SinkContext};
+        let spec: weir_runtime::spec::KafkaSinkSpec = serde_json::from_value(json!({
+            "from": "in",
+            "bootstrap-servers": self.servers,
+            "topic": self.topic,
+            "delivery": "exactly-once",
+        }))
+        .unwrap();
+        let cx = SinkContext {
+            job: "conformance",
+            node: "out",
+            repeat_within: Duration::from_secs(60),
+        };
+        spec.plan(&weir_runtime::testing::sink_conformance::schema(), cx)
+            .unwrap()
+    }
+
+    fn visible(&self) -> futures::future::BoxFuture<'_, Vec<Value>> {
+        let (servers, topic, partitions) = (self.servers.clone(), self.topic, self.partitions);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || read_to_end(&servers, topic, partitions))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(_, _, _, value)| serde_json::from_str(&value).unwrap())
+                .collect()
+        })
+    }
+}
+
+/// The sink conformance suite (crash before and after pre-commit, restore commits once, a
+/// repeated commit is a no-op, an abort leaves nothing visible) against Apache Kafka.
+#[test]
+fn the_kafka_sink_conforms() {
+    let broker = Broker::start();
+    broker.create_topic("conformance", 2);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(weir_runtime::testing::sink_conformance::run(&KafkaTopic {
+        servers: broker.servers(),
+        topic: "conformance",
+        partitions: 2,
+    }));
+}
