@@ -34,6 +34,17 @@
 //! circle. A test of this crate
 //! (`layering.rs`) checks both.
 //!
+//! # Adding a kind
+//! - A **transform**: its spec in `spec/transforms/<kind>.rs`, its operator in
+//!   `operators/<kind>.rs`, its planning in `plan/nodes/<kind>.rs`, and one line of
+//!   `transform_kinds!` in `spec/mod.rs`.
+//! - A **source or sink**: a folder `connectors/<name>/` with its spec, its
+//!   [`api::connector::SourceConnector`] or [`api::connector::SinkConnector`] and its
+//!   [`api::connector::Hosted`] (endpoints, server files, secrets, limits: what `weir serve`
+//!   checks and masks), and one line of `sources!` or `sinks!` in `connectors/mod.rs`. A
+//!   transactional sink is a [`api::two_phase::Stage`] and a [`api::two_phase::Committer`],
+//!   and runs the conformance suite (`testing::sink_conformance`) against its real system.
+//!
 //! # Example
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
