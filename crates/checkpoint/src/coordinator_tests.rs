@@ -524,12 +524,20 @@ struct FakeLease {
     next_id: Mutex<u64>,
     latest: Mutex<Option<(u64, String)>>,
     reserved: Mutex<Vec<(u64, u64)>>,
+    /// The catalog does not answer (a reservation fails with `Fenced::Unknown`).
+    unreachable: Mutex<bool>,
 }
 
 impl crate::fence::Fence for Arc<FakeLease> {
     fn reserve(&self, after: u64, count: u64) -> BoxFuture<'static, Result<u64, crate::Fenced>> {
         let lease = self.clone();
         Box::pin(async move {
+            if *lease.unreachable.lock().unwrap() {
+                return Err(crate::Fenced::unknown(
+                    "reserving snapshot ids",
+                    std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+                ));
+            }
             if *lease.epoch.lock().unwrap() != lease.holder {
                 return Err(crate::Fenced::Taken("taken".into()));
             }
@@ -591,6 +599,7 @@ async fn with_a_fence_ids_come_from_reserved_blocks_and_a_taken_lease_publishes_
         next_id: Mutex::new(100 + ID_BLOCK),
         latest: Mutex::new(None),
         reserved: Mutex::new(Vec::new()),
+        unreachable: Mutex::new(false),
     });
     let mut c = config();
     c.fence = Some((Arc::new(lease.clone()), 100..100 + ID_BLOCK));
@@ -728,5 +737,53 @@ async fn a_failed_commit_keeps_its_snapshot_and_fails_the_final_one_waiting() {
     assert_eq!(h.handle.stats().snapshot().completed, 2);
     let newest = h.job.catalog.complete_newest_first().await.unwrap();
     assert!(newest[0].dir.ends_with("final-0000000002"));
+    h.task.abort();
+}
+
+/// A catalog that cannot say whose the lease is (it does not answer) is not a lease taken: the
+/// coordinator uses the ids it holds, skips checkpoints while it has none, and goes on with a
+/// new block once the catalog answers, where a taken lease stops it for good (above).
+#[tokio::test]
+async fn with_a_fence_a_catalog_that_does_not_answer_for_a_while_stops_nothing_for_good() {
+    let lease = Arc::new(FakeLease {
+        epoch: Mutex::new(1),
+        holder: 1,
+        next_id: Mutex::new(500),
+        latest: Mutex::new(None),
+        reserved: Mutex::new(Vec::new()),
+        unreachable: Mutex::new(true),
+    });
+    let mut c = config();
+    c.fence = Some((Arc::new(lease.clone()), 100..102));
+    let mut h = harness(c, 1);
+    for expected in [100, 101] {
+        let (barrier, pending) = trigger_injected(&mut h).await;
+        assert_eq!(barrier.id, expected);
+        ack(&h, barrier.id, 0, None).await;
+        pending.await.unwrap().unwrap();
+    }
+    // No ids left and none to be had: skipped, not closed.
+    for _ in 0..3 {
+        let skipped = h.handle.checkpoint().await;
+        assert!(
+            matches!(skipped, Err(CheckpointError::Skipped(_))),
+            "{skipped:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The catalog answers again: the next block is used.
+    *lease.unreachable.lock().unwrap() = false;
+    let (barrier, pending) =
+        tokio::time::timeout(Duration::from_secs(10), trigger_injected(&mut h))
+            .await
+            .expect("checkpoints start again once the catalog answers");
+    assert_eq!(
+        barrier.id, 500,
+        "the first id of the block reserved once it answered"
+    );
+    ack(&h, barrier.id, 0, None).await;
+    pending.await.unwrap().unwrap();
+    let stats = h.handle.stats().snapshot();
+    assert_eq!(stats.completed, 3);
     h.task.abort();
 }
