@@ -189,9 +189,9 @@ pub struct KafkaSinkSpec {
     /// The topic records go to. It must exist.
     #[schemars(length(min = 1))]
     pub topic: String,
-    /// The record key: columns of the input (their values joined as a JSON array, or the
-    /// value itself for one string column), so that rows of one key go to one partition. Leave
-    /// out for records without a key.
+    /// The record key: columns of the input (one column: its value as text; several: a JSON
+    /// object of them), so that rows of one key go to one partition. Leave out for records
+    /// without a key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<String>,
     /// The record value's encoding.
