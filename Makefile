@@ -1,5 +1,6 @@
 # weir: `make run` builds weir and serves the default job with the dashboard; `make test` checks everything;
-# `make bench` prints the benchmark tables recorded in BENCHMARKS.md; `make bench-peers` runs Nexmark on
+# `make docs` builds the book (docs/); `make install` puts weir on the PATH; `make bench` prints the
+# benchmark tables whose current figures are in BENCHMARKS.md; `make bench-peers` runs Nexmark on
 # Apache Flink beside weir; `make bench-fleet` times a fleet's failover; `make fuzz` fuzzes the decoders
 # of untrusted input.
 #
@@ -31,7 +32,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # nats-server with JetStream on a free port (scripts/nats-server.sh).
 TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server openjdk-17-jdk-headless maven
 
-.PHONY: run test bench bench-peers bench-fleet build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
+.PHONY: run test docs install bench bench-peers bench-fleet build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
 toolchain:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -49,7 +50,8 @@ build: deps
 run: build
 	$(WEIR) serve $(JOB) $(SERVE_SET)
 
-## Formatting, lints (warnings are errors), and every test.
+## Formatting, lints (warnings are errors), every test, and the book's checks (scripts/docs.sh:
+## the generated reference is current, links resolve, job files in the docs validate, it builds).
 test: deps
 	@scripts/ensure-packages.sh $(TEST_PACKAGES)
 	@scripts/s3-server.sh install
@@ -59,6 +61,21 @@ test: deps
 	@scripts/kafka-broker.sh install
 	$(CARGO) test --release --workspace
 	@$(MAKE) --no-print-directory loom
+	@scripts/docs.sh check $(WEIR)
+
+## The book: the reference pages generated from the job file's doc comments, then mdBook into
+## docs/book/ (open docs/book/index.html). mdBook is installed from crates.io into
+## ~/.cache/weir/mdbook-<version> the first time (a few minutes; see scripts/docs.sh).
+docs: build
+	scripts/docs.sh build $(WEIR)
+
+## The weir binary, stripped, into $(PREFIX)/bin: /usr/local/bin as root, else ~/.local/bin.
+PREFIX ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
+install: build
+	install -d $(PREFIX)/bin
+	install -s -m 755 $(WEIR) $(PREFIX)/bin/weir
+	@echo "installed $(PREFIX)/bin/weir ($$($(PREFIX)/bin/weir --version))"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "note: $(PREFIX)/bin is not on your PATH";; esac
 
 ## The fuzz targets (fuzz/, bodies in crates/fuzz-targets: job files, expressions, JSON lines,
 ## checkpoint metadata, logical snapshots) under libFuzzer, each for FUZZ_SECONDS from its
@@ -82,7 +99,7 @@ loom: deps
 	RUSTFLAGS="--cfg weir_loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom \
 	  $(CARGO) test --release -p weir-connection-pool --lib loom_models
 
-## Benchmarks (see BENCHMARKS.md for recorded figures).
+## Benchmarks (BENCHMARKS.md has the current figures, docs/benchmarks/log/ their history).
 bench: build
 	$(WEIR) bench nexmark --queries q0,q1,q2
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000

@@ -7,11 +7,13 @@
 //! - `serve.rs`: `weir serve`: host jobs behind the HTTP API and the dashboard.
 //! - `client.rs`: `weir submit`, `weir jobs`, `weir cancel`, `weir savepoint ID`: a client of
 //!   `weir serve`.
+//! - `reference.rs`: `weir schema --markdown`: the key tables of the book's reference pages.
 //!
 //! `weir bench`, the benchmarks `make bench` prints, is the `weir-bench` crate
 //! (`crates/bench`): this binary only parses its arguments and calls [`weir_bench::run`].
 
 mod client;
+mod reference;
 mod run;
 mod savepoint;
 mod serve;
@@ -41,10 +43,18 @@ use clap::{Parser, Subcommand};
 use weir_runtime::exec::restore::RestoreFrom;
 use weir_runtime::spec::load::Override;
 
+/// `weir --version`: the version and the commit the binary was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("WEIR_BUILD_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "weir",
-    version,
+    version = VERSION,
     about = "A miniature stream-processing engine: YAML jobs, event time, exactly-once state."
 )]
 struct Cli {
@@ -216,8 +226,17 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<Override>,
     },
-    /// Print the JSON Schema of job files (for editors).
-    Schema,
+    /// Print the JSON Schema of job files (for editors), or with `--markdown` its key tables.
+    Schema {
+        /// Print the key of every kind as Markdown tables (the book's reference pages) instead
+        /// of the JSON Schema.
+        #[arg(long)]
+        markdown: bool,
+        /// With `--markdown`: write each page into this directory (`job.md`, `sources.md`,
+        /// `transforms.md`, `sinks.md`) instead of printing them.
+        #[arg(long, value_name = "DIR", requires = "markdown")]
+        out: Option<PathBuf>,
+    },
     /// Nexmark tools.
     Nexmark {
         #[command(subcommand)]
@@ -355,16 +374,7 @@ fn main() -> ExitCode {
         Command::State(args) => client::state(&args),
         Command::Validate { job, overrides } => validate(&job, &overrides),
         Command::Explain { job, overrides } => explain(&job, &overrides),
-        Command::Schema => match serde_json::to_string_pretty(&weir_runtime::spec::json_schema()) {
-            Ok(s) => {
-                println!("{s}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Schema { markdown, out } => schema(markdown, out.as_deref()),
         Command::Nexmark {
             command:
                 NexmarkCommand::Generate {
@@ -400,6 +410,46 @@ fn init_logging() {
                 .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
         )
         .init();
+}
+
+/// `weir schema`: the JSON Schema of job files, or (`--markdown`) the book's reference pages.
+fn schema(markdown: bool, out: Option<&std::path::Path>) -> ExitCode {
+    let schema = weir_runtime::spec::json_schema();
+    if !markdown {
+        return match serde_json::to_string_pretty(&schema) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let pages = match reference::pages(&schema) {
+        Ok(pages) => pages,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(dir) = out else {
+        print!("{}", reference::joined(&pages));
+        return ExitCode::SUCCESS;
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: cannot create {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    for page in &pages {
+        let path = dir.join(&page.file);
+        if let Err(e) = std::fs::write(&path, &page.text) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn validate(job: &std::path::Path, overrides: &[Override]) -> ExitCode {

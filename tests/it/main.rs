@@ -17,6 +17,11 @@
 //! - `hosting`: `weir serve` keeps its jobs: a SIGKILLed server comes back with them (SQLite
 //!   and PostgreSQL catalogs) and resumes the running one; rescale 1 → 2 → 1 through the API;
 //!   `reset-after` restores the restart budget.
+//! - `kafka`: the Kafka source and sink against a broker of the test's own
+//!   (`scripts/kafka-broker.sh`): every partition once with its metadata, bad records, missing
+//!   topics, q5 and q11 over a topic equal to the same queries over the file, exactly once
+//!   through SIGKILLs and rescales, a broker restart mid-run, the exactly-once sink's
+//!   transactions on librdkafka's mock cluster, a hosted job's partition lag.
 //! - `jsonl`: JSON-lines sources on over-long, invalid and deeply nested lines (skip and fail).
 //! - `cli`: the `weir` binary: validate, run (Ctrl-C included), nexmark generate, the example.
 //! - `recovery`: SIGKILL at random points, restart from the latest checkpoint, output equal
@@ -37,19 +42,25 @@
 //!   and what it refuses (bad files, unknown ids, oversize bodies, missing tokens).
 //! - `serve_openapi`: every route's real answers (successes and errors) validated against the
 //!   OpenAPI document the server generates, which must list exactly the router's routes.
+//! - `serve_views`: what the dashboard reads from the API, checked against what the job must
+//!   have done (per-subtask figures, the live tail, a job's log, the effective job, snapshots).
 //! - `serve_hardening`: what `weir serve` refuses to be made to do: hold half-sent requests,
 //!   reach endpoints it does not allow, hand back secrets (aliases included), read `+1` as 1.
 //! - `s3`: checkpoints on an S3-compatible server (moto_server, started per test by
 //!   `scripts/s3-server.sh`): kills and rescaling, seek-free restore counted at the server,
 //!   retried faults, incomplete and corrupt checkpoints, retention, bad locations.
+//! - `sql`: every Nexmark query in SQL gives the rows of its hand-written twin, on both backends
+//!   at parallelism 1 and 2; problems in a query come with their line and column.
 //! - `topology`: fan-out, union, key-by and parallelism changes in one job.
 //! - `toolchain`: the workspace's `rust-version` is at least what every locked dependency needs.
+//! - `docs`: the book's generated reference pages are what `weir schema --markdown` writes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod checkpoints;
 mod cli;
 mod dashboard;
+mod docs;
 mod fleet;
 mod hostile;
 mod hosting;
