@@ -46,8 +46,10 @@ fn from_git() -> Option<String> {
 /// Reruns the build when git's file `name` (resolved the way git does, worktrees included)
 /// changes; a file that does not exist is not watched, or cargo would rerun every build.
 fn watch(dir: &Path, name: &str) {
-    if let Some(path) = git(dir, &["rev-parse", "--path-format=absolute", "--git-path", name])
-        && Path::new(&path).exists()
+    if let Some(path) = git(
+        dir,
+        &["rev-parse", "--path-format=absolute", "--git-path", name],
+    ) && Path::new(&path).exists()
     {
         println!("cargo:rerun-if-changed={path}");
     }

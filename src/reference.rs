@@ -440,7 +440,10 @@ impl<'a> Doc<'a> {
     /// `type_name`, with the definitions being expanded in `stack`: a type that contains
     /// itself (a nested JSON object type) reads `(nested)` the second time.
     fn type_name_in(&self, schema: &Value, stack: &mut Vec<String>) -> String {
-        let reference = schema.get("$ref").and_then(Value::as_str).map(str::to_owned);
+        let reference = schema
+            .get("$ref")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         if let Some(r) = &reference {
             if stack.contains(r) {
                 return "(nested)".into();
@@ -511,7 +514,9 @@ impl<'a> Doc<'a> {
                 } else {
                     match resolved.get("additionalProperties") {
                         Some(Value::Bool(_)) | None => "map".into(),
-                        Some(values) => format!("map of name → {}", self.type_name_in(values, stack)),
+                        Some(values) => {
+                            format!("map of name → {}", self.type_name_in(values, stack))
+                        }
                     }
                 }
             }
@@ -577,11 +582,13 @@ fn unlink(text: &str) -> String {
 /// `JsonType` as `json type`.
 fn words(name: &str) -> String {
     let mut out = String::new();
-    for (i, ch) in name.chars().enumerate() {
-        if ch.is_uppercase() && i > 0 && !name[..i].ends_with(|c: char| c.is_uppercase()) {
+    let mut previous: Option<char> = None;
+    for ch in name.chars() {
+        if ch.is_uppercase() && previous.is_some_and(|p| !p.is_uppercase()) {
             out.push(' ');
         }
         out.extend(ch.to_lowercase());
+        previous = Some(ch);
     }
     out
 }
@@ -749,18 +756,24 @@ mod tests {
         let schema = weir_runtime::spec::json_schema();
         let pages = pages(&schema).unwrap();
         let files: Vec<&str> = pages.iter().map(|p| p.file.as_str()).collect();
-        assert_eq!(
-            files,
-            ["job.md", "sources.md", "transforms.md", "sinks.md"]
-        );
+        assert_eq!(files, ["job.md", "sources.md", "transforms.md", "sinks.md"]);
         for kind in ["nexmark", "jsonl", "kafka", "nats"] {
-            assert!(pages[1].text.contains(&format!("<!-- ANCHOR: {kind} -->")), "{kind}");
+            assert!(
+                pages[1].text.contains(&format!("<!-- ANCHOR: {kind} -->")),
+                "{kind}"
+            );
         }
         for kind in ["filter", "window-aggregate", "sql"] {
-            assert!(pages[2].text.contains(&format!("<!-- ANCHOR: {kind} -->")), "{kind}");
+            assert!(
+                pages[2].text.contains(&format!("<!-- ANCHOR: {kind} -->")),
+                "{kind}"
+            );
         }
         for kind in ["blackhole", "stdout", "file", "postgres", "kafka", "nats"] {
-            assert!(pages[3].text.contains(&format!("<!-- ANCHOR: {kind} -->")), "{kind}");
+            assert!(
+                pages[3].text.contains(&format!("<!-- ANCHOR: {kind} -->")),
+                "{kind}"
+            );
         }
     }
 }
