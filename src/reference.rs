@@ -149,11 +149,14 @@ impl<'a> Doc<'a> {
             .cloned()
             .ok_or_else(|| format!("`{section}` is not a map of nodes"))?;
         let node = self.resolve(&node);
-        let variants = node
-            .get("oneOf")
-            .or_else(|| node.get("anyOf"))
-            .and_then(Value::as_array)
-            .ok_or_else(|| format!("the nodes of `{section}` are not tagged by kind"))?;
+        // A union of one kind has been resolved into that kind (as `resolve` does for
+        // `Option`'s union with null): its node is then the only variant.
+        let single = [Value::Object(node.clone())];
+        let variants = match node.get("oneOf").or_else(|| node.get("anyOf")) {
+            Some(Value::Array(variants)) => variants.as_slice(),
+            _ if self.tag(&node, "kind").is_some() => &single[..],
+            _ => return Err(format!("the nodes of `{section}` are not tagged by kind")),
+        };
         let mut text = String::new();
         let _ = writeln!(text, "# {title}\n\n{GENERATED}\n");
         let _ = writeln!(
