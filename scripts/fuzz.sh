@@ -8,7 +8,8 @@
 #   scripts/fuzz.sh smoke [RUNS]       # each target: replay its seeds, then RUNS (2000) inputs
 #   scripts/fuzz.sh run [SECONDS]      # each target: fuzz for SECONDS (60) from its seeds
 #
-# RocksDB is not compiled again. Every target links weir-state, whose RocksDB backend is C++
+# RocksDB is not compiled again. With RocksDB's prebuilt library (scripts/rocksdb-lib.sh) the
+# targets link that. Otherwise: every target links weir-state, whose RocksDB backend is C++
 # that takes some 25 minutes to compile on two cores; the fuzz build has flags of its own and
 # so a target directory of its own, where librocksdb-sys would compile it from scratch.
 # Instead the build reuses the `librocksdb.a` that the main build (`make build`, or `make
@@ -66,6 +67,16 @@ build() {
     echo "fuzz/Cargo.lock has librocksdb-sys $version, Cargo.lock $(rocksdb_version Cargo.lock):" \
       "run \`cargo update -p librocksdb-sys\` in fuzz/ so that the prebuilt library fits" >&2
     exit 1
+  fi
+  if [ -z "${ROCKSDB_LIB_DIR:-}" ] && lib="$(scripts/rocksdb-lib.sh dir)" && [ -n "$lib" ]; then
+    export ROCKSDB_LIB_DIR="$lib"
+  fi
+  if [ -n "${ROCKSDB_LIB_DIR:-}" ]; then
+    # RocksDB's prebuilt shared library, found where it was linked from (the run path;
+    # cargo-fuzz sets RUSTFLAGS, which replace .cargo/config.toml's).
+    (cd fuzz && RUSTC_BOOTSTRAP=1 RUSTFLAGS="-C link-arg=-Wl,-rpath,$ROCKSDB_LIB_DIR" \
+      cargo fuzz build --sanitizer none --codegen-units 16 --target-dir "$fuzz_target")
+    return
   fi
   if ! lib="$(find_rocksdb_lib "$version")"; then
     echo "no librocksdb.a of librocksdb-sys $version under $main_target/release/build:" \
