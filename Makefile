@@ -8,7 +8,9 @@
 # are compiled once, not once per profile.
 
 SHELL      := /bin/bash
-CARGO      ?= cargo
+# Every cargo command links RocksDB's prebuilt library when there is one rather than compile
+# its C++ (scripts/cargo.sh, scripts/rocksdb-lib.sh); WEIR_ROCKSDB=source compiles it.
+CARGO      ?= scripts/cargo.sh
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 WEIR       := $(TARGET_DIR)/release/weir
 JOB        ?= jobs/nexmark/q1.yaml
@@ -35,16 +37,17 @@ TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver 
 .PHONY: run test docs install bench bench-peers bench-fleet build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
 toolchain:
-	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+	@command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 
 deps: toolchain
 	@scripts/ensure-packages.sh $(BUILD_PACKAGES)
 
-# The same packages and targets as `make test` (the whole workspace, test targets included):
-# a narrower selection resolves other features for shared dependencies and would compile
-# RocksDB's C++ a second time (20 minutes or more on two cores).
+# The `weir` binary alone: `make test` then compiles only what the tests add, reusing every
+# dependency this compiled, because the `workspace-hack` crate (cargo-hakari) gives each shared
+# dependency the same features in both builds (checked by tests/it/toolchain.rs). RocksDB's
+# C++ is not compiled at all when its prebuilt library can be fetched (scripts/rocksdb-lib.sh).
 build: deps
-	$(CARGO) build --release --workspace --all-targets
+	$(CARGO) build --release -p weir --bin weir
 
 ## Build and start `weir serve` with the default job running; it prints the dashboard's URL.
 run: build
@@ -69,11 +72,16 @@ test: deps
 docs: build
 	scripts/docs.sh build $(WEIR)
 
-## The weir binary, stripped, into $(PREFIX)/bin: /usr/local/bin as root, else ~/.local/bin.
+## The weir binary, stripped, into $(PREFIX)/bin: /usr/local/bin as root, else ~/.local/bin;
+## with RocksDB's prebuilt library, that library into $(PREFIX)/lib/weir, where the binary
+## looks first (its run path, scripts/cargo.sh).
 PREFIX ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
 install: build
 	install -d $(PREFIX)/bin
 	install -s -m 755 $(WEIR) $(PREFIX)/bin/weir
+	@lib="$$(scripts/rocksdb-lib.sh dir)"; if [ -n "$$lib" ] && ldd $(WEIR) | grep -q 'librocksdb.so'; then \
+	  install -d $(PREFIX)/lib/weir && install -s -m 755 "$$lib/librocksdb.so" $(PREFIX)/lib/weir/librocksdb.so \
+	  && echo "installed $(PREFIX)/lib/weir/librocksdb.so"; fi
 	@echo "installed $(PREFIX)/bin/weir ($$($(PREFIX)/bin/weir --version))"
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "note: $(PREFIX)/bin is not on your PATH";; esac
 

@@ -86,3 +86,67 @@ fn rust_version_is_at_least_what_every_locked_dependency_needs() {
         needed.0
     );
 }
+
+/// The unit graph cargo would build for `args` (no build: `--unit-graph`, which needs
+/// RUSTC_BOOTSTRAP on stable), as (package, target, mode, platform) → features.
+fn unit_features(args: &[&str]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--release", "--locked", "--offline", "--unit-graph"])
+        .args(["-Z", "unstable-options"])
+        .args(args)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo build --unit-graph runs");
+    assert!(
+        out.status.success(),
+        "cargo build --unit-graph {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let graph: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut units = std::collections::BTreeMap::new();
+    for unit in graph["units"].as_array().unwrap() {
+        let key = format!(
+            "{} {} {} {}",
+            unit["pkg_id"].as_str().unwrap(),
+            unit["target"]["name"].as_str().unwrap(),
+            unit["mode"].as_str().unwrap(),
+            unit["platform"].as_str().unwrap_or("host")
+        );
+        let mut features: Vec<String> = unit["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_owned())
+            .collect();
+        features.sort();
+        units.insert(key, features);
+    }
+    units
+}
+
+/// `make run` builds only the `weir` binary and `make test` the whole workspace with its
+/// tests; the second reuses what the first compiled only if every dependency they share has
+/// the same features in both. The `workspace-hack` crate (cargo-hakari) makes it so: this fails
+/// when it is stale (a dependency added or changed without `cargo hakari generate`), which
+/// would otherwise show only as a `make test` that recompiles most of the graph.
+#[test]
+fn the_binary_alone_builds_its_dependencies_with_the_features_of_the_whole_workspace() {
+    let binary = unit_features(&["-p", "weir", "--bin", "weir"]);
+    let all = unit_features(&["--workspace", "--all-targets"]);
+    let differing: Vec<String> = binary
+        .iter()
+        .filter_map(|(unit, features)| match all.get(unit) {
+            Some(f) if f == features => None,
+            Some(f) => Some(format!("{unit}: {features:?} alone, {f:?} in the workspace")),
+            None => Some(format!("{unit}: not in the workspace's build")),
+        })
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "run `cargo hakari generate` (cargo install cargo-hakari): {} units differ:\n{}",
+        differing.len(),
+        differing.join("\n")
+    );
+}
