@@ -92,7 +92,13 @@ fn rust_version_is_at_least_what_every_locked_dependency_needs() {
 fn unit_features(args: &[&str]) -> std::collections::BTreeMap<String, Vec<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--release", "--locked", "--offline", "--unit-graph"])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--offline",
+            "--unit-graph",
+        ])
         .args(["-Z", "unstable-options"])
         .args(args)
         .env("RUSTC_BOOTSTRAP", "1")
@@ -139,7 +145,9 @@ fn the_binary_alone_builds_its_dependencies_with_the_features_of_the_whole_works
         .iter()
         .filter_map(|(unit, features)| match all.get(unit) {
             Some(f) if f == features => None,
-            Some(f) => Some(format!("{unit}: {features:?} alone, {f:?} in the workspace")),
+            Some(f) => Some(format!(
+                "{unit}: {features:?} alone, {f:?} in the workspace"
+            )),
             None => Some(format!("{unit}: not in the workspace's build")),
         })
         .collect();
