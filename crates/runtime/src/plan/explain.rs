@@ -6,7 +6,6 @@ use std::fmt::Write;
 
 use super::{Plan, PlanNode};
 use crate::api::NodeRole;
-use crate::spec::{TransformSpec, WindowSpec};
 
 impl Plan {
     /// The plan as text (see the module docs).
@@ -115,94 +114,7 @@ impl Plan {
         let Some(t) = self.spec.transforms.get(&node.name) else {
             return (None, None);
         };
-        let window = |w: &WindowSpec| match w {
-            WindowSpec::Tumbling { size } => format!("tumbling {size}"),
-            WindowSpec::Sliding { size, slide } => format!("sliding {size} every {slide}"),
-            WindowSpec::Session { gap } => format!("session, gap {gap}"),
-        };
-        match t {
-            TransformSpec::Aggregate(_) => (
-                Some(
-                    "accumulators per key, kept until the key is idle for state.ttl (an \
-                     updating stream: one row per key and batch)"
-                        .into(),
-                ),
-                None,
-            ),
-            TransformSpec::WindowAggregate(w) => {
-                let sliced =
-                    super::nodes::window_aggregate::keeps_slices(self.spec.window_slicing, w);
-                let state = match &w.window {
-                    WindowSpec::Sliding { size, slide } if sliced => format!(
-                        "accumulators per key and slice of {slide} (sliding {size} every \
-                         {slide}: a window merges its slices when it fires)"
-                    ),
-                    other => format!("accumulators per key and window ({})", window(other)),
-                };
-                let timers = if sliced {
-                    "event time: the end of each key's next window to fire, one at a time (then \
-                     the window's slices are merged and the oldest is dropped)"
-                } else {
-                    "event time: each window's end (then its state is dropped)"
-                };
-                (Some(state), Some(timers.into()))
-            }
-            TransformSpec::TopN(t) => (
-                Some(format!(
-                    "the best {} rows per key and firing time{}",
-                    t.n,
-                    if t.with_ties { " (ties kept)" } else { "" }
-                )),
-                Some(format!(
-                    "event time: `{}` (then the rows are emitted and dropped)",
-                    t.fire_at
-                )),
-            ),
-            TransformSpec::OverAggregate(o) => (
-                Some(format!(
-                    "the last {} rows per key, and rows waiting for the watermark",
-                    o.rows
-                )),
-                o.order_by
-                    .first()
-                    .map(|t| format!("event time: `{t}` of each row")),
-            ),
-            TransformSpec::Join(j) => {
-                let side = |until: &Option<String>, name: &str| match until {
-                    Some(u) => format!("{name} rows until the watermark passes `{u}`"),
-                    None => format!("{name} rows for good (until idle for state.ttl)"),
-                };
-                let bounded = j.left_until.is_some() && j.right_until.is_some();
-                (
-                    Some(format!(
-                        "{}; {}{}",
-                        side(&j.left_until, "left"),
-                        side(&j.right_until, "right"),
-                        if bounded {
-                            ""
-                        } else {
-                            " — a regular join: unbounded unless state.ttl is set"
-                        }
-                    )),
-                    (j.left_until.is_some() || j.right_until.is_some())
-                        .then(|| "event time: each row's until (then it is dropped)".into()),
-                )
-            }
-            TransformSpec::IntervalJoin(j) => (
-                Some(format!(
-                    "both sides' rows within [{}, {}] of the other's time",
-                    j.lower, j.upper
-                )),
-                Some("event time: each row's last possible match".into()),
-            ),
-            TransformSpec::WindowJoin(w) => (
-                Some(format!(
-                    "both sides' rows per key and window ({})",
-                    window(&w.window)
-                )),
-                Some("event time: each window's end".into()),
-            ),
-            _ => (None, None),
-        }
+        let explained = super::nodes::explain(t, &self.spec);
+        (explained.state, explained.timers)
     }
 }

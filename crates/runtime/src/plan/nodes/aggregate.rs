@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of_calls};
 use crate::operators::accumulators::Accumulators;
 use crate::operators::aggregate::{AggCall, Aggregate};
 use crate::operators::keyed::KeyEncoder;
 use crate::query::StateShape;
 use crate::spec::AggregateSpec;
+use crate::spec::JobSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compiled> {
     let keys = match p.input_compiled(0)? {
@@ -76,4 +78,16 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
         states: &[("accumulators", StateShape::Accumulators)],
     });
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(_: &AggregateSpec, _: &JobSpec) -> Explained {
+    Explained {
+        state: Some(
+            "accumulators per key, kept until the key is idle for state.ttl (an updating \
+             stream: one row per key and batch)"
+                .into(),
+        ),
+        timers: None,
+    }
 }

@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use arrow_schema::DataType;
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, Reads, sql_type};
 use crate::expr::Expr;
 use crate::operators::filter::Filter;
 use crate::spec::FilterSpec;
+use crate::spec::JobSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, f: &FilterSpec) -> Option<Compiled> {
     let schema = p.input.clone();
@@ -34,4 +36,9 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, f: &FilterSpec) -> Option<Compiled> 
     );
     planned.reads = Some(reads);
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it: nothing: it works on each batch alone.
+pub(super) fn explain(_: &FilterSpec, _: &JobSpec) -> Explained {
+    Explained::default()
 }

@@ -2,8 +2,10 @@
 //! `[left time + lower, left time + upper]`; planned as a regular join whose condition holds
 //! the bounds and whose sides are kept only as long as the bounds can still match.
 
+use super::Explained;
 use super::{Compiled, Planner};
 use crate::spec::IntervalJoinSpec;
+use crate::spec::JobSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, j: &IntervalJoinSpec) -> Option<Compiled> {
     let left = p.keyed_input(0, "left");
@@ -53,4 +55,15 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &IntervalJoinSpec) -> Option<Comp
         pruned,
         [Some(left_until), Some(right_until)],
     )))
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(j: &IntervalJoinSpec, _: &JobSpec) -> Explained {
+    Explained {
+        state: Some(format!(
+            "both sides' rows within [{}, {}] of the other's time",
+            j.lower, j.upper
+        )),
+        timers: Some("event time: each row's last possible match".into()),
+    }
 }

@@ -3,11 +3,13 @@
 
 use std::sync::Arc;
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, PrunedJoin, columns_of};
 use crate::expr::Expr;
 use crate::keys::KeySelector;
 use crate::operators::join::{Join, JoinDef};
 use crate::operators::keyed::KeyEncoder;
+use crate::spec::JobSpec;
 use crate::spec::JoinSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, j: &JoinSpec) -> Option<Compiled> {
@@ -71,4 +73,27 @@ pub(super) fn planned(
     );
     planned.reads = Some(reads);
     planned
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(j: &JoinSpec, _: &JobSpec) -> Explained {
+    let side = |until: &Option<String>, name: &str| match until {
+        Some(u) => format!("{name} rows until the watermark passes `{u}`"),
+        None => format!("{name} rows for good (until idle for state.ttl)"),
+    };
+    let bounded = j.left_until.is_some() && j.right_until.is_some();
+    Explained {
+        state: Some(format!(
+            "{}; {}{}",
+            side(&j.left_until, "left"),
+            side(&j.right_until, "right"),
+            if bounded {
+                ""
+            } else {
+                " — a regular join: unbounded unless state.ttl is set"
+            }
+        )),
+        timers: (j.left_until.is_some() || j.right_until.is_some())
+            .then(|| "event time: each row's until (then it is dropped)".into()),
+    }
 }

@@ -8,9 +8,11 @@ use sqlparser::ast::SelectItem;
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
+use super::Explained;
 use super::{Compiled, Planner};
 use crate::expr::Expr;
 use crate::keys::KeySelector;
+use crate::spec::JobSpec;
 use crate::spec::KeyBySpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, k: &KeyBySpec) -> Option<Compiled> {
@@ -70,4 +72,9 @@ fn compile_key(sql: &str, schema: &Schema) -> Result<(String, Expr), String> {
         (None, None) => return Err(format!("name the key `{sql}`: write `{sql} AS name`")),
     };
     Ok((name, e))
+}
+
+/// What `weir explain` says the node keeps and what fires it: nothing: it becomes the hash exchange of its consumers' inputs.
+pub(super) fn explain(_: &KeyBySpec, _: &JobSpec) -> Explained {
+    Explained::default()
 }

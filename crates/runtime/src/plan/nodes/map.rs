@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use arrow_schema::{Field, Schema};
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, Reads};
 use crate::expr::Expr;
 use crate::operators::map::Map;
+use crate::spec::JobSpec;
 use crate::spec::MapSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, m: &MapSpec) -> Option<Compiled> {
@@ -41,4 +43,9 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, m: &MapSpec) -> Option<Compiled> {
     );
     planned.reads = Some(reads);
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it: nothing: it works on each batch alone.
+pub(super) fn explain(_: &MapSpec, _: &JobSpec) -> Explained {
+    Explained::default()
 }

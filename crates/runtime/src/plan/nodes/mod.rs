@@ -39,7 +39,7 @@ use crate::operators::local_aggregate::{LocalPhase, LocalWindows};
 use crate::operators::window::Windowing;
 use crate::query::{QueryableNode, StateShape};
 use crate::spec::problems::{Problem, SpecSource};
-use crate::spec::{HumanDuration, TransformSpec};
+use crate::spec::{HumanDuration, JobSpec, TransformSpec, WindowSpec};
 use weir_state::KeyedStateBackend;
 
 /// The registry of kinds: [`plan`] sends each transform to the `plan` of its kind's module,
@@ -53,9 +53,34 @@ macro_rules! dispatch {
                 $( TransformSpec::$variant(s) => $module::plan(p, s), )*
             }
         }
+
+        /// What a transform keeps in state and what fires it, as its kind's module says.
+        pub(super) fn explain(transform: &TransformSpec, job: &JobSpec) -> Explained {
+            match transform {
+                $( TransformSpec::$variant(s) => $module::explain(s, job), )*
+            }
+        }
     };
 }
 crate::spec::transform_kinds!(dispatch);
+
+/// What `weir explain` prints of a node besides its wiring and columns: what it keeps in state
+/// and which timers fire it (`None`: nothing to say). Each kind's module writes its own, from
+/// its spec.
+#[derive(Debug, Default)]
+pub(super) struct Explained {
+    pub(super) state: Option<String>,
+    pub(super) timers: Option<String>,
+}
+
+/// A window as `weir explain` names it.
+pub(super) fn describe_window(w: &WindowSpec) -> String {
+    match w {
+        WindowSpec::Tumbling { size } => format!("tumbling {size}"),
+        WindowSpec::Sliding { size, slide } => format!("sliding {size} every {slide}"),
+        WindowSpec::Session { gap } => format!("session, gap {gap}"),
+    }
+}
 
 /// What planning learned about a node of the job file.
 pub(super) enum Compiled {

@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use arrow_schema::{Field, Schema};
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, Reads, columns_of, columns_of_calls, split_direction};
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::over_aggregate::{OverAggregate, OverAggregateDef};
+use crate::spec::JobSpec;
 use crate::spec::OverAggregateSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Compiled> {
@@ -57,4 +59,18 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
     );
     planned.reads = Some(reads);
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(o: &OverAggregateSpec, _: &JobSpec) -> Explained {
+    Explained {
+        state: Some(format!(
+            "the last {} rows per key, and rows waiting for the watermark",
+            o.rows
+        )),
+        timers: o
+            .order_by
+            .first()
+            .map(|t| format!("event time: `{t}` of each row")),
+    }
 }

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, Reads, columns_of};
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::top_n::{TopN, TopNDef};
+use crate::spec::JobSpec;
 use crate::spec::TopNSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
@@ -58,4 +60,19 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     );
     planned.reads = Some(reads);
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(t: &TopNSpec, _: &JobSpec) -> Explained {
+    Explained {
+        state: Some(format!(
+            "the best {} rows per key and firing time{}",
+            t.n,
+            if t.with_ties { " (ties kept)" } else { "" }
+        )),
+        timers: Some(format!(
+            "event time: `{}` (then the rows are emitted and dropped)",
+            t.fire_at
+        )),
+    }
 }

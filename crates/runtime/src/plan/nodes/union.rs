@@ -3,7 +3,9 @@
 
 use arrow_schema::Schema;
 
+use super::Explained;
 use super::{Compiled, Planner, sql_type};
+use crate::spec::JobSpec;
 use crate::spec::UnionSpec;
 
 /// The union's inputs are all it has (`from:`); their wiring was resolved by the planner.
@@ -41,4 +43,9 @@ fn schema_difference(a: &Schema, b: &Schema) -> Option<String> {
             .zip(b.fields())
             .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type());
     (!same).then(|| format!("({}) versus ({})", describe(a), describe(b)))
+}
+
+/// What `weir explain` says the node keeps and what fires it: nothing: it becomes its consumers' input gates.
+pub(super) fn explain(_: &UnionSpec, _: &JobSpec) -> Explained {
+    Explained::default()
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of, columns_of_calls};
 use crate::operators::accumulators::Accumulators;
 use crate::operators::keyed::KeyEncoder;
@@ -10,7 +11,9 @@ use crate::operators::local_aggregate::LocalWindows;
 use crate::operators::window::Windowing;
 use crate::operators::window_aggregate::{WindowAggregate, WindowAggregateDef};
 use crate::query::StateShape;
+use crate::spec::JobSpec;
 use crate::spec::WindowAggregateSpec;
+use crate::spec::WindowSpec;
 
 /// Whether the window aggregate `w` keeps its windows as slices: with the job's
 /// `window-slicing`, for sliding windows without allowed lateness ([`Windowing::sliced`]). A
@@ -83,4 +86,29 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, w: &WindowAggregateSpec) -> Option<C
         states,
     });
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(w: &WindowAggregateSpec, job: &JobSpec) -> Explained {
+    let sliced = keeps_slices(job.window_slicing, w);
+    let state = match &w.window {
+        WindowSpec::Sliding { size, slide } if sliced => format!(
+            "accumulators per key and slice of {slide} (sliding {size} every {slide}: a window \
+             merges its slices when it fires)"
+        ),
+        other => format!(
+            "accumulators per key and window ({})",
+            super::describe_window(other)
+        ),
+    };
+    let timers = if sliced {
+        "event time: the end of each key's next window to fire, one at a time (then the \
+         window's slices are merged and the oldest is dropped)"
+    } else {
+        "event time: each window's end (then its state is dropped)"
+    };
+    Explained {
+        state: Some(state),
+        timers: Some(timers.into()),
+    }
 }

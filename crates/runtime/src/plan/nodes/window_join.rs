@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, TimeUnit};
 
+use super::Explained;
 use super::{Compiled, Planned, Planner, columns_of};
 use crate::operators::keyed::KeyEncoder;
 use crate::operators::window_join::{WindowJoin, WindowJoinDef};
+use crate::spec::JobSpec;
 use crate::spec::WindowJoinSpec;
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compiled> {
@@ -68,4 +70,15 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compil
     );
     planned.reads = Some(reads);
     Some(Compiled::Operator(planned))
+}
+
+/// What `weir explain` says the node keeps and what fires it.
+pub(super) fn explain(w: &WindowJoinSpec, _: &JobSpec) -> Explained {
+    Explained {
+        state: Some(format!(
+            "both sides' rows per key and window ({})",
+            super::describe_window(&w.window)
+        )),
+        timers: Some("event time: each window's end".into()),
+    }
 }
