@@ -34,7 +34,7 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # nats-server with JetStream on a free port (scripts/nats-server.sh).
 TEST_PACKAGES  := postgresql postgresql-client openssl chromium chromium-driver python3 python3-venv nats-server openjdk-17-jdk-headless maven
 
-.PHONY: run test docs install bench bench-peers bench-fleet build deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
+.PHONY: run test docs install bench bench-peers bench-fleet build build-bench deps toolchain lint loom fuzz fuzz-smoke nexmark-data clean
 
 toolchain:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -47,6 +47,10 @@ deps: toolchain
 # dependency the same features in both builds (checked by tests/it/toolchain.rs). RocksDB's
 # C++ is not compiled at all when its prebuilt library can be fetched (scripts/rocksdb-lib.sh).
 build: deps
+	$(CARGO) build --release -p weir --bin weir --no-default-features
+
+# The binary with `weir bench` (its default feature `bench`), for the benchmark targets.
+build-bench: deps
 	$(CARGO) build --release -p weir --bin weir
 
 ## Build and start `weir serve` with the default job running; it prints the dashboard's URL.
@@ -108,7 +112,7 @@ loom: deps
 	  $(CARGO) test --release -p weir-connection-pool --lib loom_models
 
 ## Benchmarks (BENCHMARKS.md has the current figures, docs/benchmarks/log/ their history).
-bench: build
+bench: build-bench
 	$(WEIR) bench nexmark --queries q0,q1,q2
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11 --sources generator --events 3000000
 	$(WEIR) bench nexmark --compare two-phase --queries q4,q5 --events 3000000

@@ -10,7 +10,8 @@
 //! - `reference.rs`: `weir schema --markdown`: the key tables of the book's reference pages.
 //!
 //! `weir bench`, the benchmarks `make bench` prints, is the `weir-bench` crate
-//! (`crates/bench`): this binary only parses its arguments and calls [`weir_bench::run`].
+//! (`crates/bench`): this binary only parses its arguments and calls `weir_bench::run`. It is
+//! the default feature `bench`, which `make run` leaves out (the binary serves sooner).
 
 mod client;
 mod reference;
@@ -243,7 +244,15 @@ enum Command {
         command: NexmarkCommand,
     },
     /// Run benchmarks and print tables (see BENCHMARKS.md).
+    #[cfg(feature = "bench")]
     Bench(weir_bench::BenchArgs),
+    /// Run benchmarks and print tables (see BENCHMARKS.md): not in this build (`make run`
+    /// leaves them out; `make bench`, or cargo's default features, build them).
+    #[cfg(not(feature = "bench"))]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -384,7 +393,16 @@ fn main() -> ExitCode {
                     inter_event_delay,
                 },
         } => generate(events, &out, seed, inter_event_delay),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => weir_bench::run(args),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench { .. } => {
+            eprintln!(
+                "error: this weir was built without its benchmarks (the `bench` feature, which \
+                 `make run` leaves out): build them with `make bench`, or `cargo build --release`"
+            );
+            ExitCode::FAILURE
+        }
     }
 }
 
