@@ -559,10 +559,13 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
         "the paused server says why it stopped its copy: {log}"
     );
 
-    // A third job is placed on the (now empty) second server; then the second server is cut
-    // off from the catalog: it stops its copy by itself, and the first resumes the job.
+    // A third job is placed on the second server (by its `placement`: the paused jobs may have
+    // finished by now, and on a tie a job stays on the server it was submitted to); then the
+    // second server is cut off from the catalog: it stops its copy by itself, and the first
+    // resumes the job.
     let name = "cut_off".to_string();
-    let (job, overrides) = q5(&name, None, "ck", EVENTS);
+    let (job, mut overrides) = q5(&name, None, "ck", EVENTS);
+    overrides.push(format!("placement.server={}", second.base));
     let third = first.submit(&job, &overrides);
     names.push((name, false));
     first.wait("/api/v1/fleet", Duration::from_secs(60), |v| {
