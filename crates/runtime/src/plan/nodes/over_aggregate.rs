@@ -49,12 +49,15 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
     let mut planned = Planned::keyed(
         out,
         Arc::new(move |ctx, state| {
-            Ok(Box::new(OverAggregate::new(
-                def.clone(),
-                KeyEncoder::new(keys.clone())?,
-                state,
-                ctx.metrics.clone(),
-            )?))
+            Ok(Box::new(
+                OverAggregate::new(
+                    def.clone(),
+                    KeyEncoder::new(keys.clone())?,
+                    state,
+                    ctx.metrics.clone(),
+                )?
+                .restored(ctx.restore.as_deref()),
+            ))
         }),
     );
     planned.reads = Some(reads);
