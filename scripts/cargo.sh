@@ -14,6 +14,9 @@ if [ -z "${ROCKSDB_LIB_DIR:-}" ] && dir="$("$here/rocksdb-lib.sh" dir)" && [ -n 
   export ROCKSDB_LIB_DIR="$dir"
 fi
 if [ -n "${ROCKSDB_LIB_DIR:-}" ] && [ -f "$ROCKSDB_LIB_DIR/librocksdb.so" ]; then
+  # Doctests are linked and run in temporary directories, where no run path finds the
+  # library: the loader's search path does (it is in no fingerprint).
+  export LD_LIBRARY_PATH="$ROCKSDB_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   target="${CARGO_TARGET_DIR:-$here/../target}"
   for profile in release bench-lto; do
     mkdir -p "$target/$profile"
