@@ -46,7 +46,7 @@ impl Operator for Filter {
 mod tests {
     use serde_json::{Value, json};
 
-    use crate::testing::Harness;
+    use crate::testing::{Harness, Random};
 
     /// A source `src` of `{k: int, v: int, w: int, s: string}` rows (never read: the harness
     /// feeds the operator) and the filter `op` over it with the condition `predicate`.
@@ -59,21 +59,9 @@ mod tests {
         )
     }
 
-    /// A small deterministic generator (xorshift), so failures reproduce.
-    struct Random(u64);
-
-    impl Random {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-
-        /// A value in `-20..20`, NULL about one time in six.
-        fn small(&mut self) -> Option<i64> {
-            (self.below(6) != 0).then(|| self.below(40) as i64 - 20)
-        }
+    /// A value in `-20..20`, NULL about one time in six.
+    fn small(random: &mut Random) -> Option<i64> {
+        (random.below(6) != 0).then(|| random.below(40) as i64 - 20)
     }
 
     #[derive(Clone, Debug)]
@@ -96,8 +84,8 @@ mod tests {
         (0..n as i64)
             .map(|i| Row {
                 k: first + i,
-                v: random.small(),
-                w: random.small(),
+                v: small(random),
+                w: small(random),
                 s: (random.below(7) != 0).then(|| STRINGS[random.below(6) as usize]),
             })
             .collect()

@@ -402,7 +402,7 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    use crate::testing::Harness;
+    use crate::testing::{Harness, Random, canonical};
 
     /// Two sources `l` and `r` of `schema` (never read: the harness feeds the operator), each
     /// keyed by `keys`, and the join `op` of them with the rest of its keys in `body` (YAML
@@ -420,18 +420,6 @@ mod tests {
         )
     }
 
-    /// A small deterministic generator (xorshift), so failures reproduce.
-    struct Random(u64);
-
-    impl Random {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
     /// A checkpoint and a failure, then what the executor does on restore and the harness
     /// leaves to its caller: the restored watermark replayed into the operator, which must
     /// emit nothing.
@@ -445,18 +433,6 @@ mod tests {
         if let Some(w) = watermark {
             h.watermark(w);
             assert_eq!(h.take(), Vec::<Value>::new(), "replaying watermark {w}");
-        }
-    }
-
-    /// A row as text with its columns in name order, so equal rows compare equal whatever
-    /// order their columns were built in.
-    fn canonical(row: &Value) -> String {
-        match row {
-            Value::Object(columns) => {
-                let sorted: BTreeMap<&String, &Value> = columns.iter().collect();
-                serde_json::to_string(&sorted).expect("a row as JSON")
-            }
-            other => other.to_string(),
         }
     }
 

@@ -48,7 +48,7 @@ impl Operator for Map {
 mod tests {
     use serde_json::{Value, json};
 
-    use crate::testing::Harness;
+    use crate::testing::{Harness, Random};
 
     /// A source `src` of `{k: int, v: int, w: int, s: string, t: timestamp}` rows (never read:
     /// the harness feeds the operator) and the map `op` over it with `columns` (YAML lines).
@@ -61,21 +61,9 @@ mod tests {
         )
     }
 
-    /// A small deterministic generator (xorshift), so failures reproduce.
-    struct Random(u64);
-
-    impl Random {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-
-        /// A value in `-10..10` (zero included, for divisions), NULL about one time in six.
-        fn small(&mut self) -> Option<i64> {
-            (self.below(6) != 0).then(|| self.below(20) as i64 - 10)
-        }
+    /// A value in `-10..10` (zero included, for divisions), NULL about one time in six.
+    fn small(random: &mut Random) -> Option<i64> {
+        (random.below(6) != 0).then(|| random.below(20) as i64 - 10)
     }
 
     #[derive(Clone, Debug)]
@@ -92,8 +80,8 @@ mod tests {
         (0..n as i64)
             .map(|i| Row {
                 k: first + i,
-                v: random.small(),
-                w: random.small(),
+                v: small(random),
+                w: small(random),
                 s: (random.below(7) != 0).then(|| STRINGS[random.below(5) as usize]),
                 t: (random.below(9) != 0).then(|| 1_700_000_000_000 + random.below(100_000) as i64),
             })

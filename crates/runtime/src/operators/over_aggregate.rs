@@ -221,7 +221,7 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    use crate::testing::Harness;
+    use crate::testing::{Harness, Random, canonical};
 
     /// A source `src` of `{k: int, t: timestamp, v: int, id: int}` (never read: the harness
     /// feeds the operator) keyed by `k`, and the over-aggregate `op` of it with the rest of its
@@ -234,18 +234,6 @@ mod tests {
              op:\n    kind: over-aggregate\n    from: by-k\n{body}\
              sinks:\n  out: {{kind: blackhole, from: op}}\n"
         )
-    }
-
-    /// A small deterministic generator (xorshift), so failures reproduce.
-    struct Random(u64);
-
-    impl Random {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
     }
 
     #[derive(Clone, Debug)]
@@ -386,18 +374,6 @@ mod tests {
             }
         }
         (per_key, dropped)
-    }
-
-    /// A row as text with its columns in name order, so equal rows compare equal whatever
-    /// order their columns were built in.
-    fn canonical(row: &Value) -> String {
-        match row {
-            Value::Object(columns) => {
-                let sorted: BTreeMap<&String, &Value> = columns.iter().collect();
-                serde_json::to_string(&sorted).expect("a row as JSON")
-            }
-            other => other.to_string(),
-        }
     }
 
     /// `got` and `expected` hold the same rows as many times each, in any order.

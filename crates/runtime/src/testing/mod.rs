@@ -35,6 +35,32 @@ use crate::api::{Operator, OperatorFactory, SubtaskContext, SubtaskRestore, Subt
 use crate::exec::state::StateSettings;
 use crate::plan::{Factory, Plan};
 
+/// A seeded xorshift generator for tests' random inputs: the same sequence on every machine,
+/// and no dependency.
+pub struct Random(pub u64);
+
+impl Random {
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A row as text with its columns in name order, so equal rows compare equal whatever order
+/// their columns were built in (rows as multisets of these compare output in any order).
+pub fn canonical(row: &Value) -> String {
+    match row {
+        Value::Object(columns) => {
+            let sorted: std::collections::BTreeMap<&String, &Value> = columns.iter().collect();
+            serde_json::to_string(&sorted).expect("a row as JSON")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// One subtask of one planned operator, driven by hand.
 pub struct Harness {
     factory: OperatorFactory,
