@@ -57,6 +57,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod changelog;
 mod checkpoints;
 mod cli;
 mod dashboard;

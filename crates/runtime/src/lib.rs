@@ -12,6 +12,8 @@
 //!   sink traits and their factories, the subtask context, the in-band message, metrics,
 //!   snapshots, and [`api::OperatorError`] with its retry decision.
 //! - [`spec`]: the job file format, strict parsing, every problem with its line and column.
+//! - [`changelog`]: updating streams: each row's kind (`+I`, `-U`, `+U`, `-D`) as a last
+//!   column, and a stream's changelog mode in its schema; beneath everything else.
 //! - [`config`]: the vocabulary job files share (durations, sizes, event time, `on-error`,
 //!   paths), beneath both [`spec`] and the connectors whose keys are written in it.
 //! - [`plan`]: spec → a [`plan::Plan`], a pure description: wiring, schemas, expression
@@ -61,6 +63,7 @@
 //! ```
 
 pub mod api;
+pub mod changelog;
 pub mod config;
 pub mod connectors;
 pub mod exec;

@@ -24,6 +24,32 @@ pub enum OnError {
     Skip,
 }
 
+/// How a sink writes rows: JSON lines, or JSON lines with each row's change kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkFormat {
+    /// One JSON object per row. Takes an append-only stream, or an updating stream with a
+    /// key that never deletes, whose new versions (`+I`, `+U`) it writes: the last line per
+    /// key is the key's row.
+    #[default]
+    Json,
+    /// One JSON object per row with its kind as a last field `"op"`: `"+I"`, `"-U"`, `"+U"`
+    /// or `"-D"` (Flink's short forms). Takes any stream.
+    ChangelogJson,
+}
+
+impl SinkFormat {
+    /// Whether rows are written with their change kind.
+    pub fn is_changelog(self) -> bool {
+        self == SinkFormat::ChangelogJson
+    }
+
+    /// Whether it is `json`, which a spec need not write.
+    pub fn is_default(&self) -> bool {
+        *self == SinkFormat::Json
+    }
+}
+
 /// How a source derives event time and watermarks.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]

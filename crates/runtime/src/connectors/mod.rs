@@ -36,12 +36,19 @@ pub mod partitioned;
 pub mod postgres;
 pub mod stdout;
 
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::connector::{Hosted, SinkConnector, SourceConnector};
+use crate::api::connector::{Hosted, SinkConnector, SourceConnector, SpecProblem};
 use crate::api::{OperatorError, Sink, SinkFactory, SinkRestore, SubtaskContext};
+use crate::changelog;
+use crate::config::SinkFormat;
+use crate::format::json::JsonEncoder;
 
 /// Every source kind, one line each: its variant, its spec (boxed when large) and its `kind:`
 /// in job files. [`SourceSpec`] and its dispatch are made from this list.
@@ -168,6 +175,93 @@ impl SinkSpec {
 
     pub fn parallelism(&self) -> Option<u32> {
         self.connector().parallelism()
+    }
+}
+
+/// The JSON lines encoder of a sink's `format`.
+pub(crate) fn encoder(format: SinkFormat) -> JsonEncoder {
+    match format {
+        SinkFormat::Json => JsonEncoder::new(),
+        SinkFormat::ChangelogJson => JsonEncoder::changelog(),
+    }
+}
+
+/// Whether a sink writing `format` can take its input's changes: a problem at its `from`
+/// when the input updates in ways the format cannot say (see [`changelog::sink_takes`]), or
+/// has a column that `changelog-json`'s `"op"` field would hide.
+pub(crate) fn check_changes(input: &SchemaRef, format: SinkFormat) -> Result<(), SpecProblem> {
+    let mode = changelog::ChangelogMode::of(input);
+    changelog::sink_takes(&mode, format.is_changelog())
+        .map_err(|message| SpecProblem::at("from", message))?;
+    if format.is_changelog() && input.fields().iter().any(|f| f.name() == "op") {
+        return Err(SpecProblem::at(
+            "format",
+            "changelog-json writes each row's kind as a field `op`, and the input has a column \
+             `op`; rename it (a map before the sink)",
+        ));
+    }
+    Ok(())
+}
+
+/// A sink factory whose sinks receive only the new versions of an updating stream's rows
+/// ([`changelog::after_images`]): for sinks that write one message per row and have no format
+/// for a row's kind yet (Kafka, NATS). [`check_changes`] has made sure the stream is keyed and
+/// never deletes, so the last message per key is the key's row.
+pub(crate) struct AfterImages(pub Arc<dyn SinkFactory>);
+
+struct AfterImagesSink(Box<dyn Sink>);
+
+impl Sink for AfterImagesSink {
+    fn write(&mut self, batch: RecordBatch) -> BoxFuture<'_, Result<(), OperatorError>> {
+        match changelog::after_images(batch) {
+            Ok(batch) if batch.num_rows() == 0 => Box::pin(async { Ok(()) }),
+            Ok(batch) => self.0.write(batch),
+            Err(e) => Box::pin(async move { Err(OperatorError::from(e)) }),
+        }
+    }
+
+    fn prepare_commit(
+        &mut self,
+        checkpoint: u64,
+        committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
+        self.0.prepare_commit(checkpoint, committed)
+    }
+
+    fn finish(
+        &mut self,
+        committed: u64,
+    ) -> BoxFuture<'_, Result<Option<serde_json::Value>, OperatorError>> {
+        self.0.finish(committed)
+    }
+}
+
+impl SinkFactory for AfterImages {
+    fn prepare(
+        &self,
+        parallelism: usize,
+        restore: Option<&SinkRestore>,
+    ) -> BoxFuture<'_, Result<(), OperatorError>> {
+        self.0.prepare(parallelism, restore)
+    }
+
+    fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
+        Ok(Box::new(AfterImagesSink(self.0.create(ctx)?)))
+    }
+
+    fn commit(
+        &self,
+        transactions: Vec<serde_json::Value>,
+    ) -> BoxFuture<'static, Result<(), OperatorError>> {
+        self.0.commit(transactions)
+    }
+
+    fn pool_metrics(&self) -> Option<weir_connection_pool::PoolMetrics> {
+        self.0.pool_metrics()
+    }
+
+    fn abort(&self, transactions: Vec<serde_json::Value>, after: u64) -> Result<(), OperatorError> {
+        self.0.abort(transactions, after)
     }
 }
 

@@ -12,12 +12,23 @@ use crate::api::connector::{
     SpecProblem,
 };
 use crate::api::{OperatorError, Sink, SinkFactory};
+use crate::config::SinkFormat;
 use crate::format::json::JsonEncoder;
 
 #[derive(Default)]
 pub struct Stdout {
     buffer: Vec<u8>,
     encoder: JsonEncoder,
+}
+
+impl Stdout {
+    /// Writes in `format`.
+    pub fn new(format: SinkFormat) -> Self {
+        Stdout {
+            buffer: Vec::new(),
+            encoder: super::encoder(format),
+        }
+    }
 }
 
 impl Sink for Stdout {
@@ -51,6 +62,9 @@ impl Sink for Stdout {
 pub struct StdoutSinkSpec {
     /// The input: a node name, or `node.port`. Standard output has one writer: parallelism 1.
     pub from: String,
+    /// `json` (the default), or `changelog-json` to write each row's change kind.
+    #[serde(default, skip_serializing_if = "SinkFormat::is_default")]
+    pub format: SinkFormat,
 }
 
 impl SinkConnector for StdoutSinkSpec {
@@ -64,11 +78,13 @@ impl SinkConnector for StdoutSinkSpec {
 
     fn plan(
         &self,
-        _input: &arrow_schema::SchemaRef,
+        input: &arrow_schema::SchemaRef,
         _cx: SinkContext<'_>,
     ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
-        Ok(Arc::new(super::Simple(|| -> Box<dyn Sink> {
-            Box::new(Stdout::default())
+        super::check_changes(input, self.format)?;
+        let format = self.format;
+        Ok(Arc::new(super::Simple(move || -> Box<dyn Sink> {
+            Box::new(Stdout::new(format))
         })))
     }
 }

@@ -8,7 +8,7 @@
 //! `y`; the first such row wins ties). NULL inputs are ignored, as in SQL.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{BooleanBuilder, Float64Builder, Int64Builder, StringBuilder};
@@ -291,6 +291,71 @@ pub enum Acc {
     Distinct(BTreeSet<Scalar>),
     /// (ordering value, value) of the best row so far.
     By(Option<(Scalar, Scalar)>),
+    /// A sum that rows can be taken from: the sum and how many non-NULL values make it
+    /// (NULL when none).
+    RetractableSumInt {
+        sum: i64,
+        n: i64,
+    },
+    RetractableSumFloat {
+        sum: f64,
+        n: i64,
+    },
+    /// `min`, `max` or `count(DISTINCT)` that rows can be taken from: every value with how
+    /// many rows hold it.
+    Counted(Counted, BTreeMap<Scalar, i64>),
+    /// `max_by` (`true`) or `min_by` that rows can be taken from: every (ordering value,
+    /// value) with how many rows hold it. Of rows that tie on the ordering value, the largest
+    /// value wins for `max_by` and the smallest for `min_by` (an order that taking rows back
+    /// cannot change, unlike "the first such row").
+    CountedBy(bool, BTreeMap<(Scalar, Scalar), i64>),
+}
+
+/// What a [`Acc::Counted`] multiset answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    Min,
+    Max,
+    Distinct,
+}
+
+impl Counted {
+    fn code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(code: u8) -> Result<Counted, String> {
+        match code {
+            0 => Ok(Counted::Min),
+            1 => Ok(Counted::Max),
+            2 => Ok(Counted::Distinct),
+            c => Err(format!("multiset kind {c}")),
+        }
+    }
+}
+
+/// Adds `by` (negative: takes) to the count of `value`; a count that would fall below zero
+/// is a row taken back that was never added.
+fn count_in<K: Ord>(values: &mut BTreeMap<K, i64>, value: K, by: i64) -> Result<(), OperatorError> {
+    let count = values.entry(value).or_insert(0);
+    *count += by;
+    match (*count).cmp(&0) {
+        Ordering::Less => Err(never_added()),
+        Ordering::Equal => {
+            // Removing it keeps the map as small as its live values.
+            values.retain(|_, c| *c != 0);
+            Ok(())
+        }
+        Ordering::Greater => Ok(()),
+    }
+}
+
+fn never_added() -> OperatorError {
+    OperatorError::Data(
+        "a row was taken back (an update's old version or a delete) that the aggregate never \
+         received: its input's changelog is not well formed"
+            .into(),
+    )
 }
 
 impl weir_state::codec::NotU8 for Acc {}
@@ -305,6 +370,100 @@ impl Acc {
             (AggFn::Avg, _) => Acc::Avg { sum: 0.0, count: 0 },
             (AggFn::Min | AggFn::Max, _) => Acc::Extreme(None),
             (AggFn::MaxBy | AggFn::MinBy, _) => Acc::By(None),
+        }
+    }
+
+    /// An accumulator of `call` that rows can also be taken from ([`Acc::retract`]).
+    pub fn retractable(call: &AggCall) -> Acc {
+        match (call.func, &call.data_type) {
+            (AggFn::Count | AggFn::CountStar, _) => Acc::Count(0),
+            (AggFn::CountDistinct, _) => Acc::Counted(Counted::Distinct, BTreeMap::new()),
+            (AggFn::Sum, DataType::Int64) => Acc::RetractableSumInt { sum: 0, n: 0 },
+            (AggFn::Sum, _) => Acc::RetractableSumFloat { sum: 0.0, n: 0 },
+            (AggFn::Avg, _) => Acc::Avg { sum: 0.0, count: 0 },
+            (AggFn::Min, _) => Acc::Counted(Counted::Min, BTreeMap::new()),
+            (AggFn::Max, _) => Acc::Counted(Counted::Max, BTreeMap::new()),
+            (AggFn::MaxBy, _) => Acc::CountedBy(true, BTreeMap::new()),
+            (AggFn::MinBy, _) => Acc::CountedBy(false, BTreeMap::new()),
+        }
+    }
+
+    /// Adds (`sign` 1) or takes back (`sign` -1) row `row` of a retractable accumulator
+    /// ([`Acc::retractable`]); taking back what was never added is a data error.
+    pub fn add_signed(
+        &mut self,
+        func: AggFn,
+        args: &[ArrayRef],
+        row: usize,
+        sign: i64,
+    ) -> Result<(), OperatorError> {
+        if func == AggFn::CountStar {
+            if let Acc::Count(c) = self {
+                *c += sign;
+                if *c < 0 {
+                    return Err(never_added());
+                }
+            }
+            return Ok(());
+        }
+        let Some(arg) = args.first() else {
+            return Ok(());
+        };
+        if arg.is_null(row) {
+            return Ok(());
+        }
+        let number = || match arg.data_type() {
+            DataType::Int64 => arg.as_primitive::<Int64Type>().value(row) as f64,
+            _ => arg.as_primitive::<Float64Type>().value(row),
+        };
+        match self {
+            Acc::Count(c) => {
+                *c += sign;
+                if *c < 0 {
+                    return Err(never_added());
+                }
+            }
+            Acc::RetractableSumInt { sum, n } => {
+                let v = arg.as_primitive::<Int64Type>().value(row);
+                let v = v.checked_mul(sign).ok_or_else(overflow)?;
+                *sum = sum.checked_add(v).ok_or_else(overflow)?;
+                *n += sign;
+            }
+            Acc::RetractableSumFloat { sum, n } => {
+                *sum += sign as f64 * arg.as_primitive::<Float64Type>().value(row);
+                *n += sign;
+            }
+            Acc::Avg { sum, count } => {
+                *sum += sign as f64 * number();
+                *count += sign;
+            }
+            Acc::Counted(_, values) => count_in(values, Scalar::at(arg.as_ref(), row), sign)?,
+            Acc::CountedBy(_, values) => {
+                let Some(by) = args.get(1) else {
+                    return Ok(());
+                };
+                if by.is_null(row) {
+                    return Ok(());
+                }
+                let entry = (Scalar::at(by.as_ref(), row), Scalar::at(arg.as_ref(), row));
+                count_in(values, entry, sign)?;
+            }
+            Acc::SumInt(_) | Acc::SumFloat(_) | Acc::Extreme(_) | Acc::Distinct(_) | Acc::By(_) => {
+                return Err(OperatorError::Internal(
+                    "taking a row back from an accumulator that cannot".into(),
+                ));
+            }
+        }
+        match self {
+            Acc::Count(n)
+            | Acc::RetractableSumInt { n, .. }
+            | Acc::RetractableSumFloat { n, .. }
+            | Acc::Avg { count: n, .. }
+                if *n < 0 =>
+            {
+                Err(never_added())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -328,6 +487,10 @@ impl Acc {
             return Ok(());
         }
         match self {
+            Acc::RetractableSumInt { .. }
+            | Acc::RetractableSumFloat { .. }
+            | Acc::Counted(..)
+            | Acc::CountedBy(..) => return self.add_signed(func, args, row, 1),
             Acc::Count(c) => *c += 1,
             Acc::SumInt(s) => {
                 let v = arg.as_primitive::<Int64Type>().value(row);
@@ -409,6 +572,24 @@ impl Acc {
             }
             (Acc::Extreme(_), Acc::Extreme(None)) | (Acc::By(_), Acc::By(None)) => {}
             (Acc::Distinct(a), Acc::Distinct(b)) => a.extend(b.iter().cloned()),
+            (Acc::RetractableSumInt { sum, n }, Acc::RetractableSumInt { sum: s, n: m }) => {
+                *sum = sum.checked_add(*s).ok_or_else(overflow)?;
+                *n += m;
+            }
+            (Acc::RetractableSumFloat { sum, n }, Acc::RetractableSumFloat { sum: s, n: m }) => {
+                *sum += s;
+                *n += m;
+            }
+            (Acc::Counted(_, a), Acc::Counted(_, b)) => {
+                for (v, c) in b {
+                    count_in(a, v.clone(), *c)?;
+                }
+            }
+            (Acc::CountedBy(_, a), Acc::CountedBy(_, b)) => {
+                for (v, c) in b {
+                    count_in(a, v.clone(), *c)?;
+                }
+            }
             (Acc::By(a), Acc::By(Some((key, value)))) => {
                 let better = match a {
                     None => true,
@@ -440,6 +621,24 @@ impl Acc {
             Acc::Extreme(m) => m.clone().unwrap_or(Scalar::Null),
             Acc::Distinct(set) => Scalar::Int(set.len() as i64),
             Acc::By(best) => best.as_ref().map_or(Scalar::Null, |(_, v)| v.clone()),
+            Acc::RetractableSumInt { sum, n } if *n > 0 => Scalar::Int(*sum),
+            Acc::RetractableSumFloat { sum, n } if *n > 0 => Scalar::Float(*sum),
+            Acc::RetractableSumInt { .. } | Acc::RetractableSumFloat { .. } => Scalar::Null,
+            Acc::Counted(Counted::Min, values) => {
+                values.keys().next().cloned().unwrap_or(Scalar::Null)
+            }
+            Acc::Counted(Counted::Max, values) => {
+                values.keys().next_back().cloned().unwrap_or(Scalar::Null)
+            }
+            Acc::Counted(Counted::Distinct, values) => Scalar::Int(values.len() as i64),
+            Acc::CountedBy(max, values) => {
+                let best = if *max {
+                    values.keys().next_back()
+                } else {
+                    values.keys().next()
+                };
+                best.map_or(Scalar::Null, |(_, v)| v.clone())
+            }
         }
     }
 }
@@ -480,6 +679,30 @@ impl StateValue for Acc {
                 out.push(6);
                 best.encode(out);
             }
+            Acc::RetractableSumInt { sum, n } => {
+                out.push(7);
+                sum.encode(out);
+                n.encode(out);
+            }
+            Acc::RetractableSumFloat { sum, n } => {
+                out.push(8);
+                sum.encode(out);
+                n.encode(out);
+            }
+            Acc::Counted(kind, values) => {
+                out.push(9);
+                out.push(kind.code());
+                let entries: Vec<(Scalar, i64)> =
+                    values.iter().map(|(v, c)| (v.clone(), *c)).collect();
+                entries.encode(out);
+            }
+            Acc::CountedBy(max, values) => {
+                out.push(10);
+                max.encode(out);
+                let entries: Vec<((Scalar, Scalar), i64)> =
+                    values.iter().map(|(v, c)| (v.clone(), *c)).collect();
+                entries.encode(out);
+            }
         }
     }
 
@@ -497,6 +720,25 @@ impl StateValue for Acc {
             4 => Acc::Extreme(Option::decode(input)?),
             5 => Acc::Distinct(Vec::<Scalar>::decode(input)?.into_iter().collect()),
             6 => Acc::By(Option::decode(input)?),
+            7 => Acc::RetractableSumInt {
+                sum: i64::decode(input)?,
+                n: i64::decode(input)?,
+            },
+            8 => Acc::RetractableSumFloat {
+                sum: f64::decode(input)?,
+                n: i64::decode(input)?,
+            },
+            9 => {
+                let (&kind, rest) = input.split_first().ok_or("empty multiset")?;
+                *input = rest;
+                let entries = Vec::<(Scalar, i64)>::decode(input)?;
+                Acc::Counted(Counted::from_code(kind)?, entries.into_iter().collect())
+            }
+            10 => {
+                let max = bool::decode(input)?;
+                let entries = Vec::<((Scalar, Scalar), i64)>::decode(input)?;
+                Acc::CountedBy(max, entries.into_iter().collect())
+            }
             t => return Err(format!("accumulator tag {t}")),
         })
     }
@@ -595,6 +837,65 @@ impl weir_state::Aggregator for Accumulators {
 
     fn result(&self, acc: &Vec<Acc>) -> Vec<Scalar> {
         acc.iter().map(Acc::result).collect()
+    }
+}
+
+/// The aggregate calls of a running aggregate over an updating stream: retractable
+/// accumulators ([`Acc::retractable`]), one per call, then the number of live rows (so that a
+/// key whose last row is taken back is deleted). Fed one row with its kind at a time.
+#[derive(Clone, Debug)]
+pub struct RetractingAccumulators {
+    pub calls: Vec<AggCall>,
+}
+
+impl RetractingAccumulators {
+    /// How many rows are live in `acc` (its last accumulator).
+    pub fn rows(acc: &[Acc]) -> i64 {
+        match acc.last() {
+            Some(Acc::Count(n)) => *n,
+            _ => 0,
+        }
+    }
+}
+
+impl weir_state::Aggregator for RetractingAccumulators {
+    type Acc = Vec<Acc>;
+    type Input<'a> = (&'a [Vec<ArrayRef>], usize, i64);
+    type Output = Vec<Scalar>;
+    type Error = OperatorError;
+
+    fn create(&self) -> Vec<Acc> {
+        let mut accs: Vec<Acc> = self.calls.iter().map(Acc::retractable).collect();
+        accs.push(Acc::Count(0));
+        accs
+    }
+
+    fn add(
+        &self,
+        acc: &mut Vec<Acc>,
+        (args, row, sign): (&[Vec<ArrayRef>], usize, i64),
+    ) -> Result<(), OperatorError> {
+        for ((a, call), arg) in acc.iter_mut().zip(&self.calls).zip(args) {
+            a.add_signed(call.func, arg, row, sign)?;
+        }
+        if let Some(Acc::Count(n)) = acc.last_mut() {
+            *n += sign;
+        }
+        Ok(())
+    }
+
+    fn merge(&self, acc: &mut Vec<Acc>, other: &Vec<Acc>) -> Result<(), OperatorError> {
+        for (a, o) in acc.iter_mut().zip(other) {
+            a.merge(AggFn::CountStar, o)?;
+        }
+        Ok(())
+    }
+
+    fn result(&self, acc: &Vec<Acc>) -> Vec<Scalar> {
+        acc[..acc.len().saturating_sub(1)]
+            .iter()
+            .map(Acc::result)
+            .collect()
     }
 }
 

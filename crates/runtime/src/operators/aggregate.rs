@@ -1,9 +1,16 @@
 //! `aggregate`: a running (non-windowed) aggregation per key.
 //!
-//! Each input batch updates the accumulators of the keys it holds (value state per key, through
-//! the keyed state backend); then the operator emits one row per key the batch changed, with the
-//! key's current values: an upsert stream keyed by the key columns, batched so a hot key costs
-//! one output row per batch, not one per record.
+//! Each input batch updates the accumulators of the keys it holds (through the keyed state
+//! backend); then the operator emits, per key the batch changed, the change of the key's row:
+//! `+I` for a new key, `-U` of the old row and `+U` of the new one for an update (nothing
+//! when the values did not change), and, over an updating input, `-D` when the key's last row
+//! was taken back. The output is an updating stream keyed by the key columns
+//! ([`crate::changelog`]), batched so a hot key costs one update per batch, not one per record.
+//!
+//! Over an append-only input the accumulators are the plain ones (and may be the global phase
+//! of a two-phase aggregation); over an updating input they are retractable
+//! ([`RetractingAccumulators`]: sums with their counts, `min`/`max`/`count(DISTINCT)` as
+//! multisets) and count the key's live rows.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,28 +19,44 @@ use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
 use weir_state::{AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE};
 
-use super::accumulators::{Acc, Accumulators, evaluate_all, result_columns};
+use super::accumulators::{Accumulators, RetractingAccumulators, Scalar, column, evaluate_all};
 pub use super::accumulators::{AggCall, AggFn};
 use super::keyed::KeyEncoder;
 use super::local_aggregate::{partial_at, partial_column};
 use crate::api::Operator;
 use crate::api::OperatorError;
+use crate::changelog::{self, ChangelogMode, RowKind};
 use crate::keys::KeySelector;
+
+/// The accumulators of the keys, as the input's mode needs them.
+enum Accs {
+    /// Over an append-only input: rows (or the local phase's partials) are only added.
+    Adding(AggregatingId<Accumulators>),
+    /// Over an updating input: rows are added and taken back.
+    Retracting(AggregatingId<RetractingAccumulators>),
+}
 
 pub struct Aggregate {
     aggs: Arc<Accumulators>,
+    retracting: Arc<RetractingAccumulators>,
     schema: SchemaRef,
     keys: KeyEncoder,
     state: KeyedStateBackend,
-    accs: AggregatingId<Accumulators>,
+    accs: Accs,
     /// The global phase of two-phase aggregation: the input is partials
     /// ([`super::local_aggregate`]), merged rather than added.
     partials: bool,
 }
 
 impl Aggregate {
-    /// The output schema: key columns, then one column per aggregate.
-    pub fn output_schema(keys: &KeySelector, names: &[String], calls: &[AggCall]) -> SchemaRef {
+    /// The output schema: key columns, then one column per aggregate, then the row kind;
+    /// `updating_input` says whether the input takes rows back (then keys can be deleted).
+    pub fn output_schema(
+        keys: &KeySelector,
+        names: &[String],
+        calls: &[AggCall],
+        updating_input: bool,
+    ) -> SchemaRef {
         let mut fields: Vec<Field> = keys
             .names()
             .iter()
@@ -46,18 +69,32 @@ impl Aggregate {
                 .zip(calls)
                 .map(|(n, c)| Field::new(n, c.data_type.clone(), true)),
         );
-        Arc::new(Schema::new(fields))
+        let mut kinds = vec![RowKind::UpdateBefore, RowKind::UpdateAfter];
+        if updating_input {
+            kinds.push(RowKind::Delete);
+        }
+        ChangelogMode::updating(&kinds, Some(keys.names().to_vec())).apply(&Schema::new(fields))
     }
 
+    /// `updating_input`: whether the input is an updating stream (see the module's text).
     pub fn new(
         keys: KeyEncoder,
         aggs: Arc<Accumulators>,
         schema: SchemaRef,
         mut state: KeyedStateBackend,
+        updating_input: bool,
     ) -> Result<Self, OperatorError> {
-        let accs = state.aggregating_state("accumulators")?;
+        let retracting = Arc::new(RetractingAccumulators {
+            calls: aggs.calls.clone(),
+        });
+        let accs = if updating_input {
+            Accs::Retracting(state.aggregating_state("accumulators")?)
+        } else {
+            Accs::Adding(state.aggregating_state("accumulators")?)
+        };
         Ok(Self {
             aggs,
+            retracting,
             schema,
             keys,
             state,
@@ -75,6 +112,26 @@ impl Aggregate {
     }
 }
 
+/// A key as its columns' values, for messages.
+fn describe_key(keys: &KeyEncoder, bytes: &[u8]) -> String {
+    match keys.decode(std::iter::once(bytes)) {
+        Ok(columns) => columns
+            .iter()
+            .map(|c| arrow_cast::display::array_value_to_string(c, 0).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(_) => "(undecodable)".into(),
+    }
+}
+
+/// A key's row before and after one batch (`None`: no row).
+struct Change {
+    /// A row of the batch with the key.
+    row: usize,
+    before: Option<Vec<Scalar>>,
+    after: Option<Vec<Scalar>>,
+}
+
 impl Operator for Aggregate {
     fn keyed_state(&mut self) -> Option<&mut KeyedStateBackend> {
         Some(&mut self.state)
@@ -87,45 +144,116 @@ impl Operator for Aggregate {
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
         let keys = self.keys.encode(&batch)?;
-        // The first row of each key in this batch, in order of first appearance.
-        let mut first_row: HashMap<&[u8], usize> = HashMap::new();
-        let mut touched: Vec<usize> = Vec::new();
-        let mut state = self.state.aggregating(&self.accs, &self.aggs);
-        // Rows in, or the local phase's partials: added, or merged.
-        let (args, partials) = if self.partials {
-            (Vec::new(), Some(partial_column(&batch)?))
-        } else {
-            (evaluate_all(&self.aggs.calls, &batch)?, None)
-        };
-        for row in 0..batch.num_rows() {
-            let key = keys.key(row);
-            match partials {
-                Some(column) => state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??,
-                None => state.add(key, NO_NAMESPACE, (&args, row))??,
-            };
-            first_row.entry(key.bytes).or_insert_with(|| {
-                touched.push(row);
-                row
-            });
+        // Per key of this batch, in order of first appearance: its change.
+        let mut index: HashMap<&[u8], usize> = HashMap::new();
+        let mut changes: Vec<Change> = Vec::new();
+        match &self.accs {
+            Accs::Adding(id) => {
+                let mut state = self.state.aggregating(id, &self.aggs);
+                // Rows in, or the local phase's partials: added, or merged.
+                let (args, partials) = if self.partials {
+                    (Vec::new(), Some(partial_column(&batch)?))
+                } else {
+                    (evaluate_all(&self.aggs.calls, &batch)?, None)
+                };
+                for row in 0..batch.num_rows() {
+                    let key = keys.key(row);
+                    if !index.contains_key(key.bytes) {
+                        index.insert(key.bytes, changes.len());
+                        let before = state.get(key, NO_NAMESPACE)?;
+                        changes.push(Change {
+                            row,
+                            before,
+                            after: None,
+                        });
+                    }
+                    match partials {
+                        Some(column) => {
+                            state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??
+                        }
+                        None => state.add(key, NO_NAMESPACE, (&args, row))??,
+                    };
+                }
+                for change in &mut changes {
+                    change.after = state.get(keys.key(change.row), NO_NAMESPACE)?;
+                }
+            }
+            Accs::Retracting(id) => {
+                let agg = &self.retracting;
+                let mut state = self.state.aggregating(id, agg);
+                let args = evaluate_all(&agg.calls, &batch)?;
+                let ops = changelog::kinds(&batch);
+                let live =
+                    |state: &mut weir_state::AggregatingState<'_, RetractingAccumulators>,
+                     key: KeyRef<'_>| {
+                        state.with_accumulator(key, NO_NAMESPACE, |acc| {
+                            acc.map(|a| (RetractingAccumulators::rows(a), a.clone()))
+                        })
+                    };
+                for row in 0..batch.num_rows() {
+                    let key = keys.key(row);
+                    if !index.contains_key(key.bytes) {
+                        index.insert(key.bytes, changes.len());
+                        let before = live(&mut state, key)?
+                            .filter(|(rows, _)| *rows > 0)
+                            .map(|(_, acc)| weir_state::Aggregator::result(agg.as_ref(), &acc));
+                        changes.push(Change {
+                            row,
+                            before,
+                            after: None,
+                        });
+                    }
+                    let kind = ops.map_or(RowKind::Insert, |o| changelog::kind_at(o, row));
+                    let sign = if kind.is_addition() { 1 } else { -1 };
+                    state.add(key, NO_NAMESPACE, (&args, row, sign))??;
+                }
+                for change in &mut changes {
+                    let key = keys.key(change.row);
+                    match live(&mut state, key)? {
+                        Some((rows, acc)) if rows > 0 => {
+                            change.after = Some(weir_state::Aggregator::result(agg.as_ref(), &acc));
+                        }
+                        Some((0, _)) => {
+                            state.take_accumulator(key, NO_NAMESPACE)?;
+                        }
+                        Some(_) => {
+                            return Err(OperatorError::Data(format!(
+                                "more rows were taken back than were added for the key {}: the \
+                                 aggregate's input changelog is not well formed",
+                                describe_key(&self.keys, key.bytes)
+                            )));
+                        }
+                        None => {}
+                    }
+                }
+            }
         }
-        if touched.is_empty() {
+        // The output rows: per change, which row of the batch holds its key, its kind, values.
+        let mut rows: Vec<(usize, RowKind, Vec<Scalar>)> = Vec::with_capacity(changes.len());
+        for change in changes {
+            match (change.before, change.after) {
+                (None, Some(after)) => rows.push((change.row, RowKind::Insert, after)),
+                (Some(before), Some(after)) if before != after => {
+                    rows.push((change.row, RowKind::UpdateBefore, before));
+                    rows.push((change.row, RowKind::UpdateAfter, after));
+                }
+                (Some(before), None) => rows.push((change.row, RowKind::Delete, before)),
+                _ => {}
+            }
+        }
+        if rows.is_empty() {
             return Ok(());
-        }
-        let mut rows: Vec<Vec<Acc>> = Vec::with_capacity(touched.len());
-        for &row in &touched {
-            let key: KeyRef<'_> = keys.key(row);
-            let accs = state
-                .accumulator(key, NO_NAMESPACE)?
-                .ok_or_else(|| OperatorError::Internal("an updated key has no state".into()))?;
-            rows.push(accs);
         }
         let mut columns = self
             .keys
-            .decode(touched.iter().map(|r| keys.key(*r).bytes))?;
-        columns.extend(result_columns(
-            &self.aggs.calls,
-            rows.iter().map(Vec::as_slice),
-        )?);
+            .decode(rows.iter().map(|(r, _, _)| keys.key(*r).bytes))?;
+        for (j, call) in self.aggs.calls.iter().enumerate() {
+            columns.push(column(
+                &call.data_type,
+                rows.iter().map(|(_, _, values)| values[j].clone()),
+            )?);
+        }
+        columns.push(changelog::op_array(rows.iter().map(|(_, k, _)| *k)));
         out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         Ok(())
     }
@@ -199,12 +327,13 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let out_schema = Aggregate::output_schema(&keys, &names, &calls);
+        let out_schema = Aggregate::output_schema(&keys, &names, &calls, false);
         let mut op = Aggregate::new(
             KeyEncoder::new(keys).unwrap(),
             Arc::new(Accumulators { calls }),
             out_schema,
             heap(),
+            false,
         )
         .unwrap();
 
@@ -260,7 +389,7 @@ mod tests {
                 let key = b.column(0).as_primitive::<Int64Type>();
                 for row in 0..b.num_rows() {
                     let k = key.is_valid(row).then(|| key.value(row));
-                    let cells = (1..b.num_columns())
+                    let cells = (1..b.num_columns() - 1)
                         .map(|c| {
                             arrow_cast::display::array_value_to_string(b.column(c), row).unwrap()
                         })
@@ -298,10 +427,16 @@ mod tests {
             128,
         ));
         let calls = vec![AggCall::compile("count(*)", &schema).unwrap()];
-        let out_schema = Aggregate::output_schema(&keys, &["n".into()], &calls);
+        let out_schema = Aggregate::output_schema(&keys, &["n".into()], &calls, false);
         let aggs = Arc::new(Accumulators { calls });
-        let mut op =
-            Aggregate::new(KeyEncoder::new(keys).unwrap(), aggs, out_schema, heap()).unwrap();
+        let mut op = Aggregate::new(
+            KeyEncoder::new(keys).unwrap(),
+            aggs,
+            out_schema,
+            heap(),
+            false,
+        )
+        .unwrap();
         let batch = RecordBatch::try_new(
             input_schema(),
             vec![
@@ -318,6 +453,256 @@ mod tests {
         let counts = out[0].column(1).as_primitive::<Int64Type>();
         assert_eq!(out[0].num_rows(), 2);
         assert_eq!(counts.values().to_vec(), vec![3, 1]);
+    }
+
+    /// An aggregate of `sqls` (named `a0`, `a1`, ...) per `k` over `schema`, on the heap.
+    fn aggregate_by_k(schema: &SchemaRef, sqls: &[&str], updating: bool) -> Aggregate {
+        let keys = Arc::new(KeySelector::new(
+            vec![Expr::compile("k", schema).unwrap()],
+            vec!["k".into()],
+            128,
+        ));
+        let calls: Vec<AggCall> = sqls
+            .iter()
+            .map(|s| AggCall::compile(s, schema).unwrap())
+            .collect();
+        let names: Vec<String> = (0..calls.len()).map(|i| format!("a{i}")).collect();
+        let out_schema = Aggregate::output_schema(&keys, &names, &calls, updating);
+        Aggregate::new(
+            KeyEncoder::new(keys).unwrap(),
+            Arc::new(Accumulators { calls }),
+            out_schema,
+            heap(),
+            updating,
+        )
+        .unwrap()
+    }
+
+    /// A row of the input table: (key, v, s).
+    type Row = (i64, Option<i64>, Option<String>);
+
+    /// count(*), count(v), sum(v), min(v), max(s), avg(v), count(DISTINCT s), max_by(s, v)
+    /// of `rows` by hand, as the aggregate prints them; `max_by` breaks ties on `v` by the
+    /// largest `s`, as the retractable accumulator promises.
+    fn naive(rows: &[&Row]) -> Vec<String> {
+        let vs: Vec<i64> = rows.iter().filter_map(|r| r.1).collect();
+        let ss: Vec<&String> = rows.iter().filter_map(|r| r.2.as_ref()).collect();
+        let show = |o: Option<String>| o.unwrap_or_default();
+        let distinct: std::collections::BTreeSet<&String> = ss.iter().copied().collect();
+        let best = rows
+            .iter()
+            // Rows with a NULL in either argument are ignored, as by the other aggregates.
+            .filter(|r| r.1.is_some() && r.2.is_some())
+            .max_by(|a, b| (a.1, &a.2).cmp(&(b.1, &b.2)))
+            .map(|r| r.2.clone().unwrap_or_default());
+        vec![
+            rows.len().to_string(),
+            vs.len().to_string(),
+            show((!vs.is_empty()).then(|| vs.iter().sum::<i64>().to_string())),
+            show(vs.iter().min().map(|m| m.to_string())),
+            show(ss.iter().max().map(|m| m.to_string())),
+            show(
+                (!vs.is_empty())
+                    .then(|| format!("{:?}", vs.iter().sum::<i64>() as f64 / vs.len() as f64)),
+            ),
+            distinct.len().to_string(),
+            show(best),
+        ]
+    }
+
+    /// Applies an output changelog to `table`, checking that it is well formed: no `-U` or
+    /// `-D` of a row that is not the key's live row, no `+I`/`+U` over a live row, every
+    /// `-U` followed by its key's `+U`.
+    fn apply(table: &mut BTreeMap<i64, Vec<String>>, batch: &RecordBatch) {
+        let key = batch.column(0).as_primitive::<Int64Type>();
+        let ops = changelog::kinds(batch).expect("an updating output");
+        let values = |row: usize| -> Vec<String> {
+            (1..batch.num_columns() - 1)
+                .map(|c| arrow_cast::display::array_value_to_string(batch.column(c), row).unwrap())
+                .collect()
+        };
+        for row in 0..batch.num_rows() {
+            let k = key.value(row);
+            match changelog::kind_at(ops, row) {
+                RowKind::Insert => {
+                    assert!(
+                        table.insert(k, values(row)).is_none(),
+                        "+I over a live key {k}"
+                    );
+                }
+                RowKind::UpdateAfter => {
+                    assert!(
+                        table.insert(k, values(row)).is_none(),
+                        "+U without its -U {k}"
+                    );
+                }
+                kind @ (RowKind::UpdateBefore | RowKind::Delete) => {
+                    assert_eq!(
+                        table.remove(&k),
+                        Some(values(row)),
+                        "{kind:?} of a row never emitted"
+                    );
+                    if kind == RowKind::UpdateBefore {
+                        assert!(row + 1 < batch.num_rows(), "a -U ends the batch");
+                        assert_eq!(changelog::kind_at(ops, row + 1), RowKind::UpdateAfter);
+                        assert_eq!(key.value(row + 1), k, "-U and +U of one key");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_aggregate_of_a_random_changelog_keeps_the_table_of_a_naive_fold() {
+        let data = Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]);
+        let schema = ChangelogMode::updating(&RowKind::ALL, Some(vec!["id".into()])).apply(&data);
+        let sqls = [
+            "count(*)",
+            "count(v)",
+            "sum(v)",
+            "min(v)",
+            "max(s)",
+            "avg(v)",
+            "count(DISTINCT s)",
+            "max_by(s, v)",
+        ];
+        let mut op = aggregate_by_k(&schema, &sqls, true);
+        assert_eq!(
+            ChangelogMode::of(&op.schema).describe(),
+            "updating (+I -U +U -D), key [k]"
+        );
+
+        let mut random = crate::testing::Random(0x5eed_cafe_f00d_0001);
+        // The input table (row id → row) and the output table the changelog builds.
+        let mut live: BTreeMap<u64, Row> = BTreeMap::new();
+        let mut table: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+        let mut next_id = 0u64;
+        let mut deletes = 0;
+        for _batch in 0..300 {
+            let mut rows: Vec<(Row, RowKind)> = Vec::new();
+            for _ in 0..1 + random.below(40) {
+                // Few keys, so that groups empty and come back.
+                let new_row = |random: &mut crate::testing::Random| -> Row {
+                    let k = random.below(6) as i64;
+                    let v = (random.below(5) != 0).then(|| random.below(21) as i64 - 10);
+                    let s = (random.below(4) != 0).then(|| format!("s{}", random.below(5)));
+                    (k, v, s)
+                };
+                let id = (!live.is_empty()).then(|| {
+                    *live
+                        .keys()
+                        .nth(random.below(live.len() as u64) as usize)
+                        .unwrap()
+                });
+                match (random.below(3), id) {
+                    (1, Some(id)) => {
+                        let old = live.insert(id, new_row(&mut random)).unwrap();
+                        rows.push((old, RowKind::UpdateBefore));
+                        rows.push((live[&id].clone(), RowKind::UpdateAfter));
+                    }
+                    (2, Some(id)) => {
+                        rows.push((live.remove(&id).unwrap(), RowKind::Delete));
+                        deletes += 1;
+                    }
+                    _ => {
+                        let row = new_row(&mut random);
+                        live.insert(next_id, row.clone());
+                        next_id += 1;
+                        rows.push((row, RowKind::Insert));
+                    }
+                }
+            }
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0.0))),
+                    Arc::new(Int64Array::from(
+                        rows.iter().map(|r| r.0.1).collect::<Vec<_>>(),
+                    )),
+                    Arc::new(StringArray::from(
+                        rows.iter().map(|r| r.0.2.clone()).collect::<Vec<_>>(),
+                    )),
+                    changelog::op_array(rows.iter().map(|r| r.1)),
+                ],
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            op.process_batch(0, batch, &mut out).unwrap();
+            for b in &out {
+                apply(&mut table, b);
+            }
+            // After every batch, the output table is the aggregate of the live rows.
+            let mut groups: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
+            for row in live.values() {
+                groups.entry(row.0).or_default().push(row);
+            }
+            let expected: BTreeMap<i64, Vec<String>> =
+                groups.iter().map(|(k, rows)| (*k, naive(rows))).collect();
+            assert_eq!(table, expected);
+        }
+        assert!(deletes > 100, "the stream deleted rows ({deletes})");
+    }
+
+    #[test]
+    fn taking_back_a_row_never_added_is_a_clear_error() {
+        let data = Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+        ]);
+        let schema = ChangelogMode::updating(&RowKind::ALL, None).apply(&data);
+        let mut op = aggregate_by_k(&schema, &["count(*)"], true);
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![7])),
+                Arc::new(Int64Array::from(vec![1])),
+                changelog::op_array([RowKind::Delete]),
+            ],
+        )
+        .unwrap();
+        let e = op.process_batch(0, batch, &mut Vec::new()).unwrap_err();
+        assert!(matches!(e, OperatorError::Data(_)), "{e}");
+        assert!(e.to_string().contains("never received"), "{e}");
+    }
+
+    #[test]
+    fn an_append_only_input_emits_updates_and_nothing_for_an_unchanged_row() {
+        let mut op = aggregate_by_k(&input_schema(), &["max(v)"], false);
+        let mut feed = |k: Vec<i64>, v: Vec<i64>| {
+            let n = k.len();
+            let batch = RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    Arc::new(Int64Array::from(k)),
+                    Arc::new(Int64Array::from(v)),
+                    Arc::new(Float64Array::from(vec![None::<f64>; n])),
+                    Arc::new(StringArray::from(vec![None::<&str>; n])),
+                ],
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            op.process_batch(0, batch, &mut out).unwrap();
+            out.iter()
+                .flat_map(|b| {
+                    let ops = changelog::kinds(b).unwrap();
+                    let m = b.column(1).as_primitive::<Int64Type>();
+                    (0..b.num_rows())
+                        .map(|r| format!("{}{}", changelog::kind_at(ops, r).short(), m.value(r)))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(feed(vec![1, 1], vec![3, 5]), ["+I5"]);
+        assert_eq!(
+            feed(vec![1], vec![4]),
+            Vec::<String>::new(),
+            "max unchanged"
+        );
+        assert_eq!(feed(vec![1], vec![9]), ["-U5", "+U9"]);
     }
 
     #[test]

@@ -381,7 +381,8 @@ mod tests {
     }
 
     fn cells(batch: &RecordBatch, row: usize, from: usize) -> Vec<String> {
-        (from..batch.num_columns())
+        let end = crate::changelog::op_column(batch.schema_ref()).unwrap_or(batch.num_columns());
+        (from..end)
             .map(|c| arrow_cast::display::array_value_to_string(batch.column(c), row).unwrap())
             .collect()
     }
@@ -433,12 +434,13 @@ mod tests {
         let mut local =
             LocalAggregate::new(phase.clone(), Arc::new(SubtaskMetrics::default())).unwrap();
         let names: Vec<String> = (0..CALLS.len()).map(|i| format!("a{i}")).collect();
-        let out_schema = Aggregate::output_schema(&keys(), &names, &aggs.calls);
+        let out_schema = Aggregate::output_schema(&keys(), &names, &aggs.calls, false);
         let mut global = Aggregate::new(
             KeyEncoder::new(phase.partial_keys.clone()).unwrap(),
             aggs.clone(),
             out_schema,
             heap(),
+            false,
         )
         .unwrap()
         .merging_partials(true);

@@ -12,13 +12,25 @@ use crate::expr::Expr;
 pub struct Map {
     columns: Arc<[Expr]>,
     schema: SchemaRef,
+    /// The input's row-kind column, copied as the output's last (an updating stream).
+    op: Option<usize>,
 }
 
 impl Map {
     /// `schema` has one field per expression, in order, typed as the expression (the planner
-    /// builds both together).
+    /// builds both together), then the row kind if [`Map::carrying_kinds`] says where it is.
     pub fn new(columns: Arc<[Expr]>, schema: SchemaRef) -> Self {
-        Self { columns, schema }
+        Self {
+            columns,
+            schema,
+            op: None,
+        }
+    }
+
+    /// Copies input column `op`, the row kind of an updating input, as the last output column.
+    pub fn carrying_kinds(mut self, op: Option<usize>) -> Self {
+        self.op = op;
+        self
     }
 }
 
@@ -29,11 +41,14 @@ impl Operator for Map {
         batch: RecordBatch,
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
-        let arrays = self
+        let mut arrays = self
             .columns
             .iter()
             .map(|e| e.evaluate(&batch))
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(op) = self.op {
+            arrays.push(batch.column(op).clone());
+        }
         let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
         out.push(RecordBatch::try_new_with_options(
             self.schema.clone(),

@@ -577,6 +577,9 @@ fn compile(
         two_phase: spec.two_phase_aggregation,
         window_slicing: spec.window_slicing,
     };
+    if !nodes::takes_changes(transform) && planner.refuse_updating_inputs() {
+        return Compiled::Failed;
+    }
     let result = nodes::plan(&mut planner, transform).unwrap_or(Compiled::Failed);
     if problems.len() > before {
         return Compiled::Failed;

@@ -1,5 +1,6 @@
 //! `weir explain`: a planned job as text, node by node: its kind, parallelism, what it reads
-//! (and by which key), what it keeps in state and which timers fire it, and its columns. A
+//! (and by which key), what it keeps in state and which timers fire it, its columns and its
+//! changelog mode (`append`, or which row kinds an updating stream holds and its key). A
 //! `sql` node shows as the nodes it became (`q5/key-by`, `q5/window-aggregate`, ..., `q5`).
 
 use std::fmt::Write;
@@ -64,6 +65,7 @@ impl Plan {
                 let columns: Vec<String> = schema
                     .fields()
                     .iter()
+                    .filter(|f| f.name() != crate::changelog::OP)
                     .map(|f| match super::nodes::sql_type(f.data_type()) {
                         "an unsupported type" => format!("{} ({})", f.name(), f.data_type()),
                         t => format!("{} {t}", f.name()),
@@ -78,6 +80,8 @@ impl Plan {
                     format!("port {port}")
                 };
                 let _ = writeln!(out, "  {label}: {}", columns.join(", "));
+                let mode = crate::changelog::ChangelogMode::of(schema);
+                let _ = writeln!(out, "    changes: {}", mode.describe());
                 // Projection pushdown: the columns nothing reads are not built (left null).
                 let read = node.read.as_ref().and_then(|r| r.get(p));
                 if let Some(read) = read.filter(|r| r.contains(&true)) {

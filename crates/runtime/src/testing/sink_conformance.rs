@@ -214,6 +214,7 @@ mod tests {
                 from: "in".into(),
                 path: self.dir.display().to_string(),
                 parallelism: None,
+                format: Default::default(),
             };
             let cx = SinkContext {
                 job: "conformance",

@@ -29,6 +29,7 @@ use crate::api::connector::{
 };
 use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase, TwoPhaseFactory};
 use crate::api::{OperatorError, Sink, SinkFactory, SnapshotTransaction, SubtaskContext};
+use crate::config::SinkFormat;
 use crate::format::json::JsonEncoder;
 
 /// The keys of `kind: file`: JSON lines in files `part-<subtask>-<checkpoint>.jsonl` of a
@@ -44,6 +45,9 @@ pub struct FileSinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
+    /// `json` (the default), or `changelog-json` to write each row's change kind.
+    #[serde(default, skip_serializing_if = "SinkFormat::is_default")]
+    pub format: SinkFormat,
 }
 
 impl SinkConnector for FileSinkSpec {
@@ -57,12 +61,13 @@ impl SinkConnector for FileSinkSpec {
 
     fn plan(
         &self,
-        _input: &arrow_schema::SchemaRef,
+        input: &arrow_schema::SchemaRef,
         _cx: SinkContext<'_>,
     ) -> Result<std::sync::Arc<dyn SinkFactory>, Vec<SpecProblem>> {
-        Ok(std::sync::Arc::new(TwoPhaseFactory(FileSinkFactory::new(
-            PathBuf::from(&self.path),
-        ))))
+        super::check_changes(input, self.format)?;
+        Ok(std::sync::Arc::new(TwoPhaseFactory(
+            FileSinkFactory::new(PathBuf::from(&self.path)).with_format(self.format),
+        )))
     }
 }
 
@@ -156,6 +161,12 @@ impl FileSink {
             buffer: Vec::with_capacity(FLUSH_BYTES + (64 << 10)),
             encoder: JsonEncoder::new(),
         }
+    }
+
+    /// Writes in `format`.
+    pub fn with_format(mut self, format: SinkFormat) -> Self {
+        self.encoder = super::encoder(format);
+        self
     }
 
     fn io_error(&self, what: &str, path: &Path, e: std::io::Error) -> OperatorError {
@@ -252,11 +263,21 @@ impl Stage for FileSink {
 /// Makes the file sink's subtasks and commits their transactions.
 pub struct FileSinkFactory {
     dir: PathBuf,
+    format: SinkFormat,
 }
 
 impl FileSinkFactory {
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+        Self {
+            dir,
+            format: SinkFormat::Json,
+        }
+    }
+
+    /// Its subtasks write in `format`.
+    pub fn with_format(mut self, format: SinkFormat) -> Self {
+        self.format = format;
+        self
     }
 
     /// Creates the directory, commits the restored transactions, removes stale part files.
@@ -347,7 +368,7 @@ impl Committer for FileSinkFactory {
 
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Sink>, OperatorError> {
         Ok(Box::new(TwoPhase::new(
-            FileSink::new(&self.dir, ctx.subtask),
+            FileSink::new(&self.dir, ctx.subtask).with_format(self.format),
             ctx.checkpoint_base,
         )))
     }

@@ -321,12 +321,17 @@ impl SinkConnector for KafkaSinkSpec {
         if let Err(p) = check_properties(&self.properties) {
             problems.push(p);
         }
+        if let Err(p) = super::check_changes(input, crate::config::SinkFormat::Json) {
+            problems.push(p);
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
-        Ok(Arc::new(crate::api::two_phase::TwoPhaseFactory(
-            sink::KafkaSinkFactory::new(self, key, cx.job, cx.node),
-        )))
+        Ok(Arc::new(super::AfterImages(Arc::new(
+            crate::api::two_phase::TwoPhaseFactory(sink::KafkaSinkFactory::new(
+                self, key, cx.job, cx.node,
+            )),
+        ))))
     }
 }
 

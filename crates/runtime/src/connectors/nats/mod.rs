@@ -343,12 +343,21 @@ impl SinkConnector for NatsSinkSpec {
                  that the exactly-once sink can check its duplicate window before it starts",
             ));
         }
+        if let Err(p) = super::check_changes(input, crate::config::SinkFormat::Json) {
+            problems.push(p);
+        }
         let Some(subjects) = subjects.filter(|_| problems.is_empty()) else {
             return Err(problems);
         };
-        Ok(Arc::new(crate::api::two_phase::TwoPhaseFactory(
-            sink::NatsSinkFactory::new(self, subjects, cx.job, cx.node, cx.repeat_within),
-        )))
+        Ok(Arc::new(super::AfterImages(Arc::new(
+            crate::api::two_phase::TwoPhaseFactory(sink::NatsSinkFactory::new(
+                self,
+                subjects,
+                cx.job,
+                cx.node,
+                cx.repeat_within,
+            )),
+        ))))
     }
 }
 

@@ -111,13 +111,35 @@ impl SinkConnector for PostgresSinkSpec {
         input: &SchemaRef,
         _cx: SinkContext<'_>,
     ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
-        let problems = check_input(self, input);
+        // An updating stream reaches the table as its rows' new versions, upserted by `key`.
+        let mode = crate::changelog::ChangelogMode::of(input);
+        let data = crate::changelog::ChangelogMode::append().apply(input);
+        let mut problems = check_input(self, &data);
+        if !mode.is_append() {
+            if let Err(p) = super::check_changes(input, crate::config::SinkFormat::Json) {
+                problems.push(p);
+            } else if self.key.is_empty() {
+                problems.push(SpecProblem::at(
+                    "key",
+                    format!(
+                        "the input is an updating stream ({}): set `key:` to its key, so that \
+                         each change replaces the row it updates",
+                        mode.describe()
+                    ),
+                ));
+            }
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
-        let factory = PostgresSinkFactory::new(self, input.clone())
-            .map_err(|m| SpecProblem::at("connection", m))?;
-        Ok(Arc::new(TwoPhaseFactory(factory)))
+        let factory =
+            PostgresSinkFactory::new(self, data).map_err(|m| SpecProblem::at("connection", m))?;
+        let factory: Arc<dyn SinkFactory> = Arc::new(TwoPhaseFactory(factory));
+        Ok(if mode.is_append() {
+            factory
+        } else {
+            Arc::new(super::AfterImages(factory))
+        })
     }
 }
 

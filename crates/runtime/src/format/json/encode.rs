@@ -5,6 +5,11 @@
 //! written as integers, `Float64` as the shortest string that reads back to the same value (an
 //! integral float keeps its `.0`; NaN and ±∞ become `null`), `Utf8` JSON-escaped, `Boolean` as
 //! `true`/`false`, and nulls as `null`.
+//!
+//! An updating stream's row kind ([`crate::changelog::OP`]) is never written as a column: a
+//! plain encoder writes only the rows' new versions (`+I`, `+U`; what a keyed sink that appends
+//! keeps), a [`JsonEncoder::changelog`] encoder writes every row with its kind as a last field
+//! `"op"` (`"+I"`, `"-U"`, `"+U"`, `"-D"`), as Flink's `changelog-json` does.
 
 use std::sync::Arc;
 
@@ -15,6 +20,7 @@ use arrow_array::{
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 
 use super::error::EncodeError;
+use crate::changelog::{self, RowKind};
 
 /// Appends each row of `batch` to `out` as one JSON object line (ending in `'\n'`).
 ///
@@ -31,6 +37,10 @@ pub struct JsonEncoder {
     schema: Option<SchemaRef>,
     /// Per column, `{"name":` for the first and `,"name":` for the others, escaped.
     keys: Vec<Vec<u8>>,
+    /// Write each row's kind as a field `"op"` (`format: changelog-json`).
+    changelog: bool,
+    /// `,"op":` (or `{"op":` when the rows have no other column).
+    op_key: Vec<u8>,
 }
 
 /// A column, downcast once per batch.
@@ -50,11 +60,22 @@ impl JsonEncoder {
         Self::default()
     }
 
+    /// An encoder that writes every row with its kind, as a last field `"op"` (`"+I"` for
+    /// every row of an append-only stream).
+    pub fn changelog() -> Self {
+        JsonEncoder {
+            changelog: true,
+            ..Self::default()
+        }
+    }
+
     /// Appends each row of `batch` to `out` as one JSON object line; see [`encode_batch`].
     pub fn encode(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let schema = batch.schema();
-        let columns = batch
-            .columns()
+        let op = changelog::op_column(&schema);
+        let kinds = changelog::kinds(batch);
+        let data = op.unwrap_or(schema.fields().len());
+        let columns = batch.columns()[..data]
             .iter()
             .zip(schema.fields())
             .map(|(array, field)| downcast(array.as_ref(), field.name()))
@@ -64,8 +85,12 @@ impl JsonEncoder {
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, &schema) || **s == *schema)
         {
-            self.keys = schema
-                .fields()
+            self.op_key = if data == 0 {
+                b"{\"op\":".to_vec()
+            } else {
+                b",\"op\":".to_vec()
+            };
+            self.keys = schema.fields()[..data]
                 .iter()
                 .enumerate()
                 .map(|(i, field)| {
@@ -85,7 +110,11 @@ impl JsonEncoder {
         let mut ints = itoa::Buffer::new();
         let mut floats = ryu::Buffer::new();
         for row in 0..rows {
-            if columns.is_empty() {
+            let kind = kinds.map_or(RowKind::Insert, |k| changelog::kind_at(k, row));
+            if !self.changelog && !kind.is_addition() {
+                continue;
+            }
+            if columns.is_empty() && !self.changelog {
                 out.push(b'{');
             }
             for (key, column) in self.keys.iter().zip(&columns) {
@@ -106,6 +135,12 @@ impl JsonEncoder {
                     }
                     _ => out.extend_from_slice(b"null"),
                 }
+            }
+            if self.changelog {
+                out.extend_from_slice(&self.op_key);
+                out.push(b'"');
+                out.extend_from_slice(kind.short().as_bytes());
+                out.push(b'"');
             }
             out.extend_from_slice(b"}\n");
         }

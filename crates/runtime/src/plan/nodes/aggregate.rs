@@ -1,10 +1,12 @@
-//! `aggregate`: a running aggregate per key over a `key-by` node, emitted as an upsert
-//! changelog (the key columns, then one column per aggregate call).
+//! `aggregate`: a running aggregate per key over a `key-by` node, emitted as an updating
+//! stream keyed by the key columns (the key columns, then one column per aggregate call).
+//! Over an updating input its accumulators take rows back, and it aggregates in one phase.
 
 use std::sync::Arc;
 
 use super::Explained;
 use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of_calls};
+use crate::changelog::ChangelogMode;
 use crate::operators::accumulators::Accumulators;
 use crate::operators::aggregate::{AggCall, Aggregate};
 use crate::operators::keyed::KeyEncoder;
@@ -46,11 +48,17 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
             Err(message) => p.problem(&key, message),
         }
     }
-    let out = Aggregate::output_schema(&keys, &names, &calls);
+    let updating = !ChangelogMode::of(&schema).is_append();
+    let out = Aggregate::output_schema(&keys, &names, &calls, updating);
     let read = columns_of_calls(&calls);
     let schema = out.clone();
     let aggs = Arc::new(Accumulators { calls });
-    let local = p.local_phase(&keys, &aggs, None);
+    // The local phase only adds: over an updating input, one phase.
+    let local = if updating {
+        None
+    } else {
+        p.local_phase(&keys, &aggs, None)
+    };
     // The global phase of two phases addresses its state by the same keys over the partials.
     let encoded = local.as_ref().map_or(&keys, |l| &l.partial_keys).clone();
     let partials = local.is_some();
@@ -63,6 +71,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
                     aggs.clone(),
                     schema.clone(),
                     state,
+                    updating,
                 )?
                 .merging_partials(partials),
             ))
@@ -85,7 +94,8 @@ pub(super) fn explain(_: &AggregateSpec, _: &JobSpec) -> Explained {
     Explained {
         state: Some(
             "accumulators per key, kept until the key is idle for state.ttl (an updating \
-             stream: one row per key and batch)"
+             stream: per key and batch, +I for a new key, -U and +U for a change, -D when its \
+             last row is taken back)"
                 .into(),
         ),
         timers: None,

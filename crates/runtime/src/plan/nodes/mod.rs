@@ -64,6 +64,21 @@ macro_rules! dispatch {
 }
 crate::spec::transform_kinds!(dispatch);
 
+/// Whether a transform takes an updating input (see [`crate::changelog`]): the stateless
+/// kinds pass each row's kind through, the running aggregate takes rows back. Windows, top-n,
+/// over-aggregates and joins keep rows until an event-time bound makes them final, which a
+/// later change could not undo.
+pub(super) fn takes_changes(transform: &TransformSpec) -> bool {
+    matches!(
+        transform,
+        TransformSpec::Filter(_)
+            | TransformSpec::Map(_)
+            | TransformSpec::KeyBy(_)
+            | TransformSpec::Union(_)
+            | TransformSpec::Aggregate(_)
+    )
+}
+
 /// What `weir explain` prints of a node besides its wiring and columns: what it keeps in state
 /// and which timers fire it (`None`: nothing to say). Each kind's module writes its own, from
 /// its spec.
@@ -266,6 +281,36 @@ impl Planner<'_, '_> {
     pub(super) fn problem_at_key(&mut self, key: &str, message: impl Into<String>) {
         let at = self.pointer(key);
         self.problems.push(self.src.at_key(&at, message));
+    }
+
+    /// A problem at each input that is an updating stream, for a kind that takes only
+    /// append-only inputs; says whether there was one.
+    pub(super) fn refuse_updating_inputs(&mut self) -> bool {
+        let me = self.defs[self.i].kind();
+        let mut refused = false;
+        for k in 0..self.defs[self.i].inputs.len() {
+            let Some(schema) = self.input_schema(k) else {
+                continue;
+            };
+            let mode = crate::changelog::ChangelogMode::of(&schema);
+            if mode.is_append() {
+                continue;
+            }
+            let Some((from, name, kind)) = self.input_def(k) else {
+                continue;
+            };
+            let message = format!(
+                "`{name}` (a {kind}) is an updating stream ({}), and a {me} takes only \
+                 append-only input: it keeps rows until event time makes them final, which a \
+                 later update or delete could not undo. Read an append-only stream here, or \
+                 aggregate the updates with a running `aggregate`",
+                mode.describe()
+            );
+            let problem = self.src.at_value(from, message);
+            self.problems.push(problem);
+            refused = true;
+        }
+        refused
     }
 
     /// The pointer of the `from` value of input `k`, the input's name and its kind.

@@ -12,7 +12,9 @@
 //! | SQL | nodes |
 //! |---|---|
 //! | `SELECT exprs FROM t WHERE p` | `filter`, `map` (left out when it would copy every column) |
-//! | `GROUP BY k` with aggregates | `key-by`, `aggregate` (an updating stream, keyed by `k`) |
+//! | `GROUP BY k` with aggregates, `HAVING` | `key-by`, `aggregate` (an updating stream, keyed by `k`), `filter` |
+//! | `SELECT DISTINCT a, b` | `key-by`, `aggregate` with no aggregate (an updating stream) |
+//! | WHERE, SELECT, GROUP BY over a running GROUP BY | `filter`, `map`, `aggregate` taking its updates back |
 //! | `FROM TABLE(TUMBLE/HOP/SESSION(TABLE t, DESCRIPTOR(time), ...)) GROUP BY window_start, window_end, k` | `key-by`, `window-aggregate` |
 //! | `ROW_NUMBER()`/`RANK() OVER (PARTITION BY window_start, window_end ... ORDER BY ...)` filtered `rn <= N` outside | `key-by`, `top-n` fired at the window's end |
 //! | the same over a time-bounded join, partitioned by the bounded side's key | `top-n` fired at that side's bound |
@@ -23,8 +25,8 @@
 //! | `UNION ALL` | `union` |
 //!
 //! Anything else is refused with what and where: ORDER BY and LIMIT on a stream, outer joins
-//! and aggregates over an updating stream (both need retractions), a Top-N that no window or
-//! time bound makes final, cross joins. A regular join (no time bound) keeps both sides in
+//! (they emit updates, which the join does not make yet), joins, windows, Top-N and OVER over
+//! an updating stream, a Top-N that no window or time bound makes final, cross joins. A regular join (no time bound) keeps both sides in
 //! state for good, as Flink's does (`state.ttl` bounds it); `weir explain` says so.
 //!
 //! # Layout

@@ -122,13 +122,6 @@ impl Lowering<'_> {
 
     fn select(&mut self, s: &ast::Select) -> Result<Rel, SqlError> {
         let span = s.select_token.0.span;
-        if s.distinct.is_some() {
-            return Err(SqlError::at(
-                span,
-                "SELECT DISTINCT is not supported: write GROUP BY the columns (in a window, for \
-                 bounded state)",
-            ));
-        }
         if s.top.is_some()
             || s.into.is_some()
             || !s.lateral_views.is_empty()
@@ -144,7 +137,7 @@ impl Lowering<'_> {
                 "this clause (TOP, INTO, QUALIFY, WINDOW, ...)",
             ));
         }
-        let group_by = match &s.group_by {
+        let mut group_by = match &s.group_by {
             ast::GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => {
                 exprs.clone()
             }
@@ -152,6 +145,35 @@ impl Lowering<'_> {
                 return Err(unsupported(span, "GROUP BY ALL, ROLLUP, CUBE"));
             }
         };
+        // SELECT DISTINCT columns: a running GROUP BY them with no aggregate, whose rows
+        // appear once (+I) and, over an updating input, go when their last copy does (-D).
+        match &s.distinct {
+            None => {}
+            Some(ast::Distinct::Distinct) => {
+                if !group_by.is_empty() {
+                    return Err(SqlError::at(
+                        span,
+                        "SELECT DISTINCT beside GROUP BY: the groups are distinct already; \
+                         leave DISTINCT out",
+                    ));
+                }
+                for item in &s.projection {
+                    match item {
+                        ast::SelectItem::UnnamedExpr(
+                            e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_)),
+                        ) => group_by.push(e.clone()),
+                        _ => {
+                            return Err(SqlError::at(
+                                span,
+                                "SELECT DISTINCT takes plain columns (write `SELECT DISTINCT a, \
+                                 b`, computing expressions in a subquery first)",
+                            ));
+                        }
+                    }
+                }
+            }
+            Some(_) => return Err(unsupported(span, "DISTINCT ON")),
+        }
         let mut wheres = s.selection.as_ref().map(conjuncts).unwrap_or_default();
         let relations = self.from(&s.from, span)?;
         let analysis = Projection::of(s)?;
@@ -194,8 +216,9 @@ impl Lowering<'_> {
                     _ => {
                         return Err(SqlError::at(
                             join.relation.span(),
-                            "only inner joins are supported (outer joins need retractions, \
-                             which weir's operators do not emit)",
+                            "only inner joins are supported: LEFT, RIGHT and FULL joins emit \
+                             updates (a row without a match, taken back when one comes), which \
+                             weir's join does not make yet",
                         ));
                     }
                 };
@@ -404,8 +427,9 @@ impl Lowering<'_> {
             return Err(SqlError::at(
                 span,
                 format!(
-                    "{what} reads an updating stream (the running GROUP BY at {}): weir's \
-                     operators take append-only input; aggregate in a window instead",
+                    "{what} reads an updating stream (the running GROUP BY at {}): joins, \
+                     windows, Top-N and OVER take append-only input (a filter, a projection \
+                     or another GROUP BY may read it); aggregate in a window instead",
                     self.describe(at)
                 ),
             ));
@@ -428,10 +452,9 @@ impl Lowering<'_> {
         if wheres.is_empty() {
             return Ok(side);
         }
+        // Over an updating stream too: a filter passes each row's kind, and an update's old
+        // and new versions are each kept or dropped by the condition.
         let span = wheres[0].span();
-        if side.rel.updating.is_some() {
-            self.append_only(&side.rel, span, "WHERE")?;
-        }
         let mut rendered = Vec::new();
         let mut spans = Vec::new();
         for w in &wheres {
@@ -926,7 +949,10 @@ impl Lowering<'_> {
         s: &ast::Select,
     ) -> Result<Rel, SqlError> {
         let span = s.select_token.0.span;
-        self.append_only(&side.rel, span, "GROUP BY")?;
+        if side.rel.updating.is_none() {
+            // Only the rank column check: a running GROUP BY takes updates.
+            self.append_only(&side.rel, span, "GROUP BY")?;
+        }
         let scope = Scope::One(&side);
         let mut keys: Vec<String> = Vec::new();
         let mut window_keys = 0;
@@ -993,10 +1019,10 @@ impl Lowering<'_> {
             Some(h) => Some(self.aggregate_items(&scope, h, &mut calls, None)?),
             None => None,
         };
-        if calls.is_empty() {
+        if calls.is_empty() && windowed.is_some() {
             return Err(SqlError::at(
                 span,
-                "GROUP BY without an aggregate: add one (COUNT(*)), weir has no DISTINCT operator",
+                "a window's GROUP BY without an aggregate: add one (COUNT(*))",
             ));
         }
         let keyed = self.key_by(&side.rel, &keys, span)?;
@@ -1024,12 +1050,6 @@ impl Lowering<'_> {
                 }),
             ),
         };
-        if having.is_some() && windowed.is_none() {
-            return Err(SqlError::at(
-                span,
-                "HAVING on a running GROUP BY would need retractions: group in a window",
-            ));
-        }
         let schema = self.emit(kind, spec, span)?;
         let mut rel = Rel::new(self.last(), &schema, None);
         if windowed.is_some() {

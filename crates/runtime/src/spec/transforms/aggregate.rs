@@ -13,8 +13,8 @@ pub struct AggregateSpec {
     /// A `key-by` node.
     pub from: String,
     /// Output columns after the key columns: name → aggregate call, one of `count(*)`,
-    /// `count(x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`.
-    #[schemars(length(min = 1))]
+    /// `count(x)`, `count(DISTINCT x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`, `max_by(x, y)`,
+    /// `min_by(x, y)`. Empty (`{}`): the distinct keys, each emitted once (`SELECT DISTINCT`).
     pub aggregates: IndexMap<String, String>,
     /// Keys not updated for this long (processing time) are forgotten (default: `state.ttl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,242 @@
+//! Updating streams end to end: SQL that makes updates (a GROUP BY of a GROUP BY, HAVING,
+//! SELECT DISTINCT) run into a `changelog-json` file sink, whose changelog, applied row by row
+//! to a table by a plain loop, must be well formed and build the table a naive computation
+//! over the events gives, at parallelism 1 and 2 on both state backends. And the refusals: an
+//! append-only operator or format after an updating stream, at the line of the job file.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use weir_runtime::connectors::nexmark::{Event, Generator, GeneratorConfig};
+
+use crate::support::*;
+
+const EVENTS: u64 = 60_000;
+
+fn events() -> Vec<Event> {
+    let generator = Generator::new(GeneratorConfig {
+        inter_event_delay_ns: 1_000_000,
+        ..GeneratorConfig::default()
+    });
+    (0..EVENTS).map(|n| generator.event(n)).collect()
+}
+
+/// A job of one `sql` node `q` over the Nexmark generator, written to `sink`.
+fn job(query: &str, sink: &str) -> String {
+    let mut text = format!(
+        "name: changelog\nsources:\n  nexmark:\n    kind: nexmark\n    events: {EVENTS}\n    \
+         inter-event-delay: 1ms\ntransforms:\n  q:\n    kind: sql\n    query: |\n"
+    );
+    for line in query.lines() {
+        text.push_str("      ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str(&format!("sinks:\n  out:\n{sink}"));
+    text
+}
+
+/// Applies a changelog (rows with `"op"`) to a table keyed by `key`, checking that it is
+/// well formed: a `-U` or `-D` takes back exactly the key's live row, a `+I` or `+U` never
+/// lands on a live row.
+fn apply(rows: &[Value], key: &[&str]) -> BTreeMap<String, Value> {
+    let mut table: BTreeMap<String, Value> = BTreeMap::new();
+    for row in rows {
+        let mut row = row.clone();
+        let op = row
+            .as_object_mut()
+            .and_then(|o| o.remove("op"))
+            .unwrap_or_else(|| panic!("a row without its kind: {row}"));
+        let k: Vec<String> = key.iter().map(|c| row[*c].to_string()).collect();
+        let k = k.join("|");
+        match op.as_str() {
+            Some("+I" | "+U") => {
+                assert!(
+                    !table.contains_key(&k),
+                    "{op} over the live row of {k}: {row}"
+                );
+                table.insert(k, row);
+            }
+            Some("-U" | "-D") => {
+                assert_eq!(
+                    table.remove(&k),
+                    Some(row),
+                    "{op} of a row never emitted ({k})"
+                );
+            }
+            other => panic!("an unknown kind {other:?}"),
+        }
+    }
+    table
+}
+
+/// Runs `query` into a changelog-json file sink under each configuration; the tables its
+/// changelogs build.
+fn tables(query: &str, key: &[&str]) -> Vec<(&'static str, BTreeMap<String, Value>)> {
+    let configs: &[(&str, &[&str])] = &[
+        ("p=1, heap", &["parallelism=1"]),
+        ("p=2, heap", &["parallelism=2"]),
+        ("p=2, rocksdb", &["parallelism=2", "state.backend=rocksdb"]),
+    ];
+    let mut out = Vec::new();
+    for (name, overrides) in configs {
+        let dir = out_dir();
+        let file = dir.path().join("job.yaml");
+        let sink = format!(
+            "    kind: file\n    from: q\n    format: changelog-json\n    path: {}\n",
+            dir.path().join("out").display()
+        );
+        std::fs::write(&file, job(query, &sink)).unwrap();
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let summary = run_job(&file, &o);
+        assert_eq!(summary.events, EVENTS, "{name}: every event read");
+        // Part files sort by subtask, then checkpoint: each key's changes in their order.
+        let rows = read_parts(&dir.path().join("out"));
+        out.push((*name, apply(&rows, key)));
+    }
+    out
+}
+
+fn auctions(events: &[Event]) -> impl Iterator<Item = (i64, i64)> + '_ {
+    events.iter().filter_map(|e| match e {
+        Event::Auction(a) => Some((a.seller, a.category)),
+        _ => None,
+    })
+}
+
+/// Auctions per seller, by a plain loop.
+fn per_seller(events: &[Event]) -> BTreeMap<i64, i64> {
+    let mut counts: BTreeMap<i64, i64> = BTreeMap::new();
+    for (seller, _) in auctions(events) {
+        *counts.entry(seller).or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn a_group_by_of_a_group_by_builds_the_table_of_a_naive_count() {
+    let events = events();
+    // Sellers per number of auctions: moving a seller from n to n + 1 takes it back from n,
+    // and a count that no seller has any more is deleted.
+    let per_seller = per_seller(&events);
+    let mut expected: BTreeMap<i64, i64> = BTreeMap::new();
+    for n in per_seller.values() {
+        *expected.entry(*n).or_default() += 1;
+    }
+    let query = "SELECT n, COUNT(*) AS sellers, MAX(seller) AS top\n\
+                 FROM (SELECT seller, COUNT(*) AS n FROM nexmark.auction GROUP BY seller)\n\
+                 GROUP BY n";
+    for (config, table) in tables(query, &["n"]) {
+        let got: BTreeMap<i64, i64> = table
+            .values()
+            .map(|r| (r["n"].as_i64().unwrap(), r["sellers"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(got, expected, "{config}");
+        for row in table.values() {
+            let n = row["n"].as_i64().unwrap();
+            let top = per_seller
+                .iter()
+                .filter(|(_, c)| **c == n)
+                .map(|(s, _)| *s)
+                .max();
+            assert_eq!(
+                row["top"].as_i64(),
+                top,
+                "{config}: MAX over retractions, n = {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn having_and_distinct_over_updates_build_the_tables_of_naive_loops() {
+    let events = events();
+    let per_seller = per_seller(&events);
+    let busy: BTreeMap<i64, i64> = per_seller
+        .iter()
+        .filter(|(_, n)| **n >= 3)
+        .map(|(s, n)| (*s, *n))
+        .collect();
+    let query =
+        "SELECT seller, COUNT(*) AS n FROM nexmark.auction GROUP BY seller HAVING COUNT(*) >= 3";
+    for (config, table) in tables(query, &["seller"]) {
+        let got: BTreeMap<i64, i64> = table
+            .values()
+            .map(|r| (r["seller"].as_i64().unwrap(), r["n"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(got, busy, "{config}");
+    }
+
+    let categories: std::collections::BTreeSet<i64> = auctions(&events).map(|(_, c)| c).collect();
+    for (config, table) in tables(
+        "SELECT DISTINCT category FROM nexmark.auction",
+        &["category"],
+    ) {
+        let got: std::collections::BTreeSet<i64> = table
+            .values()
+            .map(|r| r["category"].as_i64().unwrap())
+            .collect();
+        assert_eq!(got, categories, "{config}");
+    }
+}
+
+#[test]
+fn an_append_only_consumer_of_an_updating_stream_is_refused_where_it_reads_it() {
+    // A plain JSON file cannot take a row back: the GROUP BY of a GROUP BY deletes.
+    let text = job(
+        "SELECT n, COUNT(*) AS sellers\nFROM (SELECT seller, COUNT(*) AS n FROM nexmark.auction GROUP BY seller)\nGROUP BY n",
+        "    kind: file\n    from: q\n    path: out\n",
+    );
+    let Err(err) = weir_runtime::plan::check_str("job.yaml", &text, &[]) else {
+        panic!("a plain file after deletes was accepted");
+    };
+    let message = err.to_string();
+    assert!(message.contains("changelog-json"), "{message}");
+    assert!(message.contains("deletes rows"), "{message}");
+    assert_eq!(err.problems[0].path, "sinks.out.from", "{message}");
+
+    // A keyed stream that never deletes is written as its new versions.
+    let text = job(
+        "SELECT seller, COUNT(*) AS n FROM nexmark.auction GROUP BY seller",
+        "    kind: file\n    from: q\n    path: out\n",
+    );
+    assert!(weir_runtime::plan::check_str("job.yaml", &text, &[]).is_ok());
+
+    // A window over an updating stream.
+    let text = "name: w\nsources:\n  nexmark: {kind: nexmark}\ntransforms:\n  by-seller: {kind: key-by, from: nexmark.auction, keys: [seller]}\n  counts:\n    kind: aggregate\n    from: by-seller\n    aggregates: {n: count(*)}\n  by-n: {kind: key-by, from: counts, keys: [seller]}\n  windows:\n    kind: window-aggregate\n    from: by-n\n    time: dateTime\n    window: {type: tumbling, size: 10s}\n    aggregates: {c: count(*)}\nsinks:\n  out: {kind: blackhole, from: windows}\n";
+    let Err(err) = weir_runtime::plan::check_str("job.yaml", text, &[]) else {
+        panic!("a window over updates was accepted");
+    };
+    let message = err.to_string();
+    assert!(message.contains("is an updating stream"), "{message}");
+    assert!(
+        message.contains("window-aggregate takes only append-only input"),
+        "{message}"
+    );
+    assert_eq!(err.problems[0].line, Some(13), "{message}");
+}
+
+#[test]
+fn explain_shows_each_nodes_changes() {
+    let dir = out_dir();
+    let file = dir.path().join("job.yaml");
+    std::fs::write(
+        &file,
+        job(
+            "SELECT n, COUNT(*) AS sellers\nFROM (SELECT seller, COUNT(*) AS n FROM nexmark.auction GROUP BY seller)\nGROUP BY n",
+            "    kind: stdout\n    from: q\n    format: changelog-json\n",
+        ),
+    )
+    .unwrap();
+    let text = plan(&file, &[]).unwrap().explain();
+    assert!(text.contains("changes: append"), "{text}");
+    assert!(
+        text.contains("changes: updating (+I -U +U), key [seller]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("changes: updating (+I -U +U -D), key [n]"),
+        "{text}"
+    );
+    assert!(!text.contains("__op"), "the kind is not a column: {text}");
+}
