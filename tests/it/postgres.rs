@@ -734,3 +734,143 @@ restart: {{strategy: fixed-delay, delay: 100ms, max-attempts: 1000}}
         "the refused commit was retried: {log}"
     );
 }
+
+/// Sellers per number of auctions listed, a GROUP BY of a GROUP BY: an updating stream
+/// whose counts move between rows (-U/+U) and disappear (-D), into a table keyed by `n`.
+fn sellers_per_count_job(dir: &Path, connection: &str, table: &str, checkpoints: bool) -> PathBuf {
+    let job = dir.join(format!("sellers-{checkpoints}.yaml"));
+    let checkpoint = if checkpoints {
+        "checkpoint:\n  interval: 200ms\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        &job,
+        format!(
+            "name: sellers-per-count\nsources:\n  nexmark: {{kind: nexmark, events: 100000}}\n\
+             transforms:\n  q:\n    kind: sql\n    query: |\n      SELECT n, COUNT(*) AS sellers\n      \
+             FROM (SELECT seller, COUNT(*) AS n FROM nexmark.auction GROUP BY seller)\n      \
+             GROUP BY n\n{checkpoint}sinks:\n  out:\n    kind: postgres\n    \
+             from: q\n    connection: {connection}\n    table: {table}\n    key: [n]\n    \
+             create-table: true\n    batch-size: 50\n"
+        ),
+    )
+    .unwrap();
+    job
+}
+
+/// The table a naive count over the events gives: n → sellers with n auctions.
+fn sellers_per_count(events: u64) -> BTreeMap<i64, i64> {
+    use weir_runtime::connectors::nexmark::{Event, Generator, GeneratorConfig};
+    let generator = Generator::new(GeneratorConfig::default());
+    let mut per_seller: BTreeMap<i64, i64> = BTreeMap::new();
+    for e in (0..events).map(|n| generator.event(n)) {
+        if let Event::Auction(a) = e {
+            *per_seller.entry(a.seller).or_default() += 1;
+        }
+    }
+    let mut expected = BTreeMap::new();
+    for n in per_seller.values() {
+        *expected.entry(*n).or_default() += 1;
+    }
+    expected
+}
+
+fn table_of(cluster: &Cluster, table: &str) -> BTreeMap<i64, i64> {
+    cluster
+        .psql(&format!("SELECT n, sellers FROM {table}"))
+        .iter()
+        .map(|line| {
+            let (n, s) = line.split_once('|').unwrap();
+            (n.parse().unwrap(), s.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn an_updating_stream_is_applied_by_key_with_its_deletes() {
+    const EVENTS: u64 = 100_000;
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = sellers_per_count(EVENTS);
+
+    // A count that many sellers passed through and none stays at is deleted on the way.
+    cluster.psql("CREATE TABLE sellers (n bigint PRIMARY KEY, sellers bigint)");
+    cluster.psql("INSERT INTO sellers VALUES (1000000, 1)");
+    for (what, checkpoints, parallelism) in [
+        ("exactly once, p=2", true, 2),
+        ("no checkpoints, p=1", false, 1),
+    ] {
+        cluster.psql("DELETE FROM sellers WHERE n < 1000000");
+        let job = sellers_per_count_job(dir.path(), &cluster.connection(), "sellers", checkpoints);
+        let mut all = vec![format!("parallelism={parallelism}")];
+        all.push(format!("state.path={}", dir.path().join(what).display()));
+        all.push(format!(
+            "checkpoint.storage={}",
+            dir.path().join(what).join("ck").display()
+        ));
+        let plan = plan(&job, &all).unwrap();
+        try_run_plan(&plan, true).unwrap();
+        let mut got = table_of(&cluster, "sellers");
+        assert_eq!(
+            got.remove(&1_000_000),
+            Some(1),
+            "{what}: a row it never had is left"
+        );
+        assert_eq!(got, expected, "{what}");
+        assert!(
+            expected.len() > 3 && expected.keys().any(|n| *n > 1),
+            "the test has counts to move between"
+        );
+        assert_eq!(
+            cluster.psql("SELECT count(*) FROM sellers__weir_stage"),
+            ["0"],
+            "{what}: everything staged was applied"
+        );
+    }
+}
+
+#[test]
+fn an_updating_stream_into_a_keyed_table_survives_sigkills() {
+    const EVENTS: u64 = 100_000;
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = sellers_per_count(EVENTS);
+    let job = sellers_per_count_job(dir.path(), &cluster.connection(), "sellers_kills", true);
+    let data = dir.path().join("data");
+    let (logs, killed) = crate::support::run_through_kills(
+        "an updating stream into postgres",
+        11,
+        3,
+        Duration::from_millis(300)..Duration::from_millis(2500),
+        |run| {
+            let mut cmd = weir(&data);
+            cmd.arg("run").arg(&job).arg("--quiet");
+            cmd.args(["--from", "latest"]);
+            // Resumed at another parallelism on alternate runs.
+            let parallelism = if run % 2 == 0 { 2 } else { 1 };
+            for o in [
+                format!("sources.nexmark.events={EVENTS}"),
+                "sources.nexmark.rate=40000".into(),
+                format!("parallelism={parallelism}"),
+            ] {
+                cmd.args(["--set", &o]);
+            }
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        },
+    );
+    assert!(killed >= 1, "at least one run was killed: {logs:#?}");
+    let got = table_of(&cluster, "sellers_kills");
+    if got != expected {
+        eprintln!("logs of the runs:\n{}", logs.join("\n---\n"));
+    }
+    assert_eq!(got, expected);
+    assert_eq!(
+        cluster.psql("SELECT count(*) FROM sellers_kills__weir_stage"),
+        ["0"],
+        "everything staged was applied"
+    );
+}

@@ -38,6 +38,15 @@
 //! repeat a batch), or with a `key` through the staging table and a move per batch, so that
 //! a repeat is an idempotent upsert.
 //!
+//! # Changes (an updating input)
+//! The sink takes an updating stream ([`crate::changelog`]) when it has a `key`: each staged
+//! row carries whether it is taken back (`-U`, `-D`) or added (`+I`, `+U`), and the move
+//! applies the last change of each key in the moved transactions: a row added is upserted, a
+//! row taken back is deleted by its key (one statement, so the table never shows half of a
+//! checkpoint's changes). The last change is the one staged last (`_weir_seq`): a key's changes
+//! come from one subtask when the sink reads its producer with the same parallelism, as a
+//! `GROUP BY` into the sink does.
+//!
 //! One job writes through a staging table: two jobs writing the same table need different
 //! tables (or `staging-table` names).
 
@@ -111,35 +120,26 @@ impl SinkConnector for PostgresSinkSpec {
         input: &SchemaRef,
         _cx: SinkContext<'_>,
     ) -> Result<Arc<dyn SinkFactory>, Vec<SpecProblem>> {
-        // An updating stream reaches the table as its rows' new versions, upserted by `key`.
+        // An updating stream's changes are applied by `key`: upserts and deletes.
         let mode = crate::changelog::ChangelogMode::of(input);
         let data = crate::changelog::ChangelogMode::append().apply(input);
         let mut problems = check_input(self, &data);
-        if !mode.is_append() {
-            if let Err(p) = super::check_changes(input, crate::config::SinkFormat::Json) {
-                problems.push(p);
-            } else if self.key.is_empty() {
-                problems.push(SpecProblem::at(
-                    "key",
-                    format!(
-                        "the input is an updating stream ({}): set `key:` to its key, so that \
-                         each change replaces the row it updates",
-                        mode.describe()
-                    ),
-                ));
-            }
+        if !mode.is_append() && self.key.is_empty() {
+            problems.push(SpecProblem::at(
+                "key",
+                format!(
+                    "the input is an updating stream ({}): set `key:` to its key, so that each \
+                     change replaces or deletes the row it is about",
+                    mode.describe()
+                ),
+            ));
         }
         if !problems.is_empty() {
             return Err(problems);
         }
-        let factory =
-            PostgresSinkFactory::new(self, data).map_err(|m| SpecProblem::at("connection", m))?;
-        let factory: Arc<dyn SinkFactory> = Arc::new(TwoPhaseFactory(factory));
-        Ok(if mode.is_append() {
-            factory
-        } else {
-            Arc::new(super::AfterImages(factory))
-        })
+        let factory = PostgresSinkFactory::new(self, data, !mode.is_append())
+            .map_err(|m| SpecProblem::at("connection", m))?;
+        Ok(Arc::new(TwoPhaseFactory(factory)))
     }
 }
 
@@ -228,7 +228,10 @@ pub struct PostgresSinkFactory {
 impl PostgresSinkFactory {
     /// `input` is the schema of the rows the sink receives (checked by the planner: every
     /// column has a type the sink can write, and every key column exists).
-    pub fn new(spec: &PostgresSinkSpec, input: SchemaRef) -> Result<Self, String> {
+    ///
+    /// `updating`: the rows arrive with their change kind ([`crate::changelog::OP`], after the
+    /// columns of `input`), and the sink applies deletes by `key` (which must be set).
+    pub fn new(spec: &PostgresSinkSpec, input: SchemaRef, updating: bool) -> Result<Self, String> {
         let connect = tls::PgConnect::parse(&spec.connection)?;
         let qualify = |name: &str| match &spec.schema {
             Some(s) => format!("{}.{}", ident(s), ident(name)),
@@ -252,23 +255,42 @@ impl PostgresSinkFactory {
             .map(|c| ident(c))
             .collect::<Vec<_>>()
             .join(", ");
-        let move_rows = if spec.key.is_empty() {
+        // What an upsert does to a row of the key that is there.
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !spec.key.contains(c))
+            .map(|c| format!("{0} = EXCLUDED.{0}", ident(c)))
+            .collect();
+        let action = if updates.is_empty() {
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let move_rows = if updating {
+            let matches = spec
+                .key
+                .iter()
+                .map(|k| format!("t.{0} = l.{0}", ident(k)))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            // The key's last change: deleted, or upserted. The two sets of keys are
+            // disjoint, so no row of the table is touched twice by the one statement.
+            format!(
+                "WITH moved AS (DELETE FROM {stage} WHERE \"_weir_txn\" = ANY($1) \
+                 RETURNING {list}, \"_weir_delete\", \"_weir_seq\"), \
+                 last AS (SELECT DISTINCT ON ({keys}) {list}, \"_weir_delete\" FROM moved \
+                 ORDER BY {keys}, \"_weir_seq\" DESC), \
+                 gone AS (DELETE FROM {table} t USING last l WHERE l.\"_weir_delete\" AND {matches}) \
+                 INSERT INTO {table} ({list}) SELECT {list} FROM last WHERE NOT \"_weir_delete\" \
+                 ON CONFLICT ({keys}) {action}"
+            )
+        } else if spec.key.is_empty() {
             format!(
                 "WITH moved AS (DELETE FROM {stage} WHERE \"_weir_txn\" = ANY($1) \
                  RETURNING {list}, \"_weir_seq\") \
                  INSERT INTO {table} ({list}) SELECT {list} FROM moved ORDER BY \"_weir_seq\""
             )
         } else {
-            let updates: Vec<String> = columns
-                .iter()
-                .filter(|c| !spec.key.contains(c))
-                .map(|c| format!("{0} = EXCLUDED.{0}", ident(c)))
-                .collect();
-            let action = if updates.is_empty() {
-                "DO NOTHING".to_string()
-            } else {
-                format!("DO UPDATE SET {}", updates.join(", "))
-            };
             format!(
                 "WITH moved AS (DELETE FROM {stage} WHERE \"_weir_txn\" = ANY($1) \
                  RETURNING {list}, \"_weir_seq\") \
@@ -277,9 +299,16 @@ impl PostgresSinkFactory {
             )
         };
         let sql = Statements {
-            copy_stage: format!(
-                "COPY {stage} ({list}, \"_weir_txn\", \"_weir_batch\") FROM STDIN (FORMAT csv)"
-            ),
+            copy_stage: if updating {
+                format!(
+                    "COPY {stage} ({list}, \"_weir_delete\", \"_weir_txn\", \"_weir_batch\") \
+                     FROM STDIN (FORMAT csv)"
+                )
+            } else {
+                format!(
+                    "COPY {stage} ({list}, \"_weir_txn\", \"_weir_batch\") FROM STDIN (FORMAT csv)"
+                )
+            },
             copy_table: format!("COPY {table} ({list}) FROM STDIN (FORMAT csv)"),
             undo_batch: format!(
                 "DELETE FROM {stage} WHERE \"_weir_txn\" = $1 AND \"_weir_batch\" = $2"
@@ -477,6 +506,7 @@ impl Shared {
         conn.client
             .batch_execute(&format!(
                 "DROP TABLE IF EXISTS {stage}; CREATE TABLE {stage} ({}, \
+                 \"_weir_delete\" boolean NOT NULL DEFAULT false, \
                  \"_weir_txn\" text NOT NULL, \"_weir_batch\" bigint NOT NULL, \
                  \"_weir_seq\" bigserial)",
                 stage_columns.join(", "),
@@ -658,6 +688,7 @@ impl Stage for PgSink {
             if batch.num_rows() == 0 {
                 return Ok(());
             }
+            let batch = taken_back_as_a_column(batch)?;
             self.send(Command::Rows(batch)).await
         })
     }
@@ -687,6 +718,34 @@ impl Stage for PgSink {
             Ok(())
         })
     }
+}
+
+/// An updating batch with its kinds as the staging table's `_weir_delete` (true for a row
+/// taken back, `-U` or `-D`), which the CSV then carries like any column; an append-only
+/// batch as it is.
+fn taken_back_as_a_column(batch: RecordBatch) -> Result<RecordBatch, OperatorError> {
+    let (Some(op), Some(kinds)) = (
+        crate::changelog::op_column(batch.schema_ref()),
+        crate::changelog::kinds(&batch),
+    ) else {
+        return Ok(batch);
+    };
+    let taken_back: arrow_array::BooleanArray = (0..batch.num_rows())
+        .map(|row| Some(!crate::changelog::kind_at(kinds, row).is_addition()))
+        .collect();
+    let mut fields: Vec<arrow_schema::Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields[op] = arrow_schema::Field::new("_weir_delete", arrow_schema::DataType::Boolean, false);
+    let mut columns = batch.columns().to_vec();
+    columns[op] = Arc::new(taken_back);
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// Collects a subtask's rows and writes them.
