@@ -304,12 +304,13 @@ function dagSvg(job) {
     const failed = n.status === "failed";
     const kind = `${n.kind} ×${n.parallelism}`;
     const skew = n.skewed ? ` · skew ${n.skew.toFixed(1)}×` : "";
-    const title = `${n.name} (${kind}): backpressure ${(100 * n.backpressure).toFixed(0)}%${n.skew != null ? `, busiest subtask ${n.skew.toFixed(1)}× the least busy` : ""}`;
+    const updating = n.changes && n.changes !== "append";
+    const title = `${n.name} (${kind}): backpressure ${(100 * n.backpressure).toFixed(0)}%${n.skew != null ? `, busiest subtask ${n.skew.toFixed(1)}× the least busy` : ""}; changes: ${n.changes || "append"}`;
     out += `<g class="node${failed ? " failed" : ""}${n.skewed ? " skewed" : ""}" data-href="#/jobs/${esc(job.id)}/operators/${encodeURIComponent(n.name)}" data-name="${esc(n.name)}" transform="translate(${p.x},${p.y})"><title>${esc(title)}</title>
       <rect class="box" width="${W}" height="${H}" rx="8" fill="${failed ? "#fecaca" : pressureColour(n.backpressure)}"/>
       <text class="name" x="10" y="19">${esc(fit(n.name, W - 20 - kind.length * 6.5 - 8))}</text>
       <text class="meta" x="${W - 10}" y="19" text-anchor="end">${esc(kind)}</text>
-      <text class="meta${n.skewed ? " warn" : ""}" x="10" y="36">${esc(rate(r))} · bp ${(100 * n.backpressure).toFixed(0)}%${lag != null && !n.skewed ? " · wm −" + esc(dur(lag)) : ""}${esc(skew)}</text>
+      <text class="meta${n.skewed ? " warn" : ""}" x="10" y="36">${esc(rate(r))} · bp ${(100 * n.backpressure).toFixed(0)}%${lag != null && !n.skewed ? " · wm −" + esc(dur(lag)) : ""}${esc(skew)}${updating ? " · ±updating" : ""}</text>
       <g transform="translate(10,44)">${sparkline(hist, W - 20, 38, "#1e40af")}</g></g>`;
   });
   return out + `</svg>`;
@@ -586,7 +587,7 @@ async function operatorTab(job, name, body, st) {
   }
   const subtasks = n.subtasks || [];
   const wm = w => w == null ? "–" : new Date(w).toISOString().replace("T", " ").slice(0, 19);
-  morph(document.getElementById("op-stats"), `<h2>${esc(n.name)} <span class="muted">${esc(n.kind)} ×${n.parallelism}</span> ${badge(n.status)}${n.skewed ? ` <span class="badge warn" title="the busiest subtask does more than twice the work of the least busy">skew ${n.skew.toFixed(1)}×</span>` : ""}</h2>
+  morph(document.getElementById("op-stats"), `<h2>${esc(n.name)} <span class="muted">${esc(n.kind)} ×${n.parallelism}</span> ${badge(n.status)}${n.changes && n.changes !== "append" ? ` <span class="badge" title="its rows are changes (+I -U +U -D)">${esc(n.changes)}</span>` : ""}${n.skewed ? ` <span class="badge warn" title="the busiest subtask does more than twice the work of the least busy">skew ${n.skew.toFixed(1)}×</span>` : ""}</h2>
     <div class="panel stats">
       <div class="stat"><div class="v">${num(n["records-in"])}</div><div class="k">records in</div></div>
       <div class="stat"><div class="v">${num(n["records-out"])}</div><div class="k">records out</div></div>

@@ -69,6 +69,9 @@ pub struct NodeView {
     /// Nodes with the same chain run in one task.
     pub chain: usize,
     pub parallelism: usize,
+    /// The rows it emits (a sink: the rows it takes): `append`, or an updating stream's row
+    /// kinds and key (`updating (+I -U +U -D), key [n]`), as `weir explain` prints them.
+    pub changes: String,
     /// `running`, `finished` (all subtasks done), or the job's state once it ended.
     pub status: &'static str,
     pub subtasks_finished: usize,
@@ -116,6 +119,21 @@ pub struct NodeView {
     pub history: NodeHistory,
     /// Every subtask's own figures.
     pub subtasks: Vec<SubtaskView>,
+}
+
+/// What `node` emits, or for a sink what it takes: its (first) output's changelog mode.
+fn changes_of(plan: &weir_runtime::plan::Plan, node: &weir_runtime::plan::PlanNode) -> String {
+    let schema = match node.ports.first() {
+        Some((_, schema)) => Some(schema),
+        None => node.inputs.first().and_then(|e| {
+            let from = plan.nodes.get(e.from)?;
+            from.ports.get(e.port).map(|(_, s)| s)
+        }),
+    };
+    schema.map_or_else(
+        || "append".into(),
+        |s| weir_runtime::changelog::ChangelogMode::of(s).describe(),
+    )
 }
 
 /// A skew (busiest over least busy subtask) past which the graph flags a node.
@@ -467,6 +485,10 @@ impl HostedJob {
                     name: n.name.clone(),
                     kind: n.kind.clone(),
                     role: n.role,
+                    changes: plan
+                        .nodes
+                        .get(i)
+                        .map_or_else(String::new, |p| changes_of(&plan, p)),
                     chain: n.chain,
                     parallelism: n.subtasks.len(),
                     status,
