@@ -305,9 +305,9 @@ fn latency(
     );
     println!();
     println!(
-        "| delivery | checkpoints | rows | p50 ms | p99 ms | max ms | p50 over the interval |"
+        "| delivery | checkpoints | rows | p50 ms | p99 ms | max ms | p50 over the interval | stored p50 ms |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     let stamp = std::process::id();
     let arms: [(&str, Option<Duration>); 2] = [
         ("at-least-once", None),
@@ -350,10 +350,10 @@ fn latency(
                 let _ = js.delete_stream(&output).await;
             }
         });
-        let (rows, mut latencies) = match measured {
+        let (rows, mut latencies, mut stored) = match measured {
             Ok(measured) => measured,
             Err(e) => {
-                println!("| {delivery} | – | – | failed: {e} | | | |");
+                println!("| {delivery} | – | – | failed: {e} | | | | |");
                 continue;
             }
         };
@@ -364,12 +364,16 @@ fn latency(
                 .map_or(f64::NAN, |us| *us as f64 / 1000.0)
         };
         let (p50, p99, max) = (pick(0.5), pick(0.99), pick(1.0));
+        stored.sort_unstable();
+        let stored_p50 = stored
+            .get(stored.len() / 2)
+            .map_or(f64::NAN, |us| *us as f64 / 1000.0);
         let over = match interval {
             Some(i) => format!("{:+.0} ms", p50 - i.as_secs_f64() * 1000.0),
             None => "–".into(),
         };
         println!(
-            "| {delivery} | {} | {} | {p50:.1} | {p99:.1} | {max:.1} | {over} |",
+            "| {delivery} | {} | {} | {p50:.1} | {p99:.1} | {max:.1} | {over} | {stored_p50:.1} |",
             interval.map_or("none".to_string(), |i| format!(
                 "every {}",
                 humantime::format_duration(i)
@@ -381,7 +385,10 @@ fn latency(
 }
 
 /// Runs `job` while publishing `{id, sent}` events at the benchmark's rate into `input` and
-/// reading `output`; returns the rows read and the latencies (µs) after the warm-up.
+/// reading `output`; returns the rows read and, after the warm-up, the latencies (µs) to the
+/// reader and to the row's storing in `output` (by the server's timestamp). The two part when
+/// the reader falls behind the stream: on two cores shared with nats-server it can, and then
+/// the first measures the reader as much as weir.
 fn measure_latency(
     b: &BenchNatsArgs,
     runtime: &tokio::runtime::Runtime,
@@ -389,7 +396,7 @@ fn measure_latency(
     job: &Path,
     input: &str,
     output: &str,
-) -> anyhow::Result<(u64, Vec<i64>)> {
+) -> anyhow::Result<(u64, Vec<i64>, Vec<i64>)> {
     let scheduler = Arc::new(weir_scheduler::Scheduler::new(runtime.handle().clone())?);
     let plan = weir_runtime::plan::check_file(job, &[])?;
     let options = weir_runtime::exec::job::JobOptions {
@@ -417,7 +424,12 @@ fn measure_latency(
                             .ok()
                             .and_then(|v| v["sent"].as_i64());
                         if let Some(sent) = sent {
-                            seen.push((sent, now - sent));
+                            // When the server stored the row (its clock is this machine's):
+                            // what weir takes, apart from what the reader takes after it.
+                            let stored = m.info().map_or(now, |i| {
+                                (i.published.unix_timestamp_nanos() / 1000) as i64
+                            });
+                            seen.push((sent, now - sent, stored - sent));
                         }
                     }
                     // Quiet for 4 s after the publisher stopped (or the stream ended).
@@ -444,12 +456,12 @@ fn measure_latency(
         publisher.flush().await?;
         let seen = reader.await?;
         let rows = seen.len() as u64;
-        let latencies = seen
+        let (latencies, stored) = seen
             .into_iter()
-            .filter(|(sent, _)| *sent >= warm_until)
-            .map(|(_, l)| l)
-            .collect::<Vec<_>>();
-        anyhow::Ok((rows, latencies))
+            .filter(|(sent, _, _)| *sent >= warm_until)
+            .map(|(_, read, stored)| (read, stored))
+            .unzip();
+        anyhow::Ok((rows, latencies, stored))
     });
     // Stopped whatever the arm met, so that the job never outlives it.
     stop.cancel();

@@ -39,6 +39,7 @@
 //! stored rows. A failure between barriers publishes the rows since the last checkpoint again.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,6 +72,17 @@ pub struct Transaction {
     /// The attempt that made it (random per attempt): part of every message id.
     lineage: String,
     records: Vec<Record>,
+}
+
+impl Transaction {
+    /// Its message at `position`, for errors.
+    fn place(&self, position: usize) -> Published {
+        Published::Message {
+            writer: self.writer,
+            snapshot: self.snapshot,
+            position,
+        }
+    }
 }
 
 impl SnapshotTransaction for Transaction {
@@ -120,6 +132,12 @@ impl Encoder {
 /// transaction, the version a consumer orders one key's updates by.
 pub const CHECKPOINT_HEADER: &str = "Weir-Checkpoint";
 pub const SEQUENCE_HEADER: &str = "Weir-Sequence";
+
+/// A header name as the client keeps it, from a static string: no parse and no allocation,
+/// as it is made for every message.
+fn header_name(name: &'static str) -> async_nats::HeaderName {
+    async_nats::HeaderName::from_static(name)
+}
 
 /// One writer's commit progress, kept in the commit-marker bucket.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -326,6 +344,60 @@ struct Shared {
     stream: Mutex<Option<(String, Duration)>>,
     /// The commit markers, opened by the first exactly-once `prepare`.
     markers: tokio::sync::OnceCell<Markers>,
+    /// Per (writer, lineage), the marker as this process last read or wrote it: a writer's
+    /// marker changes only through its commits, which run one at a time, so it is read from
+    /// the bucket once per lineage (a restored one), not once per commit.
+    known: Mutex<HashMap<(usize, String), Marker>>,
+    /// What the commits cost in round trips (see [`CommitStats`]).
+    stats: CommitCounters,
+}
+
+/// The round trips exactly-once commits made, so far, in a sink's process. A commit of one
+/// writer's transaction reads its marker at most once per lineage, writes it twice (begun,
+/// stored), and waits for the stream's acknowledgements once, at its end, whatever the number
+/// of messages: the publishes between are pipelined (`max-in-flight` at once).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Transactions published (not skipped as already stored).
+    pub transactions: u64,
+    /// Messages published.
+    pub messages: u64,
+    /// Commit markers read from the bucket.
+    pub marker_reads: u64,
+    /// Commit markers written to the bucket.
+    pub marker_writes: u64,
+    /// Times a commit waited for every acknowledgement still outstanding.
+    pub drains: u64,
+    /// The most publishes that awaited their acknowledgement at once: `max-in-flight` when a
+    /// transaction is at least that long, as the publishes are pipelined.
+    pub peak_in_flight: u64,
+}
+
+#[derive(Default)]
+struct CommitCounters {
+    transactions: AtomicU64,
+    messages: AtomicU64,
+    marker_reads: AtomicU64,
+    marker_writes: AtomicU64,
+    drains: AtomicU64,
+    peak_in_flight: AtomicU64,
+}
+
+impl CommitCounters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> CommitStats {
+        CommitStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            messages: self.messages.load(Ordering::Relaxed),
+            marker_reads: self.marker_reads.load(Ordering::Relaxed),
+            marker_writes: self.marker_writes.load(Ordering::Relaxed),
+            drains: self.drains.load(Ordering::Relaxed),
+            peak_in_flight: self.peak_in_flight.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Shared {
@@ -342,10 +414,6 @@ impl Shared {
         let context = super::jetstream(client, self.spec.max_in_flight as usize);
         *js = Some(context.clone());
         Ok(context)
-    }
-
-    fn message_id(&self, t: &Transaction, i: usize) -> String {
-        format!("{}{i}", self.message_id_prefix(t))
     }
 
     /// What every message id of `t` begins with (its position follows).
@@ -452,33 +520,68 @@ impl Shared {
         let js = self.context().await?;
         let markers = self.markers(&js).await?;
         let mut duplicates = 0u64;
-        for t in &list {
-            let mut marker = markers.get(t.writer, &t.lineage).await?;
+        for mut t in list {
+            let mut marker = self.marker(markers, &t).await?;
             if marker.done >= t.snapshot {
-                self.remember(t);
+                self.remember(&t);
                 continue;
             }
             let stored = match marker.started {
                 Some(started) if started.snapshot == t.snapshot => {
-                    self.already_stored(&js, t, started).await?
+                    self.already_stored(&js, &t, started).await?
                 }
                 _ => {
                     marker.started = Some(Started {
                         snapshot: t.snapshot,
                         at_ms: now_ms(),
                     });
-                    markers.put(t.writer, &t.lineage, &marker).await?;
+                    self.put_marker(markers, &t, &marker).await?;
                     HashSet::new()
                 }
             };
-            duplicates += self.publish(&js, t, &stored).await?;
+            let records = std::mem::take(&mut t.records);
+            duplicates += self.publish(&js, &t, records, &stored).await?;
             marker.done = t.snapshot;
             marker.started = None;
-            markers.put(t.writer, &t.lineage, &marker).await?;
-            self.remember(t);
+            self.put_marker(markers, &t, &marker).await?;
+            self.remember(&t);
         }
         if duplicates > 0 {
             tracing::info!(target: "nats", "{}: {duplicates} messages of a repeated commit were already stored (dropped by the stream as duplicates)", self.what());
+        }
+        Ok(())
+    }
+
+    /// `t`'s writer's marker: as this process last wrote it, else read from the bucket.
+    async fn marker(&self, markers: &Markers, t: &Transaction) -> Result<Marker, OperatorError> {
+        let key = (t.writer, t.lineage.clone());
+        if let Some(marker) = self.known.lock().ok().and_then(|k| k.get(&key).cloned()) {
+            return Ok(marker);
+        }
+        CommitCounters::add(&self.stats.marker_reads, 1);
+        let marker = markers.get(t.writer, &t.lineage).await?;
+        if let Ok(mut known) = self.known.lock() {
+            known.insert(key, marker.clone());
+        }
+        Ok(marker)
+    }
+
+    async fn put_marker(
+        &self,
+        markers: &Markers,
+        t: &Transaction,
+        marker: &Marker,
+    ) -> Result<(), OperatorError> {
+        // Forgotten first: a write that fails may or may not have landed, so the next commit
+        // reads the bucket again.
+        let key = (t.writer, t.lineage.clone());
+        if let Ok(mut known) = self.known.lock() {
+            known.remove(&key);
+        }
+        CommitCounters::add(&self.stats.marker_writes, 1);
+        markers.put(t.writer, &t.lineage, marker).await?;
+        if let Ok(mut known) = self.known.lock() {
+            known.insert(key, marker.clone());
         }
         Ok(())
     }
@@ -490,33 +593,50 @@ impl Shared {
         }
     }
 
-    /// Publishes `t`'s messages but those at the positions `stored`; returns how many the
-    /// stream dropped as duplicates.
+    /// Publishes `records`, `t`'s messages, but those at the positions `stored`; returns how
+    /// many the stream dropped as duplicates. The publishes are pipelined (at most
+    /// `max-in-flight` awaiting their acknowledgement) and the acknowledgements waited for
+    /// once, at the end. Per message, only what differs is made: its id (the transaction's
+    /// prefix and its position), its position's header, the map that holds them; the
+    /// payload is moved, not copied.
     async fn publish(
         &self,
         js: &jetstream::Context,
         t: &Transaction,
+        records: Vec<Record>,
         stored: &HashSet<usize>,
     ) -> Result<u64, OperatorError> {
-        let mut acks = Acks::new(self.spec.max_in_flight as usize, self.what());
+        let what = self.what();
+        let mut acks = Acks::new(self.spec.max_in_flight as usize, what.clone());
         let mut duplicates = 0;
-        let checkpoint = t.snapshot.to_string();
-        for (i, (subject, payload)) in t.records.iter().enumerate() {
+        let checkpoint = async_nats::HeaderValue::from(t.snapshot.to_string());
+        let prefix = self.message_id_prefix(t);
+        let mut published = 0u64;
+        for (i, (subject, payload)) in records.into_iter().enumerate() {
             if stored.contains(&i) {
                 continue;
             }
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id(&prefix, i));
+            headers.insert(header_name(CHECKPOINT_HEADER), checkpoint.clone());
+            headers.insert(header_name(SEQUENCE_HEADER), i.to_string());
             let message = jetstream::message::PublishMessage::build()
-                .payload(Bytes::from(payload.clone()))
-                .message_id(self.message_id(t, i))
-                .header(CHECKPOINT_HEADER, checkpoint.as_str())
-                .header(SEQUENCE_HEADER, i.to_string().as_str());
+                .payload(Bytes::from(payload))
+                .headers(headers);
             let ack = js
-                .send_publish(subject.clone(), message)
+                .send_publish(subject, message)
                 .await
-                .map_err(|e| publish_error(&self.what(), subject, e))?;
-            duplicates += acks.push(subject.clone(), ack).await?;
+                .map_err(|e| publish_error(&what, &t.place(i), e))?;
+            published += 1;
+            duplicates += acks.push(t.place(i), ack).await?;
         }
         duplicates += acks.wait_all().await?;
+        CommitCounters::add(&self.stats.drains, 1);
+        self.stats
+            .peak_in_flight
+            .fetch_max(acks.peak as u64, Ordering::Relaxed);
+        CommitCounters::add(&self.stats.transactions, 1);
+        CommitCounters::add(&self.stats.messages, published);
         Ok(duplicates)
     }
 
@@ -589,18 +709,47 @@ impl Shared {
     }
 }
 
+/// What a failed publish names: the subject (at least once), or the message's place in its
+/// transaction (exactly once, where a subject is shared by many and the place says more).
+enum Published {
+    To(String),
+    Message {
+        writer: usize,
+        snapshot: u64,
+        position: usize,
+    },
+}
+
+impl std::fmt::Display for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Published::To(subject) => write!(f, "to `{subject}`"),
+            Published::Message {
+                writer,
+                snapshot,
+                position,
+            } => write!(
+                f,
+                "of message {position} of snapshot {snapshot}'s transaction (writer {writer})"
+            ),
+        }
+    }
+}
+
 /// Publishes awaiting their acknowledgement, at most `limit` at once.
 struct Acks {
     pending: FuturesUnordered<
         BoxFuture<
             'static,
             (
-                String,
+                Published,
                 Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
             ),
         >,
     >,
     limit: usize,
+    /// The most that were pending at once.
+    peak: usize,
     what: String,
 }
 
@@ -609,14 +758,20 @@ impl Acks {
         Self {
             pending: FuturesUnordered::new(),
             limit: limit.max(1),
+            peak: 0,
             what,
         }
     }
 
     /// Adds one; waits for the oldest ones while `limit` are pending. Returns duplicates seen.
-    async fn push(&mut self, subject: String, ack: PublishAckFuture) -> Result<u64, OperatorError> {
+    async fn push(
+        &mut self,
+        published: Published,
+        ack: PublishAckFuture,
+    ) -> Result<u64, OperatorError> {
         self.pending
-            .push(Box::pin(async move { (subject, ack.await) }));
+            .push(Box::pin(async move { (published, ack.await) }));
+        self.peak = self.peak.max(self.pending.len());
         let mut duplicates = 0;
         while self.pending.len() >= self.limit {
             duplicates += self.next().await?;
@@ -627,7 +782,7 @@ impl Acks {
     async fn next(&mut self) -> Result<u64, OperatorError> {
         match self.pending.next().await {
             Some((_, Ok(ack))) => Ok(u64::from(ack.duplicate)),
-            Some((subject, Err(e))) => Err(publish_error(&self.what, &subject, e)),
+            Some((published, Err(e))) => Err(publish_error(&self.what, &published, e)),
             None => Ok(0),
         }
     }
@@ -646,17 +801,27 @@ impl Acks {
 /// says "stream not found" when nothing answered the publish, which is also what a server
 /// restarting its JetStream answers for a few seconds: not final (that a stream takes the
 /// subject is checked where the server can say so for certain, before the sink starts).
-fn publish_error(what: &str, subject: &str, e: jetstream::context::PublishError) -> OperatorError {
+fn publish_error(
+    what: &str,
+    published: &Published,
+    e: jetstream::context::PublishError,
+) -> OperatorError {
     match e.kind() {
         PublishErrorKind::StreamNotFound => OperatorError::external(
             format!(
-                "{what}: no stream answered the publish to `{subject}` (JetStream restarting, \
+                "{what}: no stream answered the publish {published} (JetStream restarting, \
                  or no stream takes the subject)"
             ),
             e,
         ),
-        _ => OperatorError::external(format!("{what}: publishing to `{subject}`"), e),
+        _ => OperatorError::external(format!("{what}: the publish {published} failed"), e),
     }
+}
+
+/// The id of the message at `position` of a transaction whose ids begin with `prefix`
+/// ([`Shared::message_id_prefix`]).
+fn message_id(prefix: &str, position: usize) -> String {
+    format!("{prefix}{position}")
 }
 
 /// A new lineage: unique per attempt in practice (time, process and a counter, hashed).
@@ -697,9 +862,18 @@ impl NatsSinkFactory {
                 committed: Mutex::new(HashMap::new()),
                 stream: Mutex::new(None),
                 markers: tokio::sync::OnceCell::new(),
+                known: Mutex::new(HashMap::new()),
+                stats: CommitCounters::default(),
             }),
             subjects,
         }
+    }
+}
+
+impl NatsSinkFactory {
+    /// The round trips this sink's exactly-once commits made so far (for tests that pin them).
+    pub fn commit_stats(&self) -> CommitStats {
+        self.shared.stats.get()
     }
 }
 
@@ -842,8 +1016,8 @@ impl DirectSink {
             let ack = js
                 .publish(subject.clone(), Bytes::from(payload))
                 .await
-                .map_err(|e| publish_error(&what, &subject, e))?;
-            self.acks.push(subject, ack).await?;
+                .map_err(|e| publish_error(&what, &Published::To(subject.clone()), e))?;
+            self.acks.push(Published::To(subject), ack).await?;
         }
         Ok(())
     }
@@ -944,7 +1118,7 @@ mod tests {
             Duration::ZERO,
         );
         assert_eq!(
-            factory.shared.message_id(&list[0], 1),
+            message_id(&factory.shared.message_id_prefix(&list[0]), 1),
             "weir:job:out:2:l:5:1"
         );
         assert!(block(sink.prepare_commit(6, 5)).is_none());
