@@ -240,3 +240,36 @@ fn explain_shows_each_nodes_changes() {
     );
     assert!(!text.contains("__op"), "the kind is not a column: {text}");
 }
+
+#[test]
+fn filtered_aggregates_count_only_what_their_condition_keeps() {
+    let events = events();
+    let mut expected: BTreeMap<i64, (i64, std::collections::BTreeSet<i64>)> = BTreeMap::new();
+    for e in &events {
+        if let Event::Bid(b) = e {
+            let entry = expected.entry(b.auction).or_default();
+            if b.price < 10_000 {
+                entry.0 += 1;
+            } else {
+                entry.1.insert(b.bidder);
+            }
+        }
+    }
+    let query = "SELECT auction,\n       COUNT(*) FILTER (WHERE price < 10000) AS cheap,\n       \
+                 COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000) AS rich\n\
+                 FROM nexmark.bid GROUP BY auction";
+    for (config, table) in tables(query, &["auction"]) {
+        let got: BTreeMap<i64, (i64, i64)> = table
+            .values()
+            .map(|r| {
+                let n = |c: &str| r[c].as_i64().unwrap();
+                (n("auction"), (n("cheap"), n("rich")))
+            })
+            .collect();
+        let want: BTreeMap<i64, (i64, i64)> = expected
+            .iter()
+            .map(|(a, (cheap, rich))| (*a, (*cheap, rich.len() as i64)))
+            .collect();
+        assert_eq!(got, want, "{config}");
+    }
+}

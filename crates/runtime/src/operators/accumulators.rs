@@ -151,6 +151,8 @@ pub struct AggCall {
     pub func: AggFn,
     pub args: Vec<Expr>,
     pub data_type: DataType,
+    /// `FILTER (WHERE p)`: only rows where `p` is true are aggregated.
+    pub filter: Option<Expr>,
 }
 
 const FUNCTIONS: &str = "count(*), count(x), count(DISTINCT x), sum(x), min(x), max(x), avg(x), max_by(x, y), min_by(x, y)";
@@ -166,6 +168,19 @@ impl AggCall {
             ));
         };
         let name = f.name.to_string().to_lowercase();
+        let filter = match &f.filter {
+            None => None,
+            Some(p) => {
+                let p = Expr::compile_ast(p, input).map_err(|e| e.to_string())?;
+                if !matches!(p.data_type(), DataType::Boolean | DataType::Null) {
+                    return Err(format!(
+                        "FILTER (WHERE ...) takes a condition, not a {}",
+                        p.data_type()
+                    ));
+                }
+                Some(p)
+            }
+        };
         let (args, distinct) = match &f.args {
             FunctionArguments::List(FunctionArgumentList {
                 args,
@@ -214,10 +229,18 @@ impl AggCall {
         if func == AggFn::Count
             && let [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] = args.as_slice()
         {
+            // Filtered, it counts the rows the condition keeps: a count of a column that is
+            // NULL where the condition does not hold (see `evaluate_args`).
+            let func = if filter.is_some() {
+                AggFn::Count
+            } else {
+                AggFn::CountStar
+            };
             return Ok(AggCall {
-                func: AggFn::CountStar,
+                func,
                 args: Vec::new(),
                 data_type: DataType::Int64,
+                filter,
             });
         }
         let mut compiled = Vec::new();
@@ -264,15 +287,40 @@ impl AggCall {
             func,
             args: compiled,
             data_type,
+            filter,
         })
     }
 
-    /// The argument columns of this call for `batch`.
+    /// The argument columns of this call for `batch`; with a `FILTER`, NULL in the rows it
+    /// leaves out (which every aggregate ignores).
     pub fn evaluate_args(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, OperatorError> {
-        self.args
+        let args: Vec<ArrayRef> = self
+            .args
             .iter()
             .map(|a| a.evaluate(batch).map_err(OperatorError::from))
+            .collect::<Result<_, _>>()?;
+        let Some(filter) = &self.filter else {
+            return Ok(args);
+        };
+        let kept = filter.evaluate(batch)?;
+        // Left out: where the condition is false or NULL.
+        let left_out: arrow_array::BooleanArray = match kept.as_boolean_opt() {
+            Some(k) => k.iter().map(|v| Some(v != Some(true))).collect(),
+            None => std::iter::repeat_n(Some(true), batch.num_rows()).collect(),
+        };
+        if args.is_empty() {
+            // `count(*) FILTER (...)`: a column to count, NULL where left out.
+            let present = arrow_array::BooleanArray::from(vec![true; batch.num_rows()]);
+            return Ok(vec![arrow_select::nullif::nullif(&present, &left_out)?]);
+        }
+        args.iter()
+            .map(|a| Ok(arrow_select::nullif::nullif(a.as_ref(), &left_out)?))
             .collect()
+    }
+
+    /// Every expression the call reads: its arguments and its filter.
+    pub fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        self.args.iter().chain(&self.filter)
     }
 }
 
@@ -956,6 +1004,67 @@ mod tests {
             Field::new("y", DataType::Float64, true),
             Field::new("s", DataType::Utf8, true),
         ])
+    }
+
+    #[test]
+    fn filtered_calls_aggregate_only_the_rows_their_condition_keeps() {
+        let s = schema();
+        let mut random = crate::testing::Random(0xf11_7e12);
+        let n = 500;
+        let xs: Vec<Option<i64>> = (0..n)
+            .map(|_| (random.below(6) != 0).then(|| random.below(21) as i64 - 10))
+            .collect();
+        let ss: Vec<Option<String>> = (0..n)
+            .map(|_| (random.below(5) != 0).then(|| format!("s{}", random.below(4))))
+            .collect();
+        let batch = RecordBatch::try_new(
+            Arc::new(s.clone()),
+            vec![
+                Arc::new(arrow_array::Int64Array::from(xs.clone())),
+                Arc::new(arrow_array::Float64Array::from(vec![None::<f64>; n])),
+                Arc::new(arrow_array::StringArray::from(ss.clone())),
+            ],
+        )
+        .unwrap();
+        let result = |sql: &str| {
+            let call = AggCall::compile(sql, &s).unwrap();
+            let args = call.evaluate_args(&batch).unwrap();
+            let mut acc = Acc::new(&call);
+            let mut taken = Acc::retractable(&call);
+            for row in 0..n {
+                acc.update(call.func, &args, row).unwrap();
+                taken.add_signed(call.func, &args, row, 1).unwrap();
+            }
+            assert_eq!(acc.result(), taken.result(), "{sql}: both accumulators");
+            acc.result()
+        };
+        // By hand: x > 0 (NULL x is not kept), s = 's1'.
+        let kept = |row: usize| xs[row].is_some_and(|x| x > 0);
+        let count = (0..n).filter(|r| kept(*r)).count() as i64;
+        assert_eq!(result("count(*) FILTER (WHERE x > 0)"), Scalar::Int(count));
+        let sum: i64 = (0..n)
+            .filter(|r| ss[*r].as_deref() == Some("s1"))
+            .filter_map(|r| xs[r])
+            .sum();
+        assert_eq!(result("sum(x) FILTER (WHERE s = 's1')"), Scalar::Int(sum));
+        let distinct: BTreeSet<&String> = (0..n)
+            .filter(|r| kept(*r))
+            .filter_map(|r| ss[r].as_ref())
+            .collect();
+        assert_eq!(
+            result("count(DISTINCT s) FILTER (WHERE x > 0)"),
+            Scalar::Int(distinct.len() as i64)
+        );
+        assert_eq!(result("max(x) FILTER (WHERE x < -100)"), Scalar::Null);
+        assert!(
+            AggCall::compile("count(*) FILTER (WHERE x + 1)", &s)
+                .unwrap_err()
+                .contains("takes a condition")
+        );
+        // What it reads: its arguments and its condition.
+        let call = AggCall::compile("sum(x) FILTER (WHERE s = 'a')", &s).unwrap();
+        let read: BTreeSet<usize> = call.exprs().flat_map(Expr::columns).collect();
+        assert_eq!(read, BTreeSet::from([0, 2]));
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub(super) fn columns_of<'e>(exprs: impl IntoIterator<Item = &'e Expr>) -> BTree
 
 /// The columns the aggregate calls read.
 pub(super) fn columns_of_calls(calls: &[AggCall]) -> BTreeSet<usize> {
-    columns_of(calls.iter().flat_map(|c| &c.args))
+    columns_of(calls.iter().flat_map(AggCall::exprs))
 }
 
 impl Planned {

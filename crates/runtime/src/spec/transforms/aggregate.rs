@@ -14,7 +14,8 @@ pub struct AggregateSpec {
     pub from: String,
     /// Output columns after the key columns: name → aggregate call, one of `count(*)`,
     /// `count(x)`, `count(DISTINCT x)`, `sum(x)`, `min(x)`, `max(x)`, `avg(x)`, `max_by(x, y)`,
-    /// `min_by(x, y)`. Empty (`{}`): the distinct keys, each emitted once (`SELECT DISTINCT`).
+    /// `min_by(x, y)`, each optionally `FILTER (WHERE condition)` (only the rows it keeps are
+    /// aggregated). Empty (`{}`): the distinct keys, each emitted once (`SELECT DISTINCT`).
     pub aggregates: IndexMap<String, String>,
     /// Keys not updated for this long (processing time) are forgotten (default: `state.ttl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
