@@ -273,3 +273,34 @@ fn filtered_aggregates_count_only_what_their_condition_keeps() {
         assert_eq!(got, want, "{config}");
     }
 }
+
+#[test]
+fn a_union_merges_streams_of_one_kind() {
+    // `counts` (updating, keyed by seller) and a second input made by `extra`.
+    let job = |extra: &str| {
+        format!(
+            "name: u\nsources:\n  nexmark: {{kind: nexmark}}\ntransforms:\n  \
+             by-seller: {{kind: key-by, from: nexmark.auction, keys: [seller]}}\n  \
+             counts: {{kind: aggregate, from: by-seller, aggregates: {{n: count(*)}}}}\n  \
+             by-bidder: {{kind: key-by, from: nexmark.bid, keys: [bidder]}}\n  \
+             bids: {{kind: aggregate, from: by-bidder, aggregates: {{n: count(*)}}}}\n  \
+             second: {extra}\n  \
+             both:\n    kind: union\n    from: [counts, second]\nsinks:\n  \
+             out: {{kind: stdout, from: both, format: changelog-json}}\n"
+        )
+    };
+    let plain = job("{kind: map, from: nexmark.bid, columns: {seller: bidder, n: price}}");
+    let Err(err) = weir_runtime::plan::check_str("job.yaml", &plain, &[]) else {
+        panic!("a union of an updating and an append-only stream was accepted");
+    };
+    let message = err.to_string();
+    assert!(
+        message.contains("`counts` is an updating stream and `second` is append-only"),
+        "{message}"
+    );
+    // Two updating streams: a union of their changes.
+    let renamed = job("{kind: map, from: bids, columns: {seller: bidder, n: n}}");
+    if let Err(e) = weir_runtime::plan::check_str("job.yaml", &renamed, &[]) {
+        panic!("{e}");
+    }
+}

@@ -5,17 +5,48 @@ use arrow_schema::Schema;
 
 use super::Explained;
 use super::{Compiled, Planner, sql_type};
+use crate::changelog::{ChangelogMode, RowKind};
 use crate::spec::JobSpec;
 use crate::spec::UnionSpec;
 
 /// The union's inputs are all it has (`from:`); their wiring was resolved by the planner.
 pub(super) fn plan(p: &mut Planner<'_, '_>, _union: &UnionSpec) -> Option<Compiled> {
-    let schema = p.input.clone();
+    let mut schema = p.input.clone();
     let first = p.input_def(0).map(|(_, name, _)| name.to_owned());
     for k in 1..p.defs[p.i].inputs.len() {
         let (Some(other), Some((from, name, _))) = (p.input_schema(k), p.input_def(k)) else {
             continue;
         };
+        let (mine, theirs) = (ChangelogMode::of(&schema), ChangelogMode::of(&other));
+        if mine.is_append() != theirs.is_append() {
+            let (from, name) = (from.to_owned(), name.to_owned());
+            let first = first.as_deref().unwrap_or("?");
+            let (updating, append) = if theirs.is_append() {
+                (first, name.as_str())
+            } else {
+                (name.as_str(), first)
+            };
+            p.problems.push(p.src.at_value(
+                &from,
+                format!(
+                    "`{updating}` is an updating stream and `{append}` is append-only: a union \
+                     merges streams of one kind; aggregate the append-only one too, or union \
+                     before the aggregate"
+                ),
+            ));
+            continue;
+        }
+        if !mine.is_append() {
+            // Both updating: any kind of either, and a key only if both have it.
+            let kinds: Vec<RowKind> = RowKind::ALL
+                .into_iter()
+                .filter(|k| mine.has(*k) || theirs.has(*k))
+                .collect();
+            let key = (mine.key() == theirs.key())
+                .then(|| mine.key().map(<[String]>::to_vec))
+                .flatten();
+            schema = ChangelogMode::updating(&kinds, key).apply(&schema);
+        }
         if let Some(diff) = schema_difference(&schema, &other) {
             let (from, name) = (from.to_owned(), name.to_owned());
             let first = first.as_deref().unwrap_or("?");
