@@ -239,6 +239,11 @@ fn explain_shows_each_nodes_changes() {
         "{text}"
     );
     assert!(!text.contains("__op"), "the kind is not a column: {text}");
+    // At p=2, the one stdout subtask reads the changes hash-partitioned by their key, so that
+    // the file sink or a database at another parallelism gets each key's changes in order.
+    let text = plan(&file, &["parallelism=2".into()]).unwrap().explain();
+    let sink = &text[text.find("out  (sink").expect("the sink")..];
+    assert!(sink.contains("reads q, hash-partitioned by [n]"), "{text}");
 }
 
 #[test]

@@ -797,13 +797,18 @@ fn an_updating_stream_is_applied_by_key_with_its_deletes() {
     // A count that many sellers passed through and none stays at is deleted on the way.
     cluster.psql("CREATE TABLE sellers (n bigint PRIMARY KEY, sellers bigint)");
     cluster.psql("INSERT INTO sellers VALUES (1000000, 1)");
-    for (what, checkpoints, parallelism) in [
-        ("exactly once, p=2", true, 2),
-        ("no checkpoints, p=1", false, 1),
+    for (what, checkpoints, parallelism, sink) in [
+        ("exactly once, p=2", true, 2, 2),
+        ("no checkpoints, p=1", false, 1, 1),
+        // Two sink subtasks behind one producer: each key's changes still reach one subtask.
+        ("exactly once, p=1, the sink at p=2", true, 1, 2),
     ] {
         cluster.psql("DELETE FROM sellers WHERE n < 1000000");
         let job = sellers_per_count_job(dir.path(), &cluster.connection(), "sellers", checkpoints);
-        let mut all = vec![format!("parallelism={parallelism}")];
+        let mut all = vec![
+            format!("parallelism={parallelism}"),
+            format!("sinks.out.parallelism={sink}"),
+        ];
         all.push(format!("state.path={}", dir.path().join(what).display()));
         all.push(format!(
             "checkpoint.storage={}",

@@ -807,12 +807,16 @@ fn assemble(
             ),
             Compiled::KeyBy { .. } | Compiled::Union { .. } | Compiled::Failed => continue,
         };
+        let parallelism = parallelism.map_or(job_parallelism, |p| p as usize);
+        if role == NodeRole::Sink {
+            keep_each_keys_changes_in_order(&mut inputs, &nodes, parallelism, spec.key_groups);
+        }
         index.insert(i, nodes.len());
         nodes.push(PlanNode {
             name: def.name.to_string(),
             kind: def.kind(),
             role,
-            parallelism: parallelism.map_or(job_parallelism, |p| p as usize),
+            parallelism,
             inputs,
             ports,
             factory,
@@ -825,6 +829,42 @@ fn assemble(
         chains: super::chaining::chaining(spec.chaining, &nodes),
         nodes,
         env_values: Vec::new(),
+    }
+}
+
+/// A sink that reads an updating stream with a key over an edge that would scatter a key's
+/// changes among its subtasks (a rebalance to another parallelism, or several producers) reads
+/// it hash-partitioned by that key instead: a sink applies a key's changes in the order one
+/// subtask receives them, so a `-U` must not reach one subtask and its `+U` another. A forward
+/// edge keeps each producer subtask's order already; an explicit `key-by` is left as it is.
+fn keep_each_keys_changes_in_order(
+    inputs: &mut [PlanEdge],
+    nodes: &[PlanNode],
+    parallelism: usize,
+    key_groups: u32,
+) {
+    let forward = inputs.len() == 1
+        && inputs
+            .first()
+            .is_some_and(|e| nodes[e.from].parallelism == parallelism);
+    if forward {
+        return;
+    }
+    for edge in inputs.iter_mut().filter(|e| e.key.is_none()) {
+        let Some((_, schema)) = nodes[edge.from].ports.get(edge.port) else {
+            continue;
+        };
+        let mode = crate::changelog::ChangelogMode::of(schema);
+        let Some(key) = mode.key().filter(|_| !mode.is_append()) else {
+            continue;
+        };
+        let exprs: Option<Vec<crate::expr::Expr>> = key
+            .iter()
+            .map(|k| crate::expr::Expr::compile(&format!("\"{k}\""), schema).ok())
+            .collect();
+        if let Some(exprs) = exprs {
+            edge.key = Some(Arc::new(KeySelector::new(exprs, key.to_vec(), key_groups)));
+        }
     }
 }
 

@@ -44,8 +44,8 @@
 //! applies the last change of each key in the moved transactions: a row added is upserted, a
 //! row taken back is deleted by its key (one statement, so the table never shows half of a
 //! checkpoint's changes). The last change is the one staged last (`_weir_seq`): a key's changes
-//! come from one subtask when the sink reads its producer with the same parallelism, as a
-//! `GROUP BY` into the sink does.
+//! all reach one subtask, in order, because the planner partitions a sink's updating input by
+//! its key unless the edge is forward (`plan/build.rs`).
 //!
 //! One job writes through a staging table: two jobs writing the same table need different
 //! tables (or `staging-table` names).
