@@ -183,11 +183,16 @@ impl Operator for Aggregate {
                 let mut state = self.state.aggregating(id, agg);
                 let args = evaluate_all(&agg.calls, &batch)?;
                 let ops = changelog::kinds(&batch);
+                // A key's live rows and current values, read in place (no copy of its
+                // multisets).
                 let live =
                     |state: &mut weir_state::AggregatingState<'_, RetractingAccumulators>,
                      key: KeyRef<'_>| {
                         state.with_accumulator(key, NO_NAMESPACE, |acc| {
-                            acc.map(|a| (RetractingAccumulators::rows(a), a.clone()))
+                            acc.map(|a| {
+                                let rows = RetractingAccumulators::rows(a);
+                                (rows, weir_state::Aggregator::result(agg.as_ref(), a))
+                            })
                         })
                     };
                 for row in 0..batch.num_rows() {
@@ -196,7 +201,7 @@ impl Operator for Aggregate {
                         index.insert(key.bytes, changes.len());
                         let before = live(&mut state, key)?
                             .filter(|(rows, _)| *rows > 0)
-                            .map(|(_, acc)| weir_state::Aggregator::result(agg.as_ref(), &acc));
+                            .map(|(_, values)| values);
                         changes.push(Change {
                             row,
                             before,
@@ -210,9 +215,7 @@ impl Operator for Aggregate {
                 for change in &mut changes {
                     let key = keys.key(change.row);
                     match live(&mut state, key)? {
-                        Some((rows, acc)) if rows > 0 => {
-                            change.after = Some(weir_state::Aggregator::result(agg.as_ref(), &acc));
-                        }
+                        Some((rows, values)) if rows > 0 => change.after = Some(values),
                         Some((0, _)) => {
                             state.take_accumulator(key, NO_NAMESPACE)?;
                         }
