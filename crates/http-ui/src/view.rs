@@ -919,3 +919,26 @@ pub(crate) struct LookupParams {
     /// `direct` or `ordered`, instead of the state's declared path.
     pub path: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::changes_of;
+
+    #[test]
+    fn each_node_says_what_changes_it_emits_and_a_sink_what_it_takes() {
+        let text = "name: c\nsources:\n  nexmark: {kind: nexmark}\ntransforms:\n  \
+                    by-seller: {kind: key-by, from: nexmark.auction, keys: [seller]}\n  \
+                    counts: {kind: aggregate, from: by-seller, aggregates: {n: count(*)}}\n\
+                    sinks:\n  out: {kind: stdout, from: counts, format: changelog-json}\n";
+        let Ok(plan) = weir_runtime::plan::check_str("job.yaml", text, &[]) else {
+            panic!("the job plans");
+        };
+        let changes = |name: &str| {
+            let node = plan.nodes.iter().find(|n| n.name == name).expect(name);
+            changes_of(&plan, node)
+        };
+        assert_eq!(changes("nexmark"), "append");
+        assert_eq!(changes("counts"), "updating (+I -U +U), key [seller]");
+        assert_eq!(changes("out"), "updating (+I -U +U), key [seller]");
+    }
+}
