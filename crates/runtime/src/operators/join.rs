@@ -85,6 +85,20 @@ pub struct JoinDef {
     pub projection: Projection,
 }
 
+impl JoinDef {
+    /// Per joined column: whether the condition reads it.
+    pub(super) fn condition_reads(&self) -> Vec<bool> {
+        let reads = self
+            .condition
+            .as_ref()
+            .map(Expr::columns)
+            .unwrap_or_default();
+        (0..self.joined.fields().len())
+            .map(|c| reads.contains(&c))
+            .collect()
+    }
+}
+
 pub struct Join {
     def: Arc<JoinDef>,
     keys: [KeyEncoder; 2],
@@ -106,14 +120,7 @@ impl Join {
         mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
         let sides = [state.map_state("left")?, state.map_state("right")?];
-        let reads = def
-            .condition
-            .as_ref()
-            .map(Expr::columns)
-            .unwrap_or_default();
-        let condition_reads = (0..def.joined.fields().len())
-            .map(|c| reads.contains(&c))
-            .collect();
+        let condition_reads = def.condition_reads();
         Ok(Self {
             rows: [
                 RowCodec::new(def.inputs[0].clone())?,
@@ -201,62 +208,97 @@ impl Join {
         let this_index = UInt32Array::from(matches.this_rows);
         let other_index = UInt32Array::from(matches.other_rows);
         // Per joined side (left, right): its rows and which of them each pair takes.
-        let (sides, mut index) = if side == 0 {
+        let (sides, index) = if side == 0 {
             ([batch, &other], [this_index, other_index])
         } else {
             ([&other, batch], [other_index, this_index])
         };
-        let left_width = def.inputs[0].fields().len();
-        // The joined column `c` is column `c` of the left rows, or `c - left_width` of the
-        // right (a join's joined schema has no extra columns).
-        let column = |c: usize, index: &[UInt32Array; 2]| -> Result<ArrayRef, OperatorError> {
-            let s = usize::from(c >= left_width);
-            Ok(take(
-                sides[s].column(c - s * left_width).as_ref(),
-                &index[s],
-                None,
-            )?)
+        let Some(index) = pairs_meeting(def, &self.condition_reads, sides, index)? else {
+            return Ok(None);
         };
-        let batch_of = |columns: Vec<ArrayRef>, rows: usize| {
-            let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
-            RecordBatch::try_new_with_options(def.joined.clone(), columns, &options)
-        };
-        if let Some(condition) = &def.condition {
-            let pairs = index[0].len();
-            let narrow = self
-                .condition_reads
-                .iter()
-                .enumerate()
-                .map(|(c, &read)| {
-                    if read {
-                        column(c, &index)
-                    } else {
-                        Ok(new_null_array(def.joined.field(c).data_type(), pairs))
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let mask = condition.evaluate(&batch_of(narrow, pairs)?)?;
-            let mask = mask
-                .as_boolean_opt()
-                .ok_or_else(|| OperatorError::Internal("join condition is not BOOL".into()))?;
-            let kept = mask.true_count();
-            if kept == 0 {
-                return Ok(None);
-            }
-            if kept < pairs {
-                // A pair whose condition is null is dropped, as SQL's WHERE does.
-                let keep = FilterBuilder::new(mask).build();
-                for i in &mut index {
-                    *i = keep.filter(i)?.as_primitive::<UInt32Type>().clone();
-                }
-            }
-        }
+        let column = |c: usize| joined_column(def, sides, &index, c);
         let columns = (0..def.joined.fields().len())
-            .map(|c| column(c, &index))
+            .map(column)
             .collect::<Result<Vec<_>, _>>()?;
-        let joined = batch_of(columns, index[0].len())?;
+        let joined = joined_batch(def, columns, index[0].len())?;
         Ok(Some(def.projection.apply(&joined)?))
     }
+}
+
+/// The joined column `c` of the pairs `index` selects: column `c` of the left rows, or
+/// `c - left width` of the right (a join's joined schema has no extra columns).
+fn joined_column(
+    def: &JoinDef,
+    sides: [&RecordBatch; 2],
+    index: &[UInt32Array; 2],
+    c: usize,
+) -> Result<ArrayRef, OperatorError> {
+    let left_width = def.inputs[0].fields().len();
+    let s = usize::from(c >= left_width);
+    Ok(take(
+        sides[s].column(c - s * left_width).as_ref(),
+        &index[s],
+        None,
+    )?)
+}
+
+/// Joined rows of `columns`, `rows` of them (a batch may have no columns).
+pub(super) fn joined_batch(
+    def: &JoinDef,
+    columns: Vec<ArrayRef>,
+    rows: usize,
+) -> Result<RecordBatch, OperatorError> {
+    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(RecordBatch::try_new_with_options(
+        def.joined.clone(),
+        columns,
+        &options,
+    )?)
+}
+
+/// The pairs of `index` (per side, the row of `sides[s]` each pair takes) that meet the join's
+/// condition, which is evaluated over only the columns it reads (`condition_reads`), so pairs
+/// it drops are never built whole; `None` when none is left. A pair whose condition is null is
+/// dropped, as SQL's WHERE does.
+pub(super) fn pairs_meeting(
+    def: &JoinDef,
+    condition_reads: &[bool],
+    sides: [&RecordBatch; 2],
+    mut index: [UInt32Array; 2],
+) -> Result<Option<[UInt32Array; 2]>, OperatorError> {
+    let pairs = index[0].len();
+    if pairs == 0 {
+        return Ok(None);
+    }
+    let Some(condition) = &def.condition else {
+        return Ok(Some(index));
+    };
+    let narrow = condition_reads
+        .iter()
+        .enumerate()
+        .map(|(c, &read)| {
+            if read {
+                joined_column(def, sides, &index, c)
+            } else {
+                Ok(new_null_array(def.joined.field(c).data_type(), pairs))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mask = condition.evaluate(&joined_batch(def, narrow, pairs)?)?;
+    let mask = mask
+        .as_boolean_opt()
+        .ok_or_else(|| OperatorError::Internal("join condition is not BOOL".into()))?;
+    let kept = mask.true_count();
+    if kept == 0 {
+        return Ok(None);
+    }
+    if kept < pairs {
+        let keep = FilterBuilder::new(mask).build();
+        for i in &mut index {
+            *i = keep.filter(i)?.as_primitive::<UInt32Type>().clone();
+        }
+    }
+    Ok(Some(index))
 }
 
 /// Keeps the rows of `joined` where `condition` holds.

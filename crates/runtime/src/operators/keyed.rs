@@ -86,6 +86,18 @@ impl KeyEncoder {
         let rows: Vec<_> = keys.into_iter().map(|k| parser.parse(k)).collect();
         Ok(self.converter.convert_rows(rows)?)
     }
+
+    /// A key's values as a person reads them (`7, "x"`), for messages.
+    pub fn describe(&self, bytes: &[u8]) -> String {
+        match self.decode(std::iter::once(bytes)) {
+            Ok(columns) => columns
+                .iter()
+                .map(|c| arrow_cast::display::array_value_to_string(c, 0).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(_) => "(undecodable)".into(),
+        }
+    }
 }
 
 /// Encodes whole rows of one schema to bytes and back.
