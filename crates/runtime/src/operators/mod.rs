@@ -31,6 +31,7 @@ pub mod local_aggregate;
 pub mod map;
 pub mod over_aggregate;
 pub mod top_n;
+pub mod updating_join;
 pub mod window;
 pub mod window_aggregate;
 pub mod window_join;

@@ -132,6 +132,20 @@ impl Harness {
             .unwrap_or_else(|e| panic!("process_batch: {e}"));
     }
 
+    /// The schema of logical input `input`.
+    pub fn input_schema(&self, input: usize) -> SchemaRef {
+        self.inputs[input].clone()
+    }
+
+    /// Feeds `batch` to logical input `input`, returning the operator's error.
+    pub fn try_push(
+        &mut self,
+        input: usize,
+        batch: RecordBatch,
+    ) -> Result<(), crate::api::OperatorError> {
+        self.op.process_batch(input, batch, &mut self.out)
+    }
+
     /// Advances the input watermark; returns the operator's output watermark.
     pub fn watermark(&mut self, at: i64) -> i64 {
         self.watermark = Some(at);
@@ -182,6 +196,11 @@ impl Harness {
                 state,
             }],
         };
+        // The failed subtask's store goes first, as its process would: a RocksDB store is
+        // locked while open.
+        if let Some(backend) = self.op.keyed_state() {
+            backend.close().unwrap_or_else(|e| panic!("closing: {e}"));
+        }
         self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore))))
             .unwrap_or_else(|e| panic!("restoring: {e}"));
     }
@@ -238,6 +257,15 @@ pub fn batch(schema: &SchemaRef, rows: &[Value]) -> RecordBatch {
                     values.for_each(|v| b.append_option(v.and_then(Value::as_i64)));
                     Arc::new(b.finish())
                 }
+                // A row's kind, written as its short form (`"+I"`, `"-D"`; default `+I`).
+                DataType::Int8 if f.name() == crate::changelog::OP => {
+                    let kind = |v: Option<&Value>| {
+                        let short = v.and_then(Value::as_str).unwrap_or("+I");
+                        crate::changelog::RowKind::from_short(short)
+                            .unwrap_or_else(|| panic!("no row kind {short}"))
+                    };
+                    crate::changelog::op_array(values.map(kind))
+                }
                 other => panic!("the harness has no JSON form for {other}"),
             };
             array
@@ -264,6 +292,12 @@ pub fn rows(batch: &RecordBatch) -> Vec<Value> {
                             .as_primitive::<TimestampMillisecondType>()
                             .value(row)
                             .into(),
+                        DataType::Int8 if f.name() == crate::changelog::OP => {
+                            let code = column.as_primitive::<arrow_array::types::Int8Type>();
+                            crate::changelog::RowKind::from_code(code.value(row))
+                                .map_or("?", crate::changelog::RowKind::short)
+                                .into()
+                        }
                         other => panic!("the harness has no JSON form for {other}"),
                     }
                 };

@@ -7,6 +7,34 @@ use serde::{Deserialize, Serialize};
 use super::TransformNode;
 use crate::config::HumanDuration;
 
+/// Which rows a regular join emits besides its pairs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OuterMode {
+    /// Only the pairs.
+    #[default]
+    Inner,
+    /// Also each left row without a match, its right columns null (taken back when a match
+    /// comes): an updating output.
+    Left,
+    /// Also each right row without a match, its left columns null: an updating output.
+    Right,
+    /// Both: an updating output.
+    Full,
+}
+
+impl OuterMode {
+    /// Whether the (left, right) side's unmatched rows are emitted.
+    pub fn outer_sides(self) -> (bool, bool) {
+        match self {
+            OuterMode::Inner => (false, false),
+            OuterMode::Left => (true, false),
+            OuterMode::Right => (false, true),
+            OuterMode::Full => (true, true),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct JoinSpec {
@@ -20,6 +48,12 @@ pub struct JoinSpec {
     /// The name of the right row in expressions (`r.price`).
     #[serde(default = "default_right_as")]
     pub right_as: String,
+    /// `inner` (the pairs), or `left`, `right` or `full` (an outer join: also the rows of
+    /// that side without a match, padded with nulls; their output is an updating stream).
+    /// Inner joins of updating inputs and outer joins keep each side's rows for good (no
+    /// `*-until`).
+    #[serde(default, skip_serializing_if = "is_inner")]
+    pub mode: OuterMode,
     /// An extra condition over both rows.
     #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
@@ -57,6 +91,10 @@ impl TransformNode for JoinSpec {
     fn state_ttl(&self) -> Option<HumanDuration> {
         self.state_ttl
     }
+}
+
+fn is_inner(mode: &OuterMode) -> bool {
+    *mode == OuterMode::Inner
 }
 
 pub(super) fn default_left_as() -> String {

@@ -20,7 +20,7 @@ mod window_join;
 pub use aggregate::AggregateSpec;
 pub use filter::FilterSpec;
 pub use interval_join::IntervalJoinSpec;
-pub use join::JoinSpec;
+pub use join::{JoinSpec, OuterMode};
 pub use key_by::KeyBySpec;
 pub use map::MapSpec;
 pub use over_aggregate::OverAggregateSpec;
