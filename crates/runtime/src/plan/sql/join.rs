@@ -15,13 +15,15 @@ use super::planner::{Done, Item, Projection};
 use super::rel::{Bound, HIDDEN, Rel, Scope, Side, is_window_col, plain, referenced};
 use super::text::{column, conjuncts, same_name};
 use super::{Lowering, SqlError};
-use crate::spec::{JoinMode, JoinSpec, TransformSpec, WindowJoinSpec};
+use crate::spec::{JoinMode, JoinSpec, OuterMode, TransformSpec, WindowJoinSpec};
 
 /// The conjuncts of a join, sorted.
 struct Sorted {
     left: Vec<Expr>,
     right: Vec<Expr>,
     keys: Vec<(String, String)>,
+    /// The conjuncts the keys came from.
+    keys_at: Vec<Expr>,
     /// `window_start = window_start`, `window_end = window_end` pairs seen.
     window_pairs: usize,
     condition: Vec<Expr>,
@@ -33,6 +35,7 @@ fn sort(left: &Side, right: &Side, conds: Vec<Expr>) -> Result<Sorted, SqlError>
         left: vec![],
         right: vec![],
         keys: vec![],
+        keys_at: vec![],
         window_pairs: 0,
         condition: vec![],
     };
@@ -58,9 +61,11 @@ fn sort(left: &Side, right: &Side, conds: Vec<Expr>) -> Result<Sorted, SqlError>
                         // Also a key when the windows are already columns (a regular join).
                         if left.rel.tvf.is_none() || right.rel.tvf.is_none() {
                             out.keys.push((l, r));
+                            out.keys_at.push(c.clone());
                         }
                     } else {
                         out.keys.push((l, r));
+                        out.keys_at.push(c.clone());
                     }
                     continue;
                 }
@@ -216,11 +221,78 @@ impl WindowJoin<'_> {
 }
 
 impl Lowering<'_> {
+    /// `a LEFT|RIGHT|FULL JOIN b ON ...`: a regular join that also emits the rows of the
+    /// preserved side(s) without a match. An ON conjunct over one side filters that side first
+    /// when its rows would be padded anyway (the right of a LEFT join), and is part of the
+    /// join's condition otherwise; WHERE filters a preserved side first, and is refused over a
+    /// side whose rows may be padded (it would filter the joined rows).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn outer_join(
+        &mut self,
+        left: Side,
+        right: Side,
+        (on, mode): (Vec<Expr>, OuterMode),
+        wheres: Vec<Expr>,
+        group_by: &[Expr],
+        p: &Projection,
+        s: &ast::Select,
+    ) -> Result<Rel, SqlError> {
+        let (l, r) = mode.outer_sides();
+        let preserved = [l, r];
+        let mut below = sort(&left, &right, wheres)?;
+        let padded_side = |side: usize| preserved[1 - side];
+        let refused = below
+            .condition
+            .first()
+            .or(below.left.first().filter(|_| padded_side(0)))
+            .or(below.right.first().filter(|_| padded_side(1)));
+        if let Some(c) = refused.or(below.keys_at.first()) {
+            return Err(SqlError::at(
+                c.span(),
+                "this WHERE condition reads the side of an outer join whose rows may be padded \
+                 with nulls, so it would filter the joined rows: put it in ON, or filter the \
+                 join's rows in an enclosing query",
+            ));
+        }
+        let on = sort(&left, &right, on)?;
+        for (side, conds) in [(0, on.left), (1, on.right)] {
+            if preserved[side] {
+                below.condition.extend(conds);
+            } else if side == 0 {
+                below.left.extend(conds);
+            } else {
+                below.right.extend(conds);
+            }
+        }
+        below.keys = on.keys;
+        below.keys_at = on.keys_at;
+        below.window_pairs = on.window_pairs;
+        below.condition.extend(on.condition);
+        self.join_sorted(left, right, below, mode, group_by, p, s)
+    }
+
     pub(super) fn join(
         &mut self,
         left: Side,
         right: Side,
         conds: Vec<Expr>,
+        group_by: &[Expr],
+        p: &Projection,
+        s: &ast::Select,
+    ) -> Result<Rel, SqlError> {
+        let sorted = sort(&left, &right, conds)?;
+        self.join_sorted(left, right, sorted, OuterMode::Inner, group_by, p, s)
+    }
+
+    /// A join of conjuncts sorted by the sides they read. Over an updating input, or outer,
+    /// it is a regular join emitting updates: no time bound, no window join, no Top-N.
+    #[allow(clippy::too_many_arguments)]
+    fn join_sorted(
+        &mut self,
+        left: Side,
+        right: Side,
+        sorted: Sorted,
+        mode: OuterMode,
         group_by: &[Expr],
         p: &Projection,
         s: &ast::Select,
@@ -235,10 +307,24 @@ impl Lowering<'_> {
                 ),
             ));
         }
-        self.append_only(&left.rel, span, "a join")?;
-        self.append_only(&right.rel, span, "a join")?;
-        let sorted = sort(&left, &right, conds)?;
+        let updating =
+            mode != OuterMode::Inner || left.rel.updating.is_some() || right.rel.updating.is_some();
+        if updating {
+            self.append_only_final(&left.rel)?;
+            self.append_only_final(&right.rel)?;
+        } else {
+            self.append_only(&left.rel, span, "a join")?;
+            self.append_only(&right.rel, span, "a join")?;
+        }
         let window = match (&left.rel.tvf, &right.rel.tvf) {
+            (Some(_), Some(b)) if sorted.window_pairs == 2 && updating => {
+                return Err(SqlError::at(
+                    b.span,
+                    "a window join of an updating input, or an outer window join, is not \
+                     supported: join the windows' rows with a regular join (window_start and \
+                     window_end as columns), or aggregate first",
+                ));
+            }
             (Some(a), Some(b)) if sorted.window_pairs == 2 => {
                 if format!("{:?}", a.window) != format!("{:?}", b.window) {
                     return Err(SqlError::at(
@@ -267,7 +353,7 @@ impl Lowering<'_> {
         }
         let plain_projection = group_by.is_empty() && !p.has_aggregates && p.over.is_none();
         let two = Scope::Two(&left, &right, window.is_some());
-        let untils = if window.is_some() {
+        let untils = if window.is_some() || updating {
             Untils::default()
         } else {
             untils(&left, &right, &sorted.condition)?
@@ -315,6 +401,13 @@ impl Lowering<'_> {
                     }
                     Item::Expr { expr, name } => {
                         if let Some(r) = super::planner::rank_call(expr)? {
+                            if updating {
+                                return Err(SqlError::at(
+                                    expr.span(),
+                                    "ROW_NUMBER()/RANK() over the rows of an outer join or of \
+                                     an updating input: rank them in an enclosing query",
+                                ));
+                            }
                             rank = Some((r, name.clone(), expr.span()));
                             continue;
                         }
@@ -473,6 +566,7 @@ impl Lowering<'_> {
                 condition: (!condition.is_empty()).then(|| condition.join(" AND ")),
                 left_until: untils.left.as_ref().map(|(t, _)| t.clone()),
                 right_until: untils.right.as_ref().map(|(t, _)| t.clone()),
+                mode,
                 columns: Some(columns.clone()),
                 state_ttl: None,
                 parallelism: self.parallelism,
@@ -486,8 +580,12 @@ impl Lowering<'_> {
         let schema = self.emit(kind, spec, span)?;
         let mut rel = Rel::new(self.last(), &schema, None);
         rel.qualified = qualified.clone();
-        // The joined row's event time: either side's time column, copied.
-        for (side, s2) in sides.iter().enumerate() {
+        // The joined row's event time: either side's time column, copied (an updating join's
+        // rows have none: windows do not read them, and a padded side's time is null).
+        if updating {
+            rel.updating = Some(span);
+        }
+        for (side, s2) in sides.iter().enumerate().filter(|_| !updating) {
             if let Some(t) = &s2.rel.time
                 && let Some(n) = out_name(&qualified, side, t)
             {

@@ -19,14 +19,15 @@
 //! | `ROW_NUMBER()`/`RANK() OVER (PARTITION BY window_start, window_end ... ORDER BY ...)` filtered `rn <= N` outside | `key-by`, `top-n` fired at the window's end |
 //! | the same over a time-bounded join, partitioned by the bounded side's key | `top-n` fired at that side's bound |
 //! | `a JOIN b ON a.k = b.k [AND b.t BETWEEN a.t AND a.x]` | `filter`s, `key-by`s, `join` (with `left-until`/`right-until` from the bounds) |
+//! | `a LEFT/RIGHT/FULL JOIN b ON ...`, or a regular join of an updating input | `filter`s, `key-by`s, `join` with `mode` (an updating stream of `+I`/`-D`) |
 //! | two window TVFs joined on `window_start` and `window_end` | `window-join` |
 //! | `x IN (SELECT y FROM TABLE(TUMBLE(...)) WHERE window_start = ... AND window_end = ...)` | semi `window-join` |
 //! | `agg(x) OVER (PARTITION BY k ORDER BY time ROWS BETWEEN n PRECEDING AND CURRENT ROW)` | `key-by`, `over-aggregate` |
 //! | `UNION ALL` | `union` |
 //!
-//! Anything else is refused with what and where: ORDER BY and LIMIT on a stream, outer joins
-//! (they emit updates, which the join does not make yet), joins, windows, Top-N and OVER over
-//! an updating stream, a Top-N that no window or time bound makes final, cross joins. A regular join (no time bound) keeps both sides in
+//! Anything else is refused with what and where: ORDER BY and LIMIT on a stream, time-bounded
+//! and window joins, windows, Top-N and OVER over an updating stream, a WHERE over an outer
+//! join's padded side, a Top-N that no window or time bound makes final, cross joins. A regular join (no time bound) keeps both sides in
 //! state for good, as Flink's does (`state.ttl` bounds it); `weir explain` says so.
 //!
 //! # Layout

@@ -21,8 +21,8 @@ use super::rel::{
 use super::text::{self, call_args, call_name, column, conjuncts, same_name};
 use super::{Lowering, SqlError};
 use crate::spec::{
-    AggregateSpec, FilterSpec, HumanDuration, KeyBySpec, MapSpec, OverAggregateSpec, TopNSpec,
-    TransformSpec, WindowAggregateSpec, WindowSpec,
+    AggregateSpec, FilterSpec, HumanDuration, KeyBySpec, MapSpec, OuterMode, OverAggregateSpec,
+    TopNSpec, TransformSpec, WindowAggregateSpec, WindowSpec,
 };
 
 /// The most rows a Top-N keeps per partition.
@@ -188,9 +188,12 @@ impl Lowering<'_> {
                 let side = self.filter(side, wheres)?;
                 self.after_from(side, &group_by, &analysis, s)
             }
-            From::Two(left, right, on) => {
+            From::Two(left, right, on, OuterMode::Inner) => {
                 wheres.extend(on);
                 self.join(left, right, wheres, &group_by, &analysis, s)
+            }
+            From::Two(left, right, on, mode) => {
+                self.outer_join(left, right, (on, mode), wheres, &group_by, &analysis, s)
             }
         }
     }
@@ -202,34 +205,51 @@ impl Lowering<'_> {
             [one] if one.joins.is_empty() => Ok(From::One(self.factor(&one.relation)?)),
             [one] if one.joins.len() == 1 => {
                 let join = &one.joins[0];
-                let on = match &join.join_operator {
-                    ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => match c {
-                        ast::JoinConstraint::On(e) => conjuncts(e),
-                        ast::JoinConstraint::None => vec![],
-                        _ => {
-                            return Err(unsupported(
-                                join.relation.span(),
-                                "JOIN ... USING/NATURAL (write ON a.x = b.x)",
-                            ));
-                        }
-                    },
+                let (c, mode) = match &join.join_operator {
+                    ast::JoinOperator::Join(c) | ast::JoinOperator::Inner(c) => {
+                        (c, OuterMode::Inner)
+                    }
+                    ast::JoinOperator::Left(c) | ast::JoinOperator::LeftOuter(c) => {
+                        (c, OuterMode::Left)
+                    }
+                    ast::JoinOperator::Right(c) | ast::JoinOperator::RightOuter(c) => {
+                        (c, OuterMode::Right)
+                    }
+                    ast::JoinOperator::FullOuter(c) => (c, OuterMode::Full),
                     _ => {
                         return Err(SqlError::at(
                             join.relation.span(),
-                            "only inner joins are supported: LEFT, RIGHT and FULL joins emit \
-                             updates (a row without a match, taken back when one comes), which \
-                             weir's join does not make yet",
+                            "only [INNER] JOIN and LEFT, RIGHT and FULL [OUTER] JOIN are \
+                             supported (write a semi or anti join as `x IN (SELECT ...)`, a \
+                             cross join with an ON equality)",
+                        ));
+                    }
+                };
+                let on = match c {
+                    ast::JoinConstraint::On(e) => conjuncts(e),
+                    ast::JoinConstraint::None if mode == OuterMode::Inner => vec![],
+                    ast::JoinConstraint::None => {
+                        return Err(SqlError::at(
+                            join.relation.span(),
+                            "an outer join needs ON (its condition decides which rows are \
+                             padded with nulls)",
+                        ));
+                    }
+                    _ => {
+                        return Err(unsupported(
+                            join.relation.span(),
+                            "JOIN ... USING/NATURAL (write ON a.x = b.x)",
                         ));
                     }
                 };
                 let left = self.factor(&one.relation)?;
                 let right = self.factor(&join.relation)?;
-                Ok(From::Two(left, right, on))
+                Ok(From::Two(left, right, on, mode))
             }
             [a, b] if a.joins.is_empty() && b.joins.is_empty() => {
                 let left = self.factor(&a.relation)?;
                 let right = self.factor(&b.relation)?;
-                Ok(From::Two(left, right, vec![]))
+                Ok(From::Two(left, right, vec![], OuterMode::Inner))
             }
             _ => Err(SqlError::at(
                 span,
@@ -1496,7 +1516,8 @@ fn text_head(t: &str) -> String {
 #[allow(clippy::large_enum_variant)]
 pub(super) enum From {
     One(Side),
-    Two(Side, Side, Vec<Expr>),
+    /// Two relations, the conjuncts of ON and the join's kind.
+    Two(Side, Side, Vec<Expr>, OuterMode),
 }
 
 pub(super) enum Done {
