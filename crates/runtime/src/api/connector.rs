@@ -183,6 +183,13 @@ pub trait SinkConnector: Hosted + Send + Sync {
     /// Its own parallelism, when it sets one.
     fn parallelism(&self) -> Option<u32>;
 
+    /// The columns by which it applies an updating stream's changes to a table (a database
+    /// sink's key), when it has them: its subtasks read such a stream partitioned by them, so
+    /// that every change to one row of the table goes through one subtask, in order.
+    fn changes_key(&self) -> Option<&[String]> {
+        None
+    }
+
     /// Checks the spec against its input's columns (every problem at once, at its key) and
     /// makes the sink's factory.
     fn plan(
@@ -232,6 +239,9 @@ impl<T: SinkConnector + ?Sized> SinkConnector for Box<T> {
     }
     fn parallelism(&self) -> Option<u32> {
         (**self).parallelism()
+    }
+    fn changes_key(&self) -> Option<&[String]> {
+        (**self).changes_key()
     }
     fn plan(
         &self,

@@ -809,7 +809,13 @@ fn assemble(
         };
         let parallelism = parallelism.map_or(job_parallelism, |p| p as usize);
         if role == NodeRole::Sink {
-            keep_each_keys_changes_in_order(&mut inputs, &nodes, parallelism, spec.key_groups);
+            let table_key = def.sink.and_then(|s| s.connector().changes_key());
+            keep_each_keys_changes_in_order(
+                &mut inputs,
+                &nodes,
+                (parallelism, spec.key_groups),
+                table_key,
+            );
         }
         index.insert(i, nodes.len());
         nodes.push(PlanNode {
@@ -832,16 +838,19 @@ fn assemble(
     }
 }
 
-/// A sink that reads an updating stream with a key over an edge that would scatter a key's
-/// changes among its subtasks (a rebalance to another parallelism, or several producers) reads
-/// it hash-partitioned by that key instead: a sink applies a key's changes in the order one
-/// subtask receives them, so a `-U` must not reach one subtask and its `+U` another. A forward
-/// edge keeps each producer subtask's order already; an explicit `key-by` is left as it is.
+/// A sink that reads an updating stream over an edge that would scatter a row's changes among
+/// its subtasks (a rebalance to another parallelism, or several producers) reads it
+/// hash-partitioned instead: a sink applies changes in the order one subtask receives them, so a
+/// `-U` must not reach one subtask and its `+U` another. It is partitioned by the sink's own key
+/// when it applies changes to a table by one (`table_key`: every change to a row of the table
+/// through one subtask), else by the stream's key, else (a retract stream without a key) by the
+/// whole row, which keeps a row's `+I` and its `-D` together. A forward edge keeps each producer
+/// subtask's order already; an explicit `key-by` is left as it is.
 fn keep_each_keys_changes_in_order(
     inputs: &mut [PlanEdge],
     nodes: &[PlanNode],
-    parallelism: usize,
-    key_groups: u32,
+    (parallelism, key_groups): (usize, u32),
+    table_key: Option<&[String]>,
 ) {
     let forward = inputs.len() == 1
         && inputs
@@ -855,12 +864,27 @@ fn keep_each_keys_changes_in_order(
             continue;
         };
         let mode = crate::changelog::ChangelogMode::of(schema);
-        let Some(key) = mode.key().filter(|_| !mode.is_append()) else {
+        if mode.is_append() {
             continue;
+        }
+        let whole_row: Vec<String>;
+        let key = match table_key.or(mode.key()) {
+            Some(key) => key,
+            None => {
+                whole_row = schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .filter(|n| n != crate::changelog::OP)
+                    .collect();
+                &whole_row
+            }
         };
         let exprs: Option<Vec<crate::expr::Expr>> = key
             .iter()
-            .map(|k| crate::expr::Expr::compile(&format!("\"{k}\""), schema).ok())
+            .map(|k| {
+                crate::expr::Expr::compile(&format!("\"{}\"", k.replace('"', "\"\"")), schema).ok()
+            })
             .collect();
         if let Some(exprs) = exprs {
             edge.key = Some(Arc::new(KeySelector::new(exprs, key.to_vec(), key_groups)));

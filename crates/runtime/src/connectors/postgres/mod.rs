@@ -115,6 +115,10 @@ impl SinkConnector for PostgresSinkSpec {
         self.parallelism
     }
 
+    fn changes_key(&self) -> Option<&[String]> {
+        (!self.key.is_empty()).then_some(self.key.as_slice())
+    }
+
     fn plan(
         &self,
         input: &SchemaRef,
