@@ -879,3 +879,134 @@ fn an_updating_stream_into_a_keyed_table_survives_sigkills() {
         "everything staged was applied"
     );
 }
+
+/// The kill -9 golden test of an updating query: per auction, its bids' count and top price,
+/// auctions without a bid included (a LEFT JOIN under a GROUP BY), into a table keyed by the
+/// auction, SIGKILLed at random points and resumed with `--from latest` at alternating
+/// parallelism. The final table is the naive loop's; and the table as each killed run left it
+/// (what its last committed checkpoint applied) holds only rows some prefix of the input could
+/// give: no auction with more bids than it has, and a top price that is one of its bids' with
+/// at least as many of its bids at or below it as the count says (a replayed bid counted twice
+/// would break one or the other).
+#[test]
+fn a_left_join_under_a_group_by_into_a_keyed_table_survives_sigkills() {
+    use weir_runtime::connectors::nexmark::{Event, Generator, GeneratorConfig};
+    const EVENTS: u64 = 100_000;
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let generator = Generator::new(GeneratorConfig::default());
+    // Per auction, its bids' prices.
+    let mut bids: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    let mut late: Vec<(i64, i64)> = Vec::new();
+    for e in (0..EVENTS).map(|n| generator.event(n)) {
+        match e {
+            Event::Auction(a) => {
+                bids.insert(a.id, Vec::new());
+            }
+            Event::Bid(b) => late.push((b.auction, b.price)),
+            Event::Person(_) => {}
+        }
+    }
+    for (auction, price) in late {
+        if let Some(prices) = bids.get_mut(&auction) {
+            prices.push(price);
+        }
+    }
+    let expected: BTreeMap<i64, (i64, Option<i64>)> = bids
+        .iter()
+        .map(|(a, p)| (*a, (p.len() as i64, p.iter().max().copied())))
+        .collect();
+    assert!(expected.values().any(|(n, _)| *n == 0) && expected.values().any(|(n, _)| *n > 1));
+
+    let job = dir.path().join("bids-per-auction.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            "name: bids-per-auction\nsources:\n  nexmark: {{kind: nexmark, events: {EVENTS}}}\n\
+             transforms:\n  q:\n    kind: sql\n    query: |\n      \
+             SELECT a.id AS auction, COUNT(b.price) AS bids, MAX(b.price) AS top\n      \
+             FROM nexmark.auction AS a LEFT JOIN nexmark.bid AS b ON a.id = b.auction\n      \
+             GROUP BY a.id\ncheckpoint:\n  interval: 200ms\nsinks:\n  out:\n    kind: postgres\n    \
+             from: q\n    connection: {}\n    table: bids_per_auction\n    key: [auction]\n    \
+             create-table: true\n    batch-size: 200\n",
+            cluster.connection()
+        ),
+    )
+    .unwrap();
+    let read = |cluster: &Cluster| -> BTreeMap<i64, (i64, Option<i64>)> {
+        if cluster.psql("SELECT to_regclass('bids_per_auction') IS NOT NULL") != ["t"] {
+            return BTreeMap::new();
+        }
+        cluster
+            .psql("SELECT auction, bids, top FROM bids_per_auction")
+            .iter()
+            .map(|line| {
+                let f: Vec<&str> = line.split('|').collect();
+                let top = (!f[2].is_empty()).then(|| f[2].parse().unwrap());
+                (f[0].parse().unwrap(), (f[1].parse().unwrap(), top))
+            })
+            .collect()
+    };
+    let data = dir.path().join("data");
+    let mut seen: Vec<BTreeMap<i64, (i64, Option<i64>)>> = Vec::new();
+    let (logs, killed) = crate::support::run_through_kills(
+        "a LEFT JOIN under a GROUP BY into postgres",
+        23,
+        3,
+        Duration::from_millis(400)..Duration::from_millis(2500),
+        |run| {
+            seen.push(read(&cluster));
+            let mut cmd = weir(&data);
+            cmd.arg("run").arg(&job).arg("--quiet");
+            cmd.args(["--from", "latest"]);
+            let parallelism = if run % 2 == 0 { 2 } else { 1 };
+            for o in [
+                "sources.nexmark.rate=40000".to_string(),
+                format!("parallelism={parallelism}"),
+            ] {
+                cmd.args(["--set", &o]);
+            }
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        },
+    );
+    assert!(killed >= 1, "at least one run was killed: {logs:#?}");
+    let mut partial = 0;
+    for (run, table) in seen.iter().enumerate() {
+        for (auction, (n, top)) in table {
+            let prices = bids
+                .get(auction)
+                .unwrap_or_else(|| panic!("after run {run}: an auction never listed: {auction}"));
+            let plausible = match top {
+                None => *n == 0,
+                Some(t) => {
+                    *n as usize <= prices.len()
+                        && prices.contains(t)
+                        && prices.iter().filter(|p| *p <= t).count() >= *n as usize
+                }
+            };
+            assert!(
+                plausible,
+                "after run {run}: auction {auction} with {n} bids, top {top:?}; its bids: \
+                 {prices:?}"
+            );
+            partial += usize::from(expected.get(auction) != Some(&(*n, *top)));
+        }
+    }
+    let got = read(&cluster);
+    if got != expected {
+        eprintln!("logs of the runs:\n{}", logs.join("\n---\n"));
+    }
+    assert_eq!(got, expected);
+    assert!(
+        partial > 0 || seen.iter().all(BTreeMap::is_empty),
+        "a killed run left a partial table"
+    );
+    assert_eq!(
+        cluster.psql("SELECT count(*) FROM bids_per_auction__weir_stage"),
+        ["0"],
+        "everything staged was applied"
+    );
+}
