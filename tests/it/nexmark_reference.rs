@@ -1020,9 +1020,9 @@ mod tests {
     fn q14_keeps_prices_strictly_inside_the_range_and_names_the_time_of_day() {
         let hour = 3_600_000;
         let events = vec![
-            // 0.908 × 1,101,321 = 1,000,000.468: in; 1,101,320 gives 999,998.56: out.
-            bid_with_extra(1, 1, 1_101_321, 7 * hour, "abcc"),
-            bid(2, 1, 1_101_320, 8 * hour),
+            // 0.908 × 1,101,322 = 1,000,000.376: in; 1,101,321 gives 999,999.468: out.
+            bid_with_extra(1, 1, 1_101_322, 7 * hour, "abcc"),
+            bid(2, 1, 1_101_321, 8 * hour),
             // 0.908 × 55,066,079 = 49,999,999.732: in; 55,066,080 gives 50,000,000.64: out.
             bid(3, 1, 55_066_079, 18 * hour + 3_599_999),
             bid(4, 1, 55_066_080, 8 * hour),
@@ -1051,7 +1051,7 @@ mod tests {
         .collect();
         assert_eq!(kinds, expected);
         let first = &q14(&events)[0];
-        assert_eq!(first["price"], json!(1_000_000.468));
+        assert_eq!(first["price"], json!(1_000_000.376));
         assert_eq!(first["c_counts"], json!(2));
     }
 

@@ -68,6 +68,36 @@ fn reference(query: &str, bids: &[Value]) -> Vec<Value> {
     out
 }
 
+/// Runs `query` from `source` ("generator" or "jsonl") into a file sink; its rows.
+fn run(query: &str, source: &str, parallelism: u32, chaining: bool) -> Vec<Value> {
+    let out = out_dir();
+    let (job, input) = if source == "generator" {
+        (
+            job_file(&format!("jobs/nexmark/{query}.yaml")),
+            format!("sources.nexmark.events={EVENTS}"),
+        )
+    } else {
+        (
+            job_file(&format!("jobs/nexmark/{query}-jsonl.yaml")),
+            format!("sources.nexmark.path={}", nexmark_jsonl().display()),
+        )
+    };
+    let summary = run_job(
+        &job,
+        &[
+            input,
+            format!("parallelism={parallelism}"),
+            format!("chaining={chaining}"),
+            format!(
+                "sinks.out={{kind: file, from: {query}, path: {}}}",
+                out.path().display()
+            ),
+        ],
+    );
+    assert_eq!(summary.events, EVENTS, "every event consumed exactly once");
+    read_parts(out.path())
+}
+
 fn check(query: &str, source: &str) {
     let bids = if source == "generator" {
         generated_bids()
@@ -78,32 +108,7 @@ fn check(query: &str, source: &str) {
     assert!(!expected.is_empty());
     for parallelism in [1, 2] {
         for chaining in [true, false] {
-            let out = out_dir();
-            let (job, input) = if source == "generator" {
-                (
-                    job_file(&format!("jobs/nexmark/{query}.yaml")),
-                    format!("sources.nexmark.events={EVENTS}"),
-                )
-            } else {
-                (
-                    job_file(&format!("jobs/nexmark/{query}-jsonl.yaml")),
-                    format!("sources.nexmark.path={}", nexmark_jsonl().display()),
-                )
-            };
-            let summary = run_job(
-                &job,
-                &[
-                    input,
-                    format!("parallelism={parallelism}"),
-                    format!("chaining={chaining}"),
-                    format!(
-                        "sinks.out={{kind: file, from: {query}, path: {}}}",
-                        out.path().display()
-                    ),
-                ],
-            );
-            assert_eq!(summary.events, EVENTS, "every event consumed exactly once");
-            let rows = read_parts(out.path());
+            let rows = run(query, source, parallelism, chaining);
             let expected_columns = match query {
                 "q2" => vec!["auction", "price"],
                 _ => vec!["auction", "bidder", "price", "dateTime", "extra"],
@@ -182,32 +187,7 @@ fn check_events(query: &str, reference: fn(&[Event]) -> Vec<Value>) {
         assert!(!expected.is_empty(), "{query}: the reference has rows");
         for parallelism in [1, 2] {
             for chaining in [true, false] {
-                let out = out_dir();
-                let (job, input) = if source == "generator" {
-                    (
-                        job_file(&format!("jobs/nexmark/{query}.yaml")),
-                        format!("sources.nexmark.events={EVENTS}"),
-                    )
-                } else {
-                    (
-                        job_file(&format!("jobs/nexmark/{query}-jsonl.yaml")),
-                        format!("sources.nexmark.path={}", nexmark_jsonl().display()),
-                    )
-                };
-                let summary = run_job(
-                    &job,
-                    &[
-                        input,
-                        format!("parallelism={parallelism}"),
-                        format!("chaining={chaining}"),
-                        format!(
-                            "sinks.out={{kind: file, from: {query}, path: {}}}",
-                            out.path().display()
-                        ),
-                    ],
-                );
-                assert_eq!(summary.events, EVENTS, "every event consumed exactly once");
-                let rows = read_parts(out.path());
+                let rows = run(query, source, parallelism, chaining);
                 assert_eq!(
                     columns(&rows[0]),
                     event_query_columns(query),
