@@ -39,7 +39,7 @@ fn job(query: &str, sink: &str) -> String {
 /// Applies a changelog (rows with `"op"`) to a table keyed by `key`, checking that it is
 /// well formed: a `-U` or `-D` takes back exactly the key's live row, a `+I` or `+U` never
 /// lands on a live row.
-fn apply(rows: &[Value], key: &[&str]) -> BTreeMap<String, Value> {
+pub(crate) fn apply(rows: &[Value], key: &[&str]) -> BTreeMap<String, Value> {
     let mut table: BTreeMap<String, Value> = BTreeMap::new();
     for row in rows {
         let mut row = row.clone();

@@ -1,4 +1,4 @@
-//! Reference implementations of Nexmark q3, q4, q5, q6, q7, q8, q9 and q11, written as plain
+//! Reference implementations of Nexmark q3 to q9, q11 and q14 to q22, written as plain
 //! loops over a slice of events, that weir's end-to-end tests compare the engine's output with.
 //!
 //! Each query follows the "Query semantics" table of `SCHEMA.md` (windows aligned to the epoch,
@@ -21,8 +21,10 @@
 //!
 //! - Input: [`parse_line`] (one `SCHEMA.md` JSON line to an [`Event`], by hand) and
 //!   [`shuffle_within`] (seeded, bounded out-of-orderness).
-//! - Queries: [`q3`] to [`q9`] and [`q11`], each one function; q4, q6 and q9 share
-//!   `auctions_with_valid_bids`, the "bids that count for an auction" rule.
+//! - Queries: [`q3`] to [`q9`], [`q11`] and [`q14`] to [`q22`], each one function; q4, q6 and
+//!   q9 share `auctions_with_valid_bids`, the "bids that count for an auction" rule; q15 to
+//!   q17 read days and hours by `civil_date`, in UTC, by hand. An updating query (q15 to q19)
+//!   returns its final table.
 //! - `tests`: hand-made inputs with hand-computed rows for every query and edge the table
 //!   names, then the shuffle's properties and order independence on generated events.
 //!
@@ -514,6 +516,386 @@ pub fn q11(events: &[Event]) -> Vec<Value> {
     rows
 }
 
+// ---------------------------------------------------------------------------------------------
+// q14-q22 (Flink's additions to the suite)
+// ---------------------------------------------------------------------------------------------
+
+/// q14, q15, q16 and q17's price ranks: `price < 10,000`, `10,000 <= price < 1,000,000` and
+/// `price >= 1,000,000`.
+fn price_rank(price: i64) -> usize {
+    match price {
+        p if p < 10_000 => 1,
+        p if p < 1_000_000 => 2,
+        _ => 3,
+    }
+}
+
+/// The UTC calendar date `(year, month, day)` of epoch milliseconds, by Howard Hinnant's
+/// `civil_from_days` (public domain), written out so the reference needs no date library.
+fn civil_date(millis: i64) -> (i64, i64, i64) {
+    let z = millis.div_euclid(86_400_000) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `DATE_FORMAT(t, 'yyyy-MM-dd')` in UTC.
+fn day_of(millis: i64) -> String {
+    let (year, month, day) = civil_date(millis);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The UTC hour of the day, 0 to 23.
+fn hour_of(millis: i64) -> i64 {
+    millis.div_euclid(3_600_000).rem_euclid(24)
+}
+
+/// `DATE_FORMAT(t, 'HH:mm')` in UTC.
+fn minute_of(millis: i64) -> String {
+    format!(
+        "{:02}:{:02}",
+        hour_of(millis),
+        millis.div_euclid(60_000).rem_euclid(60)
+    )
+}
+
+/// `price × 0.908` exactly, as a JSON number with (at most) 3 decimals.
+fn euros(price: i64) -> Value {
+    let milli = i128::from(price) * 908;
+    let text = format!(
+        "{}{}.{:03}",
+        if milli < 0 { "-" } else { "" },
+        milli.abs() / 1000,
+        milli.abs() % 1000
+    );
+    json!(text.parse::<f64>().expect("a decimal number"))
+}
+
+/// q14 `{auction, bidder, price, bidTimeType, dateTime, extra, c_counts}`: bids with
+/// `1,000,000 < price × 0.908 < 50,000,000` (compared exactly, in thousandths), `price` in
+/// euros (× 0.908), `bidTimeType` 'dayTime' for a UTC hour of 8 to 18, 'nightTime' for 0 to 6
+/// and 20 to 23, 'otherTime' for 7 and 19, and `c_counts` the number of 'c's in `extra`.
+pub fn q14(events: &[Event]) -> Vec<Value> {
+    bids(events)
+        .filter(|b| {
+            let milli = i128::from(b.price) * 908;
+            milli > 1_000_000_000 && milli < 50_000_000_000
+        })
+        .map(|b| {
+            let kind = match hour_of(b.date_time) {
+                8..=18 => "dayTime",
+                0..=6 | 20..=23 => "nightTime",
+                _ => "otherTime",
+            };
+            json!({
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": euros(b.price),
+                "bidTimeType": kind,
+                "dateTime": b.date_time,
+                "extra": b.extra,
+                "c_counts": b.extra.bytes().filter(|&c| c == b'c').count(),
+            })
+        })
+        .collect()
+}
+
+/// Counts of bids, distinct bidders and distinct auctions, in all (index 0) and per price
+/// rank (1 to 3), for q15 and q16.
+#[derive(Default)]
+struct RankCounts {
+    bids: [u64; 4],
+    bidders: [BTreeSet<i64>; 4],
+    auctions: [BTreeSet<i64>; 4],
+    /// q16's latest `HH:mm`.
+    minute: Option<String>,
+}
+
+impl RankCounts {
+    fn add(&mut self, bid: &Bid) {
+        for rank in [0, price_rank(bid.price)] {
+            self.bids[rank] += 1;
+            self.bidders[rank].insert(bid.bidder);
+            self.auctions[rank].insert(bid.auction);
+        }
+        let minute = minute_of(bid.date_time);
+        if self.minute.as_ref().is_none_or(|m| *m < minute) {
+            self.minute = Some(minute);
+        }
+    }
+
+    /// `total_bids, rank1_bids, ..., rank3_auctions` into `row`.
+    fn write(&self, row: &mut serde_json::Map<String, Value>) {
+        for (what, counts) in [
+            ("bids", self.bids.map(|n| n as usize)),
+            ("bidders", self.bidders.each_ref().map(BTreeSet::len)),
+            ("auctions", self.auctions.each_ref().map(BTreeSet::len)),
+        ] {
+            for (rank, count) in counts.into_iter().enumerate() {
+                let name = match rank {
+                    0 => format!("total_{what}"),
+                    r => format!("rank{r}_{what}"),
+                };
+                row.insert(name, json!(count));
+            }
+        }
+    }
+}
+
+/// q15 `{day, total_bids, rank1_bids, rank2_bids, rank3_bids, total_bidders, rank1_bidders,
+/// ..., rank3_auctions}`: per UTC day (`yyyy-MM-dd`) of the bids, the number of bids, of
+/// distinct bidders and of distinct auctions, in all and per price rank. The final table of
+/// the updating stream: one row per day.
+pub fn q15(events: &[Event]) -> Vec<Value> {
+    let mut days: BTreeMap<String, RankCounts> = BTreeMap::new();
+    for bid in bids(events) {
+        days.entry(day_of(bid.date_time)).or_default().add(bid);
+    }
+    days.into_iter()
+        .map(|(day, counts)| {
+            let mut row = serde_json::Map::new();
+            row.insert("day".into(), json!(day));
+            counts.write(&mut row);
+            Value::Object(row)
+        })
+        .collect()
+}
+
+/// q16 `{channel, day, minute, total_bids, ..., rank3_auctions}`: q15 per channel and day,
+/// with `minute` the latest `HH:mm` (UTC) of those bids. The final table: one row per
+/// (channel, day).
+pub fn q16(events: &[Event]) -> Vec<Value> {
+    let mut groups: BTreeMap<(&str, String), RankCounts> = BTreeMap::new();
+    for bid in bids(events) {
+        groups
+            .entry((&bid.channel, day_of(bid.date_time)))
+            .or_default()
+            .add(bid);
+    }
+    groups
+        .into_iter()
+        .map(|((channel, day), counts)| {
+            let mut row = serde_json::Map::new();
+            row.insert("channel".into(), json!(channel));
+            row.insert("day".into(), json!(day));
+            row.insert("minute".into(), json!(counts.minute));
+            counts.write(&mut row);
+            Value::Object(row)
+        })
+        .collect()
+}
+
+/// q17 `{auction, day, total_bids, rank1_bids, rank2_bids, rank3_bids, min_price, max_price,
+/// avg_price, sum_price}`: per auction and UTC day, its bids in all and per price rank, and
+/// their lowest, highest, mean and total price; the mean is the sum divided by the count,
+/// truncated toward zero (Flink's AVG of a BIGINT). The final table: one row per (auction,
+/// day).
+pub fn q17(events: &[Event]) -> Vec<Value> {
+    let mut groups: BTreeMap<(i64, String), Vec<i64>> = BTreeMap::new();
+    for bid in bids(events) {
+        groups
+            .entry((bid.auction, day_of(bid.date_time)))
+            .or_default()
+            .push(bid.price);
+    }
+    groups
+        .into_iter()
+        .map(|((auction, day), prices)| {
+            let mut ranks = [0usize; 4];
+            for &p in &prices {
+                ranks[price_rank(p)] += 1;
+            }
+            let sum: i128 = prices.iter().map(|&p| i128::from(p)).sum();
+            let count = i128::try_from(prices.len()).expect("a count fits");
+            json!({
+                "auction": auction,
+                "day": day,
+                "total_bids": prices.len(),
+                "rank1_bids": ranks[1],
+                "rank2_bids": ranks[2],
+                "rank3_bids": ranks[3],
+                "min_price": prices.iter().min(),
+                "max_price": prices.iter().max(),
+                "avg_price": i64::try_from(sum / count).expect("a mean fits"),
+                "sum_price": i64::try_from(sum).expect("a sum fits"),
+            })
+        })
+        .collect()
+}
+
+/// A bid as q18 and q19 output it: `{auction, bidder, price, channel, url, dateTime, extra}`.
+fn bid_row(b: &Bid) -> serde_json::Map<String, Value> {
+    let Value::Object(row) = json!({
+        "auction": b.auction,
+        "bidder": b.bidder,
+        "price": b.price,
+        "channel": b.channel,
+        "url": b.url,
+        "dateTime": b.date_time,
+        "extra": b.extra,
+    }) else {
+        unreachable!("json! of an object literal is an object")
+    };
+    row
+}
+
+/// q18 `{auction, bidder, price, channel, url, dateTime, extra}`: per (bidder, auction), its
+/// latest bid (`ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC) <= 1`).
+/// The final table: one row per (bidder, auction). Bids tied on `dateTime` go to the largest
+/// `(price, extra, channel, url)`, so the result does not depend on input order (Flink's
+/// would; the generator gives every event its own time at a non-zero inter-event delay).
+pub fn q18(events: &[Event]) -> Vec<Value> {
+    let mut last: BTreeMap<(i64, i64), &Bid> = BTreeMap::new();
+    let rank = |b: &Bid| {
+        (
+            b.date_time,
+            b.price,
+            b.extra.clone(),
+            b.channel.clone(),
+            b.url.clone(),
+        )
+    };
+    for bid in bids(events) {
+        let slot = last.entry((bid.bidder, bid.auction)).or_insert(bid);
+        if rank(bid) > rank(slot) {
+            *slot = bid;
+        }
+    }
+    last.into_values()
+        .map(|b| Value::Object(bid_row(b)))
+        .collect()
+}
+
+/// q19 `{auction, bidder, price, channel, url, dateTime, extra, rank_number}`: per auction,
+/// its 10 highest bids numbered 1 to 10 (`ROW_NUMBER() OVER (PARTITION BY auction ORDER BY
+/// price DESC) <= 10`). The final table. Bids tied on price are numbered earliest `dateTime`
+/// first, then lowest bidder, then smallest `(extra, channel, url)`, so the result does not
+/// depend on input order (Flink's would).
+pub fn q19(events: &[Event]) -> Vec<Value> {
+    let mut per_auction: BTreeMap<i64, Vec<&Bid>> = BTreeMap::new();
+    for bid in bids(events) {
+        per_auction.entry(bid.auction).or_default().push(bid);
+    }
+    let mut rows = Vec::new();
+    for mut bids in per_auction.into_values() {
+        bids.sort_by(|x, y| {
+            y.price
+                .cmp(&x.price)
+                .then(x.date_time.cmp(&y.date_time))
+                .then(x.bidder.cmp(&y.bidder))
+                .then_with(|| (&x.extra, &x.channel, &x.url).cmp(&(&y.extra, &y.channel, &y.url)))
+        });
+        for (i, bid) in bids.into_iter().take(10).enumerate() {
+            let mut row = bid_row(bid);
+            row.insert("rank_number".into(), json!(i + 1));
+            rows.push(Value::Object(row));
+        }
+    }
+    rows
+}
+
+/// q20 `{auction, bidder, price, channel, url, bid_dateTime, bid_extra, itemName, description,
+/// initialBid, reserve, auction_dateTime, expires, seller, category, auction_extra}`: every bid
+/// joined with its auction (`bid.auction = auction.id`) when the auction's category is 10; one
+/// row per (bid, auction event) pair, with no time bound.
+pub fn q20(events: &[Event]) -> Vec<Value> {
+    let mut category_10: HashMap<i64, Vec<&Auction>> = HashMap::new();
+    for auction in auctions(events).filter(|a| a.category == 10) {
+        category_10.entry(auction.id).or_default().push(auction);
+    }
+    let mut rows = Vec::new();
+    for b in bids(events) {
+        for a in category_10.get(&b.auction).into_iter().flatten() {
+            rows.push(json!({
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": b.price,
+                "channel": b.channel,
+                "url": b.url,
+                "bid_dateTime": b.date_time,
+                "bid_extra": b.extra,
+                "itemName": a.item_name,
+                "description": a.description,
+                "initialBid": a.initial_bid,
+                "reserve": a.reserve,
+                "auction_dateTime": a.date_time,
+                "expires": a.expires,
+                "seller": a.seller,
+                "category": a.category,
+                "auction_extra": a.extra,
+            }));
+        }
+    }
+    rows
+}
+
+/// The value of the first `channel_id=` parameter of `url` that starts the URL or follows an
+/// `&`, up to the next `&` (what `REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)` finds).
+fn channel_id_in(url: &str) -> Option<&str> {
+    const KEY: &str = "channel_id=";
+    let start = if url.starts_with(KEY) {
+        KEY.len()
+    } else {
+        url.find("&channel_id=")? + 1 + KEY.len()
+    };
+    let rest = &url[start..];
+    Some(&rest[..rest.find('&').unwrap_or(rest.len())])
+}
+
+/// q21 `{auction, bidder, price, channel, channel_id}`: bids whose channel is Apple, Google,
+/// Facebook or Baidu in any letter case (`channel_id` '0' to '3', in that order), and other
+/// bids whose URL has a `channel_id` (see `channel_id_in`), with that.
+pub fn q21(events: &[Event]) -> Vec<Value> {
+    bids(events)
+        .filter_map(|b| {
+            let known = ["apple", "google", "facebook", "baidu"]
+                .iter()
+                .position(|c| *c == b.channel.to_lowercase());
+            let id = match known {
+                Some(i) => i.to_string(),
+                None => channel_id_in(&b.url)?.to_owned(),
+            };
+            Some(json!({
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": b.price,
+                "channel": b.channel,
+                "channel_id": id,
+            }))
+        })
+        .collect()
+}
+
+/// q22 `{auction, bidder, price, channel, dir1, dir2, dir3}`: every bid, with pieces 3, 4 and
+/// 5 (from 0) of its URL split at every '/', empty pieces counted (`https:`, ``,
+/// `www.nexmark.com`, dir1, ...); null where the URL has fewer pieces, or is empty.
+pub fn q22(events: &[Event]) -> Vec<Value> {
+    bids(events)
+        .map(|b| {
+            let pieces: Vec<&str> = if b.url.is_empty() {
+                Vec::new()
+            } else {
+                b.url.split('/').collect()
+            };
+            json!({
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": b.price,
+                "channel": b.channel,
+                "dir1": pieces.get(3),
+                "dir2": pieces.get(4),
+                "dir3": pieces.get(5),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,6 +981,286 @@ mod tests {
             "auction": id, "bidder": bidder, "price": price,
             "bid_dateTime": bid_time, "bid_extra": bid_extra,
         })
+    }
+
+    // --- q14-q22 ------------------------------------------------------------------------------
+
+    fn bid_at(
+        auction: i64,
+        bidder: i64,
+        price: i64,
+        date_time: i64,
+        channel: &str,
+        url: &str,
+    ) -> Event {
+        Event::Bid(Bid {
+            auction,
+            bidder,
+            price,
+            channel: channel.to_owned(),
+            url: url.to_owned(),
+            date_time,
+            extra: String::new(),
+        })
+    }
+
+    #[test]
+    fn day_of_is_the_utc_calendar_date() {
+        assert_eq!(day_of(0), "1970-01-01");
+        assert_eq!(day_of(-1), "1969-12-31");
+        assert_eq!(day_of(1_700_000_000_000), "2023-11-14");
+        // 2024-02-29 23:59:59.999, then midnight of March 1st.
+        assert_eq!(day_of(1_709_251_199_999), "2024-02-29");
+        assert_eq!(day_of(1_709_251_200_000), "2024-03-01");
+        assert_eq!(minute_of(1_700_000_000_000), "22:13");
+        assert_eq!(hour_of(-1), 23);
+    }
+
+    #[test]
+    fn q14_keeps_prices_strictly_inside_the_range_and_names_the_time_of_day() {
+        let hour = 3_600_000;
+        let events = vec![
+            // 0.908 × 1,101,322 = 1,000,000.376: in; 1,101,321 gives 999,999.468: out.
+            bid_with_extra(1, 1, 1_101_322, 7 * hour, "abcc"),
+            bid(2, 1, 1_101_321, 8 * hour),
+            // 0.908 × 55,066,079 = 49,999,999.732: in; 55,066,080 gives 50,000,000.64: out.
+            bid(3, 1, 55_066_079, 18 * hour + 3_599_999),
+            bid(4, 1, 55_066_080, 8 * hour),
+            bid(5, 1, 2_000_000, 19 * hour),
+            bid(6, 1, 2_000_000, 20 * hour),
+            bid(7, 1, 2_000_000, 6 * hour + 3_599_999),
+        ];
+        let kinds: BTreeMap<i64, String> = q14(&events)
+            .iter()
+            .map(|r| {
+                (
+                    r["auction"].as_i64().unwrap(),
+                    r["bidTimeType"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let expected: BTreeMap<i64, String> = [
+            (1, "otherTime"),
+            (3, "dayTime"),
+            (5, "otherTime"),
+            (6, "nightTime"),
+            (7, "nightTime"),
+        ]
+        .into_iter()
+        .map(|(a, k)| (a, k.to_owned()))
+        .collect();
+        assert_eq!(kinds, expected);
+        let first = &q14(&events)[0];
+        assert_eq!(first["price"], json!(1_000_000.376));
+        assert_eq!(first["c_counts"], json!(2));
+    }
+
+    #[test]
+    fn q15_counts_per_day_and_price_rank_with_distinct_bidders_and_auctions() {
+        let day = 86_400_000;
+        let events = vec![
+            bid(1, 10, 9_999, day - 1),
+            bid(1, 10, 10_000, day - 2),
+            bid(2, 10, 999_999, day - 3),
+            bid(2, 11, 1_000_000, day - 4),
+            bid(3, 11, 5, day),
+        ];
+        let mut first = serde_json::Map::new();
+        first.insert("day".into(), json!("1970-01-01"));
+        for (name, n) in [
+            ("total_bids", 4),
+            ("rank1_bids", 1),
+            ("rank2_bids", 2),
+            ("rank3_bids", 1),
+            ("total_bidders", 2),
+            ("rank1_bidders", 1),
+            ("rank2_bidders", 1),
+            ("rank3_bidders", 1),
+            ("total_auctions", 2),
+            ("rank1_auctions", 1),
+            ("rank2_auctions", 2),
+            ("rank3_auctions", 1),
+        ] {
+            first.insert(name.into(), json!(n));
+        }
+        let rows = q15(&events);
+        assert_eq!(rows.len(), 2, "two days");
+        assert_eq!(rows[0], Value::Object(first));
+        assert_eq!(rows[1]["day"], json!("1970-01-02"));
+        assert_eq!(rows[1]["rank1_auctions"], json!(1));
+        assert_eq!(rows[1]["rank2_bids"], json!(0));
+    }
+
+    #[test]
+    fn q16_takes_the_latest_minute_per_channel_and_day() {
+        let events = vec![
+            bid_at(1, 1, 5, 61_000, "A", ""),
+            bid_at(1, 1, 5, 3_600_000, "A", ""),
+            bid_at(1, 1, 5, 120_000, "A", ""),
+            bid_at(1, 1, 5, 0, "B", ""),
+        ];
+        let rows = q16(&events);
+        let minutes: Vec<(&str, &str, i64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["channel"].as_str().unwrap(),
+                    r["minute"].as_str().unwrap(),
+                    r["total_bids"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(minutes, [("A", "01:00", 3), ("B", "00:00", 1)]);
+    }
+
+    #[test]
+    fn q17_truncates_the_mean_price() {
+        let events = vec![
+            bid(1, 1, 1, 0),
+            bid(1, 2, 2, 1),
+            bid(1, 3, 2_000_000, 2),
+            bid(2, 1, 7, 3),
+        ];
+        assert_rows(
+            q17(&events),
+            vec![
+                json!({"auction": 1, "day": "1970-01-01", "total_bids": 3, "rank1_bids": 2,
+                       "rank2_bids": 0, "rank3_bids": 1, "min_price": 1, "max_price": 2_000_000,
+                       "avg_price": 666_667, "sum_price": 2_000_003}),
+                json!({"auction": 2, "day": "1970-01-01", "total_bids": 1, "rank1_bids": 1,
+                       "rank2_bids": 0, "rank3_bids": 0, "min_price": 7, "max_price": 7,
+                       "avg_price": 7, "sum_price": 7}),
+            ],
+        );
+    }
+
+    #[test]
+    fn q18_keeps_the_latest_bid_per_bidder_and_auction() {
+        let events = vec![
+            bid(1, 1, 5, 10),
+            bid(1, 1, 7, 30),
+            bid(1, 1, 9, 20),
+            bid(1, 2, 3, 0),
+        ];
+        let prices: Vec<i64> = q18(&events)
+            .iter()
+            .map(|r| r["price"].as_i64().unwrap())
+            .collect();
+        assert_eq!(prices, [7, 3]);
+    }
+
+    #[test]
+    fn q19_numbers_the_ten_highest_bids_ties_earliest_first() {
+        let mut events: Vec<Event> = (0..12).map(|i| bid(1, i, 100 + i, i)).collect();
+        events.push(bid(1, 99, 111, -5));
+        let rows = q19(&events);
+        let ranked: Vec<(i64, i64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["bidder"].as_i64().unwrap(),
+                    r["rank_number"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        // Bidder 99's 111 ties bidder 11's and is earlier.
+        assert_eq!(
+            ranked,
+            [
+                (99, 1),
+                (11, 2),
+                (10, 3),
+                (9, 4),
+                (8, 5),
+                (7, 6),
+                (6, 7),
+                (5, 8),
+                (4, 9),
+                (3, 10)
+            ]
+        );
+    }
+
+    #[test]
+    fn q20_joins_bids_with_category_10_auctions_in_either_order() {
+        let events = vec![
+            bid(1, 7, 5, 0),
+            auction(1, 100, 10, 5, 50),
+            auction(2, 100, 11, 5, 50),
+            bid(2, 7, 5, 6),
+            bid(1, 8, 6, 60),
+        ];
+        let rows = q20(&events);
+        let pairs: Vec<(i64, i64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["bidder"].as_i64().unwrap(),
+                    r["category"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(pairs, [(7, 10), (8, 10)]);
+        assert_eq!(rows[0]["auction_dateTime"], json!(5));
+        assert_eq!(rows[0]["bid_extra"], json!(""));
+    }
+
+    #[test]
+    fn q21_takes_the_id_from_known_channels_or_the_url() {
+        assert_eq!(channel_id_in("channel_id=7&x=1"), Some("7"));
+        assert_eq!(
+            channel_id_in("https://a/b?query=1&channel_id=42"),
+            Some("42")
+        );
+        assert_eq!(channel_id_in("https://a/b?query=1&channel_id=&x"), Some(""));
+        assert_eq!(channel_id_in("https://a/b?xchannel_id=42"), None);
+        assert_eq!(channel_id_in("https://a/b?query=1"), None);
+        let events = vec![
+            bid_at(1, 1, 1, 0, "GOOGLE", "https://a/?q=1&channel_id=9"),
+            bid_at(2, 1, 1, 0, "Baidu", ""),
+            bid_at(3, 1, 1, 0, "channel-5", "https://a/?q=1&channel_id=5"),
+            bid_at(4, 1, 1, 0, "channel-6", "https://a/?q=1"),
+        ];
+        let rows = q21(&events);
+        let ids: Vec<(i64, &str)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["auction"].as_i64().unwrap(),
+                    r["channel_id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        // A known channel's id wins over its URL's; a URL without one drops the bid.
+        assert_eq!(ids, [(1, "1"), (2, "3"), (3, "5")]);
+    }
+
+    #[test]
+    fn q22_splits_the_url_keeping_empty_pieces() {
+        let events = vec![
+            bid_at(
+                1,
+                1,
+                1,
+                0,
+                "A",
+                "https://www.nexmark.com/ab/c_d/efg/item.htm?query=1",
+            ),
+            bid_at(2, 1, 1, 0, "A", "https://www.nexmark.com/ab"),
+            bid_at(3, 1, 1, 0, "A", ""),
+        ];
+        let dirs: Vec<[Value; 3]> = q22(&events)
+            .into_iter()
+            .map(|r| [r["dir1"].clone(), r["dir2"].clone(), r["dir3"].clone()])
+            .collect();
+        assert_eq!(
+            dirs,
+            [
+                [json!("ab"), json!("c_d"), json!("efg")],
+                [json!("ab"), Value::Null, Value::Null],
+                [Value::Null, Value::Null, Value::Null],
+            ]
+        );
     }
 
     // --- parse_line ---------------------------------------------------------------------------
@@ -1110,7 +1772,7 @@ mod tests {
         let mut reversed = ordered.clone();
         reversed.reverse();
         type Query = fn(&[Event]) -> Vec<Value>;
-        let queries: [(&str, Query); 8] = [
+        let queries: [(&str, Query); 17] = [
             ("q3", q3),
             ("q4", q4),
             ("q5", q5),
@@ -1119,6 +1781,15 @@ mod tests {
             ("q8", q8),
             ("q9", q9),
             ("q11", q11),
+            ("q14", q14),
+            ("q15", q15),
+            ("q16", q16),
+            ("q17", q17),
+            ("q18", q18),
+            ("q19", q19),
+            ("q20", q20),
+            ("q21", q21),
+            ("q22", q22),
         ];
         for (name, query) in queries {
             let expected = sorted(query(&ordered));

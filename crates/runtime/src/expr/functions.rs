@@ -4,6 +4,7 @@
 
 use sqlparser::ast::{self, FunctionArg, FunctionArgExpr, FunctionArguments};
 
+use super::arith;
 use super::columns::{self, suggest};
 use super::compile::{Compiler, Origin};
 use super::conditional;
@@ -24,18 +25,27 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("character_length", "character_length(s)"),
     ("coalesce", "coalesce(a, b, ...)"),
     ("concat", "concat(a, b, ...)"),
+    ("count_char", "count_char(s, 'c')"),
+    ("date_format", "date_format(ts, 'yyyy-MM-dd HH:mm:ss')"),
     ("date_part", "date_part('hour', ts)"),
     ("date_bin", "date_bin(INTERVAL '10' SECOND, ts)"),
     ("date_trunc", "date_trunc('minute', ts)"),
     ("floor", "floor(x)"),
     ("greatest", "greatest(a, b, ...)"),
+    ("hour", "hour(ts)"),
+    ("if", "if(condition, then, else)"),
     ("least", "least(a, b, ...)"),
     ("length", "length(s)"),
     ("lower", "lower(s)"),
     ("ltrim", "ltrim(s[, chars])"),
+    ("minute", "minute(ts)"),
+    ("mod", "mod(a, b)"),
     ("nullif", "nullif(a, b)"),
+    ("regexp_extract", "regexp_extract(s, 'regex'[, group])"),
     ("round", "round(x[, digits])"),
     ("rtrim", "rtrim(s[, chars])"),
+    ("second", "second(ts)"),
+    ("split_index", "split_index(s, 'separator', index)"),
     ("substr", "substr(s, start[, length])"),
     ("substring", "substring(s, start[, length])"),
     ("to_timestamp_millis", "to_timestamp_millis(epoch_ms)"),
@@ -217,6 +227,24 @@ pub(crate) fn compile(
             arity(1, None)?;
             strings::concat(values()?, origin)
         }
+        "regexp_extract" => {
+            arity(2, Some(3))?;
+            let group = if args.len() == 3 {
+                Some(value(2)?)
+            } else {
+                None
+            };
+            strings::regexp_extract(value(0)?, value(1)?, group, origin)
+        }
+        "split_index" => {
+            arity(3, Some(3))?;
+            strings::split_index(value(0)?, value(1)?, value(2)?, origin)
+        }
+        "count_char" => {
+            arity(2, Some(2))?;
+            let character = compiler.constant_str(args[1], "count_char's character")?;
+            strings::count_char(value(0)?, character, origin)
+        }
         "coalesce" => {
             arity(1, None)?;
             conditional::coalesce(values()?, origin)
@@ -225,9 +253,23 @@ pub(crate) fn compile(
             arity(2, Some(2))?;
             conditional::nullif(value(0)?, value(1)?, origin)
         }
+        "if" => {
+            // Flink's IF(c, a, b): CASE WHEN c THEN a ELSE b END, with CASE's typing and
+            // its promise not to evaluate the branch a row does not take.
+            arity(3, Some(3))?;
+            let when = ast::CaseWhen {
+                condition: args[0].clone(),
+                result: args[1].clone(),
+            };
+            conditional::case(compiler, None, &[when], Some(args[2]), origin)
+        }
         "greatest" | "least" => {
             arity(1, None)?;
             conditional::extremum(values()?, name == "greatest", origin)
+        }
+        "mod" => {
+            arity(2, Some(2))?;
+            arith::binary(arith::ArithOp::Rem, value(0)?, value(1)?, origin)
         }
         "abs" => {
             arity(1, Some(1))?;
@@ -256,6 +298,16 @@ pub(crate) fn compile(
             arity(2, Some(2))?;
             let unit = compiler.constant_str(args[0], "date_part's unit")?;
             temporal::date_part_named(unit.as_deref(), value(1)?, origin)
+        }
+        "hour" | "minute" | "second" => {
+            // Flink's HOUR(ts), MINUTE(ts), SECOND(ts): EXTRACT of that field.
+            arity(1, Some(1))?;
+            temporal::date_part_named(Some(&name), value(0)?, origin)
+        }
+        "date_format" => {
+            arity(2, Some(2))?;
+            let pattern = compiler.constant_str(args[1], "date_format's pattern")?;
+            temporal::date_format(value(0)?, pattern.as_deref(), origin)
         }
         "date_trunc" => {
             arity(2, Some(2))?;

@@ -24,9 +24,10 @@
 //!   TIMESTAMP).
 //! - One file per family: `arith` (`+ - * / %`, exact decimal multiplication, timestamp
 //!   arithmetic), `compare` (comparisons, BETWEEN, IN, IS ...), `logic` (AND, OR, NOT), `like`,
-//!   `conditional` (CASE, coalesce, nullif, greatest, least), `cast`, `strings`, `math`,
-//!   `temporal` (TIMESTAMP/INTERVAL literals, EXTRACT, date_part, date_trunc), `functions` (name
-//!   lookup and dispatch).
+//!   `conditional` (CASE, coalesce, nullif, greatest, least), `cast`, `strings` (with
+//!   regexp_extract, split_index), `math`, `temporal` (TIMESTAMP/INTERVAL literals, EXTRACT,
+//!   date_part, date_trunc, date_format), `functions` (name lookup and dispatch, with the
+//!   aliases `if`, `mod`, `hour`, `minute`, `second`).
 //! - `tests`: behaviour tests on small batches and a seeded randomized check against a naive
 //!   per-row reference.
 //!

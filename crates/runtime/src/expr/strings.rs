@@ -1,8 +1,10 @@
 //! String functions: `lower`, `upper`, `length`/`char_length`, `trim`/`ltrim`/`rtrim`/`btrim`,
-//! `substring`/`substr`, `concat(...)` and the `||` operator.
+//! `substring`/`substr`, `concat(...)` and the `||` operator, and Flink's `regexp_extract`,
+//! `split_index` and `count_char`.
 //!
 //! Lengths and positions count characters, not bytes. Each operator builds its result array in
-//! one pass; case mapping reuses one scratch buffer per batch.
+//! one pass; case mapping reuses one scratch buffer per batch. A regular expression written as
+//! a literal is compiled once, when the expression is.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -498,6 +500,275 @@ impl Operator for ConcatOp {
     fn children(&self) -> Vec<&Node> {
         self.args.iter().collect()
     }
+}
+
+/// The largest compiled program a regular expression may make (the `regex` crate's default is
+/// 10 MiB); a pattern past it is refused rather than compiled per row at that cost.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// `regexp_extract(s, regex[, group])`: the text of capture group `group` (0, the default, is the
+/// whole match) of the first match of `regex` in `s`, as Flink's `REGEXP_EXTRACT`. NULL when an
+/// argument is NULL, when nothing matches, when the group took no part in the match, and when
+/// `group` is negative or larger than the pattern's number of groups.
+///
+/// A constant pattern is compiled here, once, and a bad one is a plan-time error; so is a
+/// constant group the pattern does not have. A pattern read from a column is compiled per
+/// distinct value met in a batch, and one that does not compile gives NULL, as in Flink.
+/// Patterns are the `regex` crate's syntax: Java's, less look-around and backreferences.
+pub(crate) fn regexp_extract(
+    input: Node,
+    pattern: Node,
+    group: Option<Node>,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let input = string_operand(input, "regexp_extract", origin)?;
+    let pattern = string_operand(pattern, "regexp_extract's pattern", origin)?;
+    let group = match group {
+        Some(group) => int_operand(group, "regexp_extract's group", origin)?,
+        None => Node::literal(Literal::int(0), SqlType::Int, "0".to_owned()),
+    };
+    let compiled = match pattern.as_literal() {
+        Some(literal) if !literal.is_null() => {
+            let text = literal.as_str().unwrap_or_default();
+            let regex = compile_regex(text).map_err(|e| {
+                origin.invalid_literal(format!(
+                    "regexp_extract's pattern '{text}' does not compile: {e}"
+                ))
+            })?;
+            if let Some(index) = group.as_literal().and_then(Literal::as_i64)
+                && (index < 0 || index as usize >= regex.captures_len())
+            {
+                return Err(origin.type_error(format!(
+                    "regexp_extract's group {index} is not in '{text}', which has groups 0 to {}",
+                    regex.captures_len() - 1
+                )));
+            }
+            Some(regex)
+        }
+        _ => None,
+    };
+    Ok(Node::op(
+        SqlType::String,
+        origin.sql.clone(),
+        RegexpExtractOp {
+            input,
+            pattern,
+            group,
+            compiled,
+        },
+    ))
+}
+
+#[derive(Debug)]
+struct RegexpExtractOp {
+    input: Node,
+    pattern: Node,
+    group: Node,
+    /// The pattern, when it is a constant: compiled once, at plan time.
+    compiled: Option<regex::Regex>,
+}
+
+impl Operator for RegexpExtractOp {
+    fn eval(&self, batch: &RecordBatch, sql: &str) -> Result<Value, EvalError> {
+        let rows = batch.num_rows();
+        let input = self.input.eval(batch)?;
+        let pattern = self.pattern.eval(batch)?;
+        let group = self.group.eval(batch)?;
+        let (input_arg, pattern_arg) = (StrArg::new(&input, sql)?, StrArg::new(&pattern, sql)?);
+        let group_arg = IntArg::new(&group, sql)?;
+        let mut builder =
+            StringBuilder::with_capacity(rows, input.array().get_buffer_memory_size() / 4);
+        // The constant pattern with its capture slots (so a match allocates nothing); or the
+        // last pattern read from a column, compiled (None if it does not compile), reused while
+        // rows repeat it.
+        let mut constant = self
+            .compiled
+            .as_ref()
+            .map(|regex| (regex, regex.capture_locations()));
+        type Compiled = Option<(regex::Regex, regex::CaptureLocations)>;
+        let mut dynamic: Option<(&str, Compiled)> = None;
+        for row in 0..rows {
+            let (Some(text), Some(pattern), Some(group)) =
+                (input_arg.get(row), pattern_arg.get(row), group_arg.get(row))
+            else {
+                builder.append_null();
+                continue;
+            };
+            let matcher = match &mut constant {
+                Some((regex, slots)) => Some((*regex, slots)),
+                None => {
+                    if dynamic.as_ref().is_none_or(|(last, _)| *last != pattern) {
+                        let compiled = compile_regex(pattern).ok().map(|regex| {
+                            let slots = regex.capture_locations();
+                            (regex, slots)
+                        });
+                        dynamic = Some((pattern, compiled));
+                    }
+                    dynamic
+                        .as_mut()
+                        .and_then(|(_, compiled)| compiled.as_mut())
+                        .map(|(regex, slots)| (&*regex, slots))
+                }
+            };
+            let extracted = matcher.and_then(|(regex, slots)| {
+                let group = usize::try_from(group).ok()?;
+                regex.captures_read(slots, text)?;
+                let (start, end) = slots.get(group)?;
+                text.get(start..end)
+            });
+            builder.append_option(extracted);
+        }
+        Ok(Value::Array(Arc::new(builder.finish())))
+    }
+
+    fn children(&self) -> Vec<&Node> {
+        vec![&self.input, &self.pattern, &self.group]
+    }
+}
+
+/// `split_index(s, separator, index)`: the `index`-th (from 0) piece of `s` split at every
+/// occurrence of `separator`, as Flink's `SPLIT_INDEX`: empty pieces count (`'a//b'` has three),
+/// and the result is NULL when an argument is NULL, when `index` is negative or past the last
+/// piece, when `s` is empty (it has no pieces) and when `separator` is empty (Flink would split
+/// at whitespace then; weir refuses a constant empty separator instead).
+pub(crate) fn split_index(
+    input: Node,
+    separator: Node,
+    index: Node,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let input = string_operand(input, "split_index", origin)?;
+    let separator = string_operand(separator, "split_index's separator", origin)?;
+    let index = int_operand(index, "split_index's index", origin)?;
+    if separator.as_literal().and_then(Literal::as_str) == Some("") {
+        return Err(origin.type_error(
+            "split_index's separator is empty: give the text that separates the pieces, like '/'",
+        ));
+    }
+    Ok(Node::op(
+        SqlType::String,
+        origin.sql.clone(),
+        SplitIndexOp {
+            input,
+            separator,
+            index,
+        },
+    ))
+}
+
+#[derive(Debug)]
+struct SplitIndexOp {
+    input: Node,
+    separator: Node,
+    index: Node,
+}
+
+impl Operator for SplitIndexOp {
+    fn eval(&self, batch: &RecordBatch, sql: &str) -> Result<Value, EvalError> {
+        let rows = batch.num_rows();
+        let input = self.input.eval(batch)?;
+        let separator = self.separator.eval(batch)?;
+        let index = self.index.eval(batch)?;
+        let (input_arg, separator_arg) = (StrArg::new(&input, sql)?, StrArg::new(&separator, sql)?);
+        let index_arg = IntArg::new(&index, sql)?;
+        let mut builder =
+            StringBuilder::with_capacity(rows, input.array().get_buffer_memory_size() / 4);
+        for row in 0..rows {
+            let piece = match (
+                input_arg.get(row),
+                separator_arg.get(row),
+                index_arg.get(row),
+            ) {
+                (Some(text), Some(separator), Some(index))
+                    if !text.is_empty() && !separator.is_empty() =>
+                {
+                    usize::try_from(index)
+                        .ok()
+                        .and_then(|index| text.split(separator).nth(index))
+                }
+                _ => None,
+            };
+            builder.append_option(piece);
+        }
+        Ok(Value::Array(Arc::new(builder.finish())))
+    }
+
+    fn children(&self) -> Vec<&Node> {
+        vec![&self.input, &self.separator, &self.index]
+    }
+}
+
+/// `count_char(s, c)`: how many times the character `c` occurs in `s`, as the `count_char` UDF
+/// of Flink's Nexmark q14 (which counts bytes equal to the first byte of `c`: the same for ASCII).
+/// A NULL `s` counts 0, as there; a NULL `c` gives NULL. `c` must be a constant of one character.
+pub(crate) fn count_char(
+    input: Node,
+    character: Option<String>,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let input = string_operand(input, "count_char", origin)?;
+    let Some(character) = character else {
+        return Ok(Node::literal(
+            Literal::null(SqlType::Int),
+            SqlType::Int,
+            origin.sql.clone(),
+        ));
+    };
+    let mut chars = character.chars();
+    let (Some(character), None) = (chars.next(), chars.next()) else {
+        return Err(origin.type_error(format!(
+            "count_char counts one character, not '{character}': count_char(s, 'c')"
+        )));
+    };
+    Ok(Node::op(
+        SqlType::Int,
+        origin.sql.clone(),
+        CountCharOp { input, character },
+    ))
+}
+
+#[derive(Debug)]
+struct CountCharOp {
+    input: Node,
+    character: char,
+}
+
+impl Operator for CountCharOp {
+    fn eval(&self, batch: &RecordBatch, sql: &str) -> Result<Value, EvalError> {
+        let character = self.character;
+        self.input.eval(batch)?.map(|array| {
+            let input = strings(array, sql)?;
+            let counts: Int64Array = if character.is_ascii() {
+                // An ASCII byte never occurs inside a multi-byte character in UTF-8.
+                let byte = character as u8;
+                input
+                    .iter()
+                    .map(|v| Some(v.map_or(0, |v| bytecount(v, byte))))
+                    .collect()
+            } else {
+                input
+                    .iter()
+                    .map(|v| Some(v.map_or(0, |v| v.matches(character).count() as i64)))
+                    .collect()
+            };
+            Ok(Arc::new(counts) as ArrayRef)
+        })
+    }
+
+    fn children(&self) -> Vec<&Node> {
+        vec![&self.input]
+    }
+}
+
+fn bytecount(text: &str, byte: u8) -> i64 {
+    text.bytes().filter(|&b| b == byte).count() as i64
 }
 
 #[cfg(test)]

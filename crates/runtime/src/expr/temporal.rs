@@ -1,5 +1,5 @@
 //! Timestamps and intervals: `TIMESTAMP '...'` and `INTERVAL '...'` literals, `EXTRACT` /
-//! `date_part`, `date_trunc`, `to_timestamp_millis`.
+//! `date_part`, `date_trunc`, `to_timestamp_millis`, and Flink's `date_format`.
 //!
 //! TIMESTAMP values are epoch milliseconds in UTC (`Timestamp(Millisecond, None)`). INTERVALs are
 //! compile-time constants of a fixed number of milliseconds; months and years, whose length
@@ -8,9 +8,10 @@
 use std::sync::Arc;
 
 use arrow_arith::temporal::{DatePart, date_part};
+use arrow_array::builder::StringBuilder;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMillisecondArray};
-use chrono::{DateTime, Datelike, NaiveDate};
+use chrono::{DateTime, Datelike, NaiveDate, Timelike};
 use sqlparser::ast::{self, DateTimeField, TimezoneInfo, TypedString, Value as SqlValue};
 
 use super::cast;
@@ -465,9 +466,245 @@ pub(crate) fn millis_as_timestamps(array: &dyn Array, sql: &str) -> Result<Array
     ))
 }
 
+/// One piece of a `date_format` pattern: a field of the timestamp, or text copied as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FormatPiece {
+    Text(String),
+    /// `yyyy` (padded to the letters' count) or `yy` (the last two digits).
+    Year(usize),
+    /// `M`/`MM` the number, `MMM` the short English name (`Nov`), `MMMM` and more the full one.
+    Month(usize),
+    Day(usize),
+    Hour(usize),
+    Minute(usize),
+    Second(usize),
+    /// `SSS`: the millisecond of the second.
+    Millisecond,
+}
+
+const FORMAT_LETTERS: &str =
+    "yyyy (or yy), MM (M, MMM, MMMM), dd, HH, mm, ss, SSS; quote text in '...', '' is a quote";
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// Reads a Java `SimpleDateFormat`-style pattern, as Flink's `DATE_FORMAT` takes: a run of one
+/// letter is one field, text in single quotes is copied (`''` is a quote, in or out of quotes),
+/// other characters are copied. Letters weir does not format are refused, so a pattern never
+/// means something other than what Flink would print.
+fn parse_format(pattern: &str) -> Result<Vec<FormatPiece>, String> {
+    let mut pieces: Vec<FormatPiece> = Vec::new();
+    let mut text = String::new();
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\'' {
+            if chars.peek() == Some(&'\'') {
+                chars.next();
+                text.push('\'');
+                continue;
+            }
+            // Quoted text, to the closing quote; '' inside is a quote.
+            loop {
+                match chars.next() {
+                    Some('\'') if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        text.push('\'');
+                    }
+                    Some('\'') => break,
+                    Some(c) => text.push(c),
+                    None => return Err(format!("the quote in '{pattern}' is not closed")),
+                }
+            }
+            continue;
+        }
+        if !c.is_ascii_alphabetic() {
+            text.push(c);
+            continue;
+        }
+        let mut count = 1;
+        while chars.peek() == Some(&c) {
+            chars.next();
+            count += 1;
+        }
+        let piece = match (c, count) {
+            ('y', 2) => FormatPiece::Year(2),
+            ('y', n) => FormatPiece::Year(n),
+            ('M', n) => FormatPiece::Month(n),
+            ('d', n) if n <= 2 => FormatPiece::Day(n),
+            ('H', n) if n <= 2 => FormatPiece::Hour(n),
+            ('m', n) if n <= 2 => FormatPiece::Minute(n),
+            ('s', n) if n <= 2 => FormatPiece::Second(n),
+            ('S', 3) => FormatPiece::Millisecond,
+            _ => {
+                let letters: String = std::iter::repeat_n(c, count).collect();
+                return Err(format!(
+                    "'{letters}' in the pattern '{pattern}' is not supported; supported: \
+                     {FORMAT_LETTERS}"
+                ));
+            }
+        };
+        if !text.is_empty() {
+            pieces.push(FormatPiece::Text(std::mem::take(&mut text)));
+        }
+        pieces.push(piece);
+    }
+    if !text.is_empty() {
+        pieces.push(FormatPiece::Text(text));
+    }
+    Ok(pieces)
+}
+
+/// Writes `millis` (UTC) as `pieces` say; `None` if the time is outside chrono's range.
+fn write_format(out: &mut impl std::fmt::Write, pieces: &[FormatPiece], millis: i64) -> Option<()> {
+    let time = DateTime::from_timestamp_millis(millis)?.naive_utc();
+    for piece in pieces {
+        let written = match piece {
+            FormatPiece::Text(text) => out.write_str(text),
+            FormatPiece::Year(2) => write!(out, "{:02}", time.year().rem_euclid(100)),
+            FormatPiece::Year(width) => write!(out, "{:0width$}", time.year()),
+            FormatPiece::Month(width @ (1 | 2)) => write!(out, "{:0width$}", time.month()),
+            FormatPiece::Month(3) => out.write_str(&MONTHS[time.month0() as usize][..3]),
+            FormatPiece::Month(_) => out.write_str(MONTHS[time.month0() as usize]),
+            FormatPiece::Day(width) => write!(out, "{:0width$}", time.day()),
+            FormatPiece::Hour(width) => write!(out, "{:0width$}", time.hour()),
+            FormatPiece::Minute(width) => write!(out, "{:0width$}", time.minute()),
+            FormatPiece::Second(width) => write!(out, "{:0width$}", time.second()),
+            FormatPiece::Millisecond => write!(out, "{:03}", millis.rem_euclid(SECOND)),
+        };
+        written.ok()?;
+    }
+    Some(())
+}
+
+/// `date_format(ts, 'yyyy-MM-dd HH:mm')` → STRING: the timestamp (UTC) written as the pattern
+/// says (see [`parse_format`]); NULL for a NULL timestamp or pattern. The pattern must be a
+/// constant: it is read once, here, and a letter weir does not format is a plan-time error.
+pub(crate) fn date_format(
+    input: Node,
+    pattern: Option<&str>,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
+    let input = timestamp_operand(input, "date_format", origin)?;
+    let Some(pattern) = pattern else {
+        return Ok(Node::literal(
+            Literal::null(SqlType::String),
+            SqlType::String,
+            origin.sql.clone(),
+        ));
+    };
+    let pieces =
+        parse_format(pattern).map_err(|e| origin.type_error(format!("date_format: {e}")))?;
+    Ok(Node::op(
+        SqlType::String,
+        origin.sql.clone(),
+        DateFormatOp { input, pieces },
+    ))
+}
+
+#[derive(Debug)]
+struct DateFormatOp {
+    input: Node,
+    pieces: Vec<FormatPiece>,
+}
+
+impl Operator for DateFormatOp {
+    fn eval(&self, batch: &RecordBatch, sql: &str) -> Result<Value, EvalError> {
+        self.input.eval(batch)?.map(|array| {
+            let timestamps = primitive::<TimestampMillisecondType>(array, sql)?;
+            let mut builder = StringBuilder::with_capacity(timestamps.len(), timestamps.len() * 16);
+            let mut scratch = String::new();
+            for millis in timestamps {
+                scratch.clear();
+                match millis.and_then(|millis| write_format(&mut scratch, &self.pieces, millis)) {
+                    Some(()) => builder.append_value(&scratch),
+                    None => builder.append_null(),
+                }
+            }
+            Ok(Arc::new(builder.finish()) as ArrayRef)
+        })
+    }
+
+    fn children(&self) -> Vec<&Node> {
+        vec![&self.input]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn formatted(pattern: &str, millis: i64) -> String {
+        let pieces = parse_format(pattern).expect("a supported pattern");
+        let mut out = String::new();
+        write_format(&mut out, &pieces, millis).expect("a time in range");
+        out
+    }
+
+    #[test]
+    fn date_format_writes_each_field_padded() {
+        // 2023-11-14 22:13:20.123 UTC, and 1970-01-01 00:00:00.
+        let t = 1_700_000_000_123;
+        assert_eq!(formatted("yyyy-MM-dd", t), "2023-11-14");
+        assert_eq!(formatted("HH:mm", t), "22:13");
+        assert_eq!(
+            formatted("yyyy-MM-dd HH:mm:ss.SSS", t),
+            "2023-11-14 22:13:20.123"
+        );
+        assert_eq!(
+            formatted("yyyy-MM-dd HH:mm:ss.SSS", 0),
+            "1970-01-01 00:00:00.000"
+        );
+        assert_eq!(formatted("yy/M/d H:m:s", 5_000), "70/1/1 0:0:5");
+        assert_eq!(formatted("dd MMM yyyy, MMMM", t), "14 Nov 2023, November");
+        assert_eq!(formatted("yyyyy", t), "02023");
+        // Before the epoch: the day before, 23:59:59.999.
+        assert_eq!(
+            formatted("yyyy-MM-dd HH:mm:ss.SSS", -1),
+            "1969-12-31 23:59:59.999"
+        );
+    }
+
+    #[test]
+    fn date_format_copies_quoted_text_and_other_characters() {
+        let t = 1_700_000_000_123;
+        assert_eq!(formatted("yyyy-MM-dd'T'HH:mm", t), "2023-11-14T22:13");
+        assert_eq!(formatted("'day' dd 'of' MM", t), "day 14 of 11");
+        assert_eq!(formatted("HH 'o''clock' ''", t), "22 o'clock '");
+        assert_eq!(formatted("[HH]", t), "[22]");
+        assert_eq!(formatted("", t), "");
+    }
+
+    #[test]
+    fn date_format_refuses_letters_it_does_not_format() {
+        for (pattern, letters) in [
+            ("yyyy-MM-dd E", "'E'"),
+            ("hh:mm a", "'hh'"),
+            ("ss.S", "'S'"),
+            ("ddd", "'ddd'"),
+            ("YYYY", "'YYYY'"),
+        ] {
+            let message = parse_format(pattern).expect_err(pattern);
+            assert!(message.contains(letters), "{pattern}: {message}");
+            assert!(message.contains("supported: yyyy"), "{pattern}: {message}");
+        }
+        assert!(
+            parse_format("'open")
+                .expect_err("open quote")
+                .contains("not closed")
+        );
+    }
 
     #[test]
     fn interval_text_accepts_several_amounts_and_units() {

@@ -286,3 +286,11 @@ fn timestamp_plus_number_is_a_type_error_pointing_to_interval() {
             .starts_with("cannot apply '+' to TIMESTAMP and TIMESTAMP")
     );
 }
+
+#[test]
+fn mod_is_the_remainder_operator() {
+    // The sign follows the dividend, as Flink's (Java's) MOD.
+    assert_eq!(ints("mod(i, 3)"), [Some(1), Some(-1), None, Some(1)]);
+    assert_eq!(ints("MOD(10, 4)"), [Some(2); 4]);
+    assert_eq!(ints("mod(i, 3)"), ints("i % 3"));
+}

@@ -128,3 +128,18 @@ fn greatest_and_least_skip_nulls() {
             .contains("incompatible types")
     );
 }
+
+#[test]
+fn if_is_case_when_and_skips_the_branch_a_row_does_not_take() {
+    assert_eq!(
+        strs("IF(i > 0, 'pos', 'not')"),
+        some_strs(&[Some("pos"), Some("not"), Some("not"), Some("pos")])
+    );
+    // j = 0 takes the else branch, so i / j is not evaluated there.
+    assert_eq!(
+        ints("if(j <> 0, i / j, -1)"),
+        [Some(0), Some(-1), None, Some(-1)]
+    );
+    let message = compile_error("if(i, 1, 2)").to_string();
+    assert!(message.contains("needs a BOOL"), "{message}");
+}

@@ -182,3 +182,111 @@ fn like_needs_a_constant_string_pattern() {
         ExprError::Unsupported { .. } | ExprError::Syntax { .. }
     ));
 }
+
+#[test]
+fn regexp_extract_returns_a_group_of_the_first_match_or_null() {
+    // q21's pattern: the second group is the channel id.
+    assert_eq!(
+        strs("regexp_extract('a=1&channel_id=42&b=2', '(&|^)channel_id=([^&]*)', 2)")[0].as_deref(),
+        Some("42")
+    );
+    assert_eq!(
+        strs("REGEXP_EXTRACT('channel_id=7', '(&|^)channel_id=([^&]*)', 2)")[0].as_deref(),
+        Some("7")
+    );
+    // Group 0 (the default) is the whole match; no match is NULL.
+    assert_eq!(
+        strs("regexp_extract(s, 'l+')"),
+        some_strs(&[Some("ll"), Some("l"), None, None])
+    );
+    assert_eq!(
+        strs("regexp_extract(s, '(l+)(x)?', 1)"),
+        some_strs(&[Some("ll"), Some("l"), None, None])
+    );
+    // A group that took no part in the match is NULL.
+    assert_eq!(strs("regexp_extract(s, '(l+)(x)?', 2)"), vec![None; 4]);
+    // The group from a column: out of range or negative is NULL, as in Flink.
+    assert_eq!(
+        strs("regexp_extract(s, '(H|w)(.)', j)"),
+        some_strs(&[Some("e"), Some("wö"), None, None])
+    );
+    assert_eq!(
+        strs("regexp_extract(s, '(H|w)(.)', j + 1)"),
+        some_strs(&[None, Some("w"), None, None])
+    );
+    assert_eq!(strs("regexp_extract(s, '(H|w)', i)")[1], None);
+    assert_eq!(strs("regexp_extract(s, NULL)"), vec![None; 4]);
+}
+
+#[test]
+fn regexp_extract_compiles_a_pattern_from_a_column_per_row() {
+    assert_eq!(
+        strs("regexp_extract('Hello wörld', s)"),
+        some_strs(&[Some("Hello"), Some("wörld"), None, None])
+    );
+    // A pattern that does not compile gives NULL, as in Flink.
+    assert_eq!(strs("regexp_extract('x(', s || '(')"), vec![None; 4]);
+}
+
+#[test]
+fn regexp_extract_refuses_a_bad_constant_pattern_or_group_at_plan_time() {
+    let message = compile_error("regexp_extract(s, '(a')").to_string();
+    assert!(message.contains("does not compile"), "{message}");
+    let message = compile_error("regexp_extract(s, '(a)', 2)").to_string();
+    assert!(message.contains("group 2 is not in '(a)'"), "{message}");
+    assert!(message.contains("groups 0 to 1"), "{message}");
+    let message = compile_error("regexp_extract(s, 'a', -1)").to_string();
+    assert!(message.contains("group -1"), "{message}");
+    let message = compile_error("regexp_extract(i, 'a')").to_string();
+    assert!(message.contains("needs a STRING"), "{message}");
+}
+
+#[test]
+fn split_index_counts_empty_pieces_and_is_null_out_of_range() {
+    let url = "'https://www.nexmark.com/a/b/c/item.htm?query=1'";
+    let piece = |index: &str| strs(&format!("split_index({url}, '/', {index})"))[0].clone();
+    assert_eq!(piece("0").as_deref(), Some("https:"));
+    assert_eq!(piece("1").as_deref(), Some(""));
+    assert_eq!(piece("3").as_deref(), Some("a"));
+    assert_eq!(piece("5").as_deref(), Some("c"));
+    assert_eq!(piece("6").as_deref(), Some("item.htm?query=1"));
+    assert_eq!(piece("7"), None);
+    assert_eq!(piece("-1"), None);
+    assert_eq!(
+        strs("split_index('a<>b<>c', '<>', 2)")[0].as_deref(),
+        Some("c")
+    );
+    assert_eq!(strs("split_index('a/', '/', 1)")[0].as_deref(), Some(""));
+    // An empty string has no pieces (Flink splits it into none).
+    assert_eq!(strs("split_index('', '/', 0)")[0], None);
+    assert_eq!(
+        strs("split_index(s, 'l', 1)"),
+        some_strs(&[Some(""), Some("d"), None, None])
+    );
+    assert_eq!(
+        strs("split_index(s, 'l', j)"),
+        some_strs(&[Some("o"), Some("wör"), None, None])
+    );
+    // An empty separator read from a column gives NULL; a constant one is refused.
+    assert_eq!(
+        strs("split_index('a b', substring(s, 1, 0), 0)"),
+        vec![None; 4]
+    );
+    let message = compile_error("split_index(s, '', 0)").to_string();
+    assert!(message.contains("separator is empty"), "{message}");
+    assert_eq!(strs("split_index(s, NULL, 0)"), vec![None; 4]);
+}
+
+#[test]
+fn count_char_counts_one_character_and_zero_for_null() {
+    assert_eq!(
+        ints("count_char(s, 'l')"),
+        [Some(2), Some(1), Some(0), Some(0)]
+    );
+    assert_eq!(ints("count_char('ööxö', 'ö')")[0], Some(3));
+    assert_eq!(ints("count_char(s, NULL)"), [None; 4]);
+    let message = compile_error("count_char(s, 'ab')").to_string();
+    assert!(message.contains("one character"), "{message}");
+    let message = compile_error("count_char(s, s)").to_string();
+    assert!(message.contains("constant string"), "{message}");
+}

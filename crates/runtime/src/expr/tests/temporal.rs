@@ -236,3 +236,48 @@ fn date_bin_rounds_down_to_multiples_of_the_stride_since_the_epoch() {
     let message = compile_error("date_bin(INTERVAL '0' SECOND, ts)").to_string();
     assert!(message.contains("constant positive INTERVAL"), "{message}");
 }
+
+#[test]
+fn date_format_writes_the_utc_time_as_the_pattern_says() {
+    assert_eq!(
+        strs("date_format(ts, 'yyyy-MM-dd')"),
+        some_strs(&[
+            Some("2023-11-14"),
+            Some("1970-01-01"),
+            None,
+            Some("2024-02-29")
+        ])
+    );
+    assert_eq!(
+        strs("DATE_FORMAT(ts, 'HH:mm:ss.SSS')"),
+        some_strs(&[
+            Some("22:13:20.123"),
+            Some("00:00:00.000"),
+            None,
+            Some("23:59:59.999")
+        ])
+    );
+    assert_eq!(
+        strs("date_format(ts, 'yyyy-MM-dd''T''HH:mm')")[0].as_deref(),
+        Some("2023-11-14T22:13")
+    );
+    assert_eq!(strs("date_format(ts, NULL)"), vec![None; 4]);
+}
+
+#[test]
+fn date_format_refuses_unknown_letters_and_non_constant_patterns() {
+    let message = compile_error("date_format(ts, 'yyyy-MM-dd E')").to_string();
+    assert!(message.contains("'E' in the pattern"), "{message}");
+    assert!(message.contains("supported: yyyy"), "{message}");
+    let message = compile_error("date_format(ts, s)").to_string();
+    assert!(message.contains("constant string"), "{message}");
+    let message = compile_error("date_format(s, 'yyyy')").to_string();
+    assert!(message.contains("needs a TIMESTAMP"), "{message}");
+}
+
+#[test]
+fn hour_minute_and_second_are_extract_of_the_field() {
+    assert_eq!(ints("hour(ts)"), [Some(22), Some(0), None, Some(23)]);
+    assert_eq!(ints("MINUTE(ts)"), [Some(13), Some(0), None, Some(59)]);
+    assert_eq!(ints("second(ts)"), [Some(20), Some(0), None, Some(59)]);
+}
