@@ -112,18 +112,6 @@ impl Aggregate {
     }
 }
 
-/// A key as its columns' values, for messages.
-fn describe_key(keys: &KeyEncoder, bytes: &[u8]) -> String {
-    match keys.decode(std::iter::once(bytes)) {
-        Ok(columns) => columns
-            .iter()
-            .map(|c| arrow_cast::display::array_value_to_string(c, 0).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join(", "),
-        Err(_) => "(undecodable)".into(),
-    }
-}
-
 /// A key's row before and after one batch (`None`: no row).
 struct Change {
     /// A row of the batch with the key.
@@ -223,7 +211,7 @@ impl Operator for Aggregate {
                             return Err(OperatorError::Data(format!(
                                 "more rows were taken back than were added for the key {}: the \
                                  aggregate's input changelog is not well formed",
-                                describe_key(&self.keys, key.bytes)
+                                self.keys.describe(key.bytes)
                             )));
                         }
                         None => {}

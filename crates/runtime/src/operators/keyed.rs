@@ -86,6 +86,18 @@ impl KeyEncoder {
         let rows: Vec<_> = keys.into_iter().map(|k| parser.parse(k)).collect();
         Ok(self.converter.convert_rows(rows)?)
     }
+
+    /// An encoded key as its columns' values (`7, EUR`), for messages.
+    pub fn describe(&self, key: &[u8]) -> String {
+        match self.decode(std::iter::once(key)) {
+            Ok(columns) => columns
+                .iter()
+                .map(|c| arrow_cast::display::array_value_to_string(c, 0).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(_) => "(undecodable)".into(),
+        }
+    }
 }
 
 /// Encodes whole rows of one schema to bytes and back.

@@ -65,9 +65,9 @@ macro_rules! dispatch {
 crate::spec::transform_kinds!(dispatch);
 
 /// Whether a transform takes an updating input (see [`crate::changelog`]): the stateless
-/// kinds pass each row's kind through, the running aggregate takes rows back. Windows, top-n,
-/// over-aggregates and joins keep rows until an event-time bound makes them final, which a
-/// later change could not undo.
+/// kinds pass each row's kind through, the running aggregate and the running top-n (no
+/// `fire-at`) take rows back. Windows, a top-n with `fire-at`, over-aggregates and joins keep
+/// rows until an event-time bound makes them final, which a later change could not undo.
 pub(super) fn takes_changes(transform: &TransformSpec) -> bool {
     matches!(
         transform,
@@ -76,7 +76,7 @@ pub(super) fn takes_changes(transform: &TransformSpec) -> bool {
             | TransformSpec::KeyBy(_)
             | TransformSpec::Union(_)
             | TransformSpec::Aggregate(_)
-    )
+    ) || matches!(transform, TransformSpec::TopN(t) if t.fire_at.is_none())
 }
 
 /// What `weir explain` prints of a node besides its wiring and columns: what it keeps in state
