@@ -391,3 +391,215 @@ impl RunningTopN {
         Ok(changes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::testing::{Harness, Random, canonical};
+
+    /// A job over rows `{id, k, v}` whose node `top` is a running top-n per `k` by `v DESC`:
+    /// over the rows as they come (append-only), or over a running aggregate's updates of
+    /// them (`updating`; the harness feeds the top-n, so the aggregate only gives the input
+    /// its schema), on the heap or in RocksDB under `dir`.
+    fn job(n: usize, ties: bool, updating: bool, dir: Option<&std::path::Path>) -> String {
+        let state = match dir {
+            Some(d) => format!("state: {{backend: rocksdb, path: {}}}\n", d.display()),
+            None => String::new(),
+        };
+        let input = if updating {
+            "  by-id: {kind: key-by, from: s, keys: [id, k]}\n  \
+             rows: {kind: aggregate, from: by-id, aggregates: {v: max(v)}}\n  \
+             by-k: {kind: key-by, from: rows, keys: [k]}\n"
+        } else {
+            "  by-k: {kind: key-by, from: s, keys: [k]}\n"
+        };
+        format!(
+            "name: running-top-n\n{state}sources:\n  \
+             s: {{kind: jsonl, path: unused.jsonl, schema: {{id: int, k: int, v: int}}}}\n\
+             transforms:\n{input}  \
+             top: {{kind: top-n, from: by-k, order-by: [v DESC], n: {n}, with-ties: {ties}}}\n\
+             sinks:\n  out: {{kind: blackhole, from: top}}\n"
+        )
+    }
+
+    /// A row `{id, k, v}` of the input.
+    type Row = (i64, i64, i64);
+
+    fn as_json(row: &Row) -> Value {
+        json!({"id": row.0, "k": row.1, "v": row.2})
+    }
+
+    /// The naive top-n: per key, the live rows in arrival order, sorted stably by `v`
+    /// descending; the first `n`, and with `ties` every row equal in `v` to the `n`-th.
+    fn naive(live: &BTreeMap<i64, Vec<Row>>, n: usize, ties: bool) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        for rows in live.values() {
+            let mut sorted = rows.clone();
+            sorted.sort_by_key(|r| std::cmp::Reverse(r.2));
+            let nth = sorted.get(n - 1).map(|r| r.2);
+            for (i, r) in sorted.iter().enumerate() {
+                if i < n || (ties && Some(r.2) == nth) {
+                    *out.entry(canonical(&as_json(r))).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Folds an output changelog into `table` (rows → copies), checking that it is well
+    /// formed: a `-U`/`-D` takes back a live row, and a `-U` is followed by its `+U`.
+    fn fold(table: &mut BTreeMap<String, i64>, rows: &[Value]) {
+        for (at, row) in rows.iter().enumerate() {
+            let mut row = row.clone();
+            let op = row
+                .as_object_mut()
+                .and_then(|o| o.remove(changelog::OP))
+                .and_then(|o| o.as_i64())
+                .and_then(|c| RowKind::from_code(i8::try_from(c).ok()?))
+                .unwrap_or_else(|| panic!("a row without its kind: {row}"));
+            let text = canonical(&row);
+            if op.is_addition() {
+                *table.entry(text).or_default() += 1;
+                continue;
+            }
+            let copies = table.entry(text.clone()).or_default();
+            assert!(
+                *copies > 0,
+                "{} of a row that is not live: {text}",
+                op.short()
+            );
+            *copies -= 1;
+            if *copies == 0 {
+                table.remove(&text);
+            }
+            if op == RowKind::UpdateBefore {
+                let next = rows.get(at + 1).map(|r| r[changelog::OP].clone());
+                assert_eq!(
+                    next,
+                    Some(json!(RowKind::UpdateAfter as i8)),
+                    "-U without its +U"
+                );
+            }
+        }
+    }
+
+    /// Random rows in random batches, through the harness with a restart every few batches,
+    /// for each `n`, ties and backend: after every batch, the table the output changelog
+    /// builds is the naive top-n of the input so far. Few keys, ids and values, so that rows
+    /// tie, repeat exactly, and (over updates) keys empty and come back.
+    #[test]
+    fn a_running_top_n_keeps_the_table_of_a_naive_sort_over_random_inputs_and_restarts() {
+        for updating in [false, true] {
+            for (n, ties) in [(1, false), (1, true), (3, false), (3, true)] {
+                for rocksdb in [false, true] {
+                    let dir = tempfile::tempdir().unwrap();
+                    let at = format!("n {n}, ties {ties}, updating {updating}, rocksdb {rocksdb}");
+                    let mut h = Harness::new(
+                        &job(n, ties, updating, rocksdb.then_some(dir.path())),
+                        "top",
+                    );
+                    check(&mut h, n, ties, updating, &at);
+                }
+            }
+        }
+    }
+
+    fn check(h: &mut Harness, n: usize, ties: bool, updating: bool, at: &str) {
+        let mut random = Random(0x7095_5eed_0000_0001 ^ (n as u64) << 8 ^ u64::from(ties));
+        // Per key, the live rows in arrival order.
+        let mut live: BTreeMap<i64, Vec<Row>> = BTreeMap::new();
+        let mut table = BTreeMap::new();
+        let (mut emitted, mut taken_back) = (0, 0);
+        for batch in 0..150i64 {
+            let mut rows: Vec<Value> = Vec::new();
+            for _ in 0..1 + random.below(12) {
+                // Values rise slowly, so that new rows keep displacing old ones.
+                let new_row = |random: &mut Random| -> Row {
+                    (
+                        random.below(4) as i64,
+                        random.below(4) as i64,
+                        random.below(6) as i64 + batch / 5,
+                    )
+                };
+                let count: usize = live.values().map(Vec::len).sum();
+                let pick = |random: &mut Random| -> Option<(i64, usize)> {
+                    if count == 0 {
+                        return None;
+                    }
+                    let mut i = random.below(count as u64) as usize;
+                    live.iter().find_map(|(k, rows)| {
+                        if i < rows.len() {
+                            Some((*k, i))
+                        } else {
+                            i -= rows.len();
+                            None
+                        }
+                    })
+                };
+                let choice = if updating { random.below(3) } else { 0 };
+                match (choice, pick(&mut random)) {
+                    (1, Some((k, i))) => {
+                        // An update: the old row out (its earliest copy), a new one in.
+                        let old = live[&k][i];
+                        let first = live[&k].iter().position(|r| *r == old).unwrap();
+                        live.get_mut(&k).unwrap().remove(first);
+                        let mut new = new_row(&mut random);
+                        new.0 = old.0;
+                        live.entry(new.1).or_default().push(new);
+                        let mut before = as_json(&old);
+                        before[changelog::OP] = json!(RowKind::UpdateBefore as i8);
+                        let mut after = as_json(&new);
+                        after[changelog::OP] = json!(RowKind::UpdateAfter as i8);
+                        rows.extend([before, after]);
+                    }
+                    (2, Some((k, i))) => {
+                        let old = live[&k][i];
+                        let first = live[&k].iter().position(|r| *r == old).unwrap();
+                        live.get_mut(&k).unwrap().remove(first);
+                        let mut row = as_json(&old);
+                        row[changelog::OP] = json!(RowKind::Delete as i8);
+                        rows.push(row);
+                    }
+                    _ => {
+                        let new = new_row(&mut random);
+                        live.entry(new.1).or_default().push(new);
+                        let mut row = as_json(&new);
+                        if updating {
+                            row[changelog::OP] = json!(RowKind::Insert as i8);
+                        }
+                        rows.push(row);
+                    }
+                }
+            }
+            h.push(0, &rows);
+            if batch % 7 == 3 {
+                h.restart();
+            }
+            let out = h.take();
+            emitted += out.len();
+            taken_back += out
+                .iter()
+                .filter(|r| r[changelog::OP] == json!(RowKind::Delete as i8))
+                .count();
+            fold(&mut table, &out);
+            assert_eq!(table, naive(&live, n, ties), "{at}, after batch {batch}");
+        }
+        assert!(emitted > 100, "{at}: {emitted} changes");
+        if updating || n > 1 || ties {
+            assert!(taken_back > 10, "{at}: {taken_back} rows deleted");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a row was taken back that the top-n never received")]
+    fn taking_back_a_row_never_received_is_a_clear_error() {
+        let mut h = Harness::new(&job(2, false, true, None), "top");
+        let row = |v: i64, kind: RowKind| json!({"id": 1, "k": 1, "v": v, "__op": kind as i8});
+        h.push(0, &[row(1, RowKind::Insert)]);
+        h.push(0, &[row(2, RowKind::Delete)]);
+    }
+}

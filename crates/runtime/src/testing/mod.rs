@@ -22,10 +22,11 @@ pub mod sink_conformance;
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
+    BooleanBuilder, Float64Builder, Int8Builder, Int64Builder, StringBuilder,
+    TimestampMillisecondBuilder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
+use arrow_array::types::{Float64Type, Int8Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use serde_json::{Map, Value};
@@ -110,7 +111,8 @@ impl Harness {
             .collect();
         let factory = factory.clone();
         let state = Arc::new(StateSettings::for_run(&plan.spec));
-        let op = factory(&context(&state, None)).unwrap_or_else(|e| panic!("making `{node}`: {e}"));
+        let op =
+            factory(&context(&state, None, 0)).unwrap_or_else(|e| panic!("making `{node}`: {e}"));
         Harness {
             factory,
             state,
@@ -182,13 +184,20 @@ impl Harness {
                 state,
             }],
         };
-        self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore))))
+        // A new attempt, as after a real failure: a RocksDB backend restores into a database
+        // of its own beside the old one, still open until replaced.
+        let attempt = u32::try_from(self.snapshots).unwrap_or(u32::MAX);
+        self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore)), attempt))
             .unwrap_or_else(|e| panic!("restoring: {e}"));
     }
 }
 
-/// Subtask 0 of 1, heap state, no checkpointing.
-fn context(state: &Arc<StateSettings>, restore: Option<Arc<SubtaskRestore>>) -> SubtaskContext {
+/// Subtask 0 of 1, the job's state backend, no checkpointing.
+fn context(
+    state: &Arc<StateSettings>,
+    restore: Option<Arc<SubtaskRestore>>,
+    attempt: u32,
+) -> SubtaskContext {
     SubtaskContext {
         subtask: 0,
         parallelism: 1,
@@ -196,7 +205,7 @@ fn context(state: &Arc<StateSettings>, restore: Option<Arc<SubtaskRestore>>) -> 
         metrics: Arc::default(),
         want: Vec::new(),
         restore,
-        attempt: 0,
+        attempt,
         checkpoint_base: 0,
         checkpointing: false,
         state: Some(state.clone()),
@@ -216,6 +225,16 @@ pub fn batch(schema: &SchemaRef, rows: &[Value]) -> RecordBatch {
                 DataType::Int64 => {
                     let mut b = Int64Builder::new();
                     values.for_each(|v| b.append_option(v.and_then(Value::as_i64)));
+                    Arc::new(b.finish())
+                }
+                // An updating stream's row kind (`__op`).
+                DataType::Int8 => {
+                    let mut b = Int8Builder::new();
+                    values.for_each(|v| {
+                        b.append_option(
+                            v.and_then(Value::as_i64).and_then(|c| i8::try_from(c).ok()),
+                        )
+                    });
                     Arc::new(b.finish())
                 }
                 DataType::Float64 => {
@@ -257,6 +276,7 @@ pub fn rows(batch: &RecordBatch) -> Vec<Value> {
                 } else {
                     match column.data_type() {
                         DataType::Int64 => column.as_primitive::<Int64Type>().value(row).into(),
+                        DataType::Int8 => column.as_primitive::<Int8Type>().value(row).into(),
                         DataType::Float64 => column.as_primitive::<Float64Type>().value(row).into(),
                         DataType::Utf8 => column.as_string::<i32>().value(row).into(),
                         DataType::Boolean => column.as_boolean().value(row).into(),
