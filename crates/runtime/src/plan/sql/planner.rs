@@ -184,7 +184,11 @@ impl Lowering<'_> {
                     Done::Planned(rel) => return Ok(rel),
                     Done::Side(side) => side,
                 };
+                let rank = side.rel.rank.as_ref().map(|r| r.column.clone());
                 let side = self.rank_filter(side, &mut wheres)?;
+                if let Some(rank) = rank {
+                    refuse_rank_column(&side.rel, &rank, &wheres, &analysis)?;
+                }
                 let side = self.filter(side, wheres)?;
                 self.after_from(side, &group_by, &analysis, s)
             }
@@ -1339,6 +1343,50 @@ fn rank_needs(rel: &Rel, rank: &PendingRank) -> Vec<String> {
         }
     }
     out
+}
+
+/// A Top-N emits its rows, not their rank numbers: a query that reads the rank column `rank`
+/// past its filter is refused, saying to leave it out (Flink emits it only when selected, and
+/// then updates every row whose rank shifts, which weir does not do).
+fn refuse_rank_column(
+    rel: &Rel,
+    rank: &str,
+    wheres: &[Expr],
+    p: &Projection,
+) -> Result<(), SqlError> {
+    if rel.column(rank).is_some() {
+        return Ok(());
+    }
+    let exprs = p.items.iter().filter_map(|i| match i {
+        Item::Expr { expr, .. } => Some(expr),
+        Item::Star(_) => None,
+    });
+    for expr in exprs.chain(wheres) {
+        let mut at = None;
+        let _ = ast::visit_expressions(expr, |e| {
+            let named = match e {
+                Expr::Identifier(i) => Some(i),
+                Expr::CompoundIdentifier(parts) => parts.last(),
+                _ => None,
+            };
+            if let Some(i) = named.filter(|i| same_name(&i.value, rank)) {
+                at = Some(i.span);
+                return std::ops::ControlFlow::Break(());
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        if let Some(span) = at {
+            return Err(SqlError::at(
+                span,
+                format!(
+                    "the rank `{rank}` is not a column of the Top-N's rows: weir emits the rows \
+                     of each partition's first N, not their rank numbers; leave `{rank}` out \
+                     (`SELECT *` already does)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `rn <= 3`, `rn < 4`, `rn = 1`, `3 >= rn`: the number of rows kept.
