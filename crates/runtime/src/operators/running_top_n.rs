@@ -46,6 +46,10 @@ type Best = Vec<(Vec<u8>, Vec<u8>)>;
 /// big-endian, appended to the sort key), to the encoded row.
 type Live = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// A key's rows of one append-only batch: its first row there, and its best rows there (sort
+/// key, row number), best first.
+type Candidates<'b> = (usize, Vec<(&'b [u8], usize)>);
+
 /// What a running top-n is, shared by its subtasks.
 pub struct RunningTopNDef {
     pub order: Vec<(Expr, bool)>,
@@ -270,7 +274,7 @@ impl RunningTopN {
         // of the batch (sort key, row number), best first. A row behind them stays out once
         // the kept rows join in.
         let mut index: HashMap<&[u8], usize> = HashMap::new();
-        let mut groups: Vec<(usize, Vec<(&[u8], usize)>)> = Vec::new();
+        let mut groups: Vec<Candidates<'_>> = Vec::new();
         for i in 0..batch.num_rows() {
             let slot = *index.entry(keys.rows.row(i).data()).or_insert_with(|| {
                 groups.push((i, Vec::new()));

@@ -16,10 +16,10 @@ use crate::spec::TopNSpec;
 pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     let (keys, schema) = p.keyed_input(0, "from")?;
     let order = p.order("order-by", &t.order_by, &schema);
-    let fire_at = match &t.fire_at {
-        Some(sql) => Some(p.time("fire-at", sql, &schema)),
-        None => None,
-    };
+    let fire_at = t
+        .fire_at
+        .as_ref()
+        .map(|sql| p.time("fire-at", sql, &schema));
     // The data columns: an updating input's row kind is not one of them.
     let data = changelog::op_column(&schema).unwrap_or(schema.fields().len());
     let columns: Vec<usize> = match &t.columns {
