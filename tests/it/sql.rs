@@ -147,14 +147,15 @@ fn every_sql_nexmark_query_equals_its_yaml_twin_and_the_reference() {
     }
 }
 
-/// q18 and q19 (deduplication and Top-N with no window) have no YAML twin: their SQL alone,
-/// written as a changelog and folded into its final table, against the reference, at
-/// parallelism 1 and 2 on both backends.
+/// q18 (deduplication with no window) has no YAML twin: its SQL alone, written as a changelog
+/// and folded into its final table, against the reference, at parallelism 1 and 2 on both
+/// backends. (q19's running Top-10 emits no rank number, and which of two equal prices ranks
+/// tenth depends on arrival order: `changelog::q19_running_top_10_keeps_each_auctions_highest_bids`
+/// checks its prices per auction.)
 #[test]
-#[ignore = "needs running top-n (branch running-topn)"]
-fn sql_q18_and_q19_equal_the_reference() {
+fn sql_q18_equals_the_reference() {
     let events = events();
-    for query in ["q18", "q19"] {
+    for query in ["q18"] {
         let key = upsert_key(query).expect("a key");
         let expected = multiset(last_per_key(
             reference_of(query, &events).expect("a reference"),
@@ -254,12 +255,12 @@ fn problems_in_a_query_have_the_line_and_column_of_the_job_file() {
 
 #[test]
 fn constructs_with_unbounded_state_or_retractions_are_refused_with_what_and_where() {
-    // A Top-N that nothing makes final.
+    // The rank number of a Top-N: its rows are emitted, not their ranks.
     let (line, _, message) = problem(
-        "SELECT * FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn\n  FROM nexmark.bid\n) WHERE rn <= 1",
+        "SELECT auction, rn FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn\n  FROM nexmark.bid\n) WHERE rn <= 1",
     );
-    assert_eq!(line, 10, "{message}");
-    assert!(message.contains("final at a known time"), "{message}");
+    assert_eq!(line, 9, "{message}");
+    assert!(message.contains("leave `rn` out"), "{message}");
 
     // A Top-N of no rows, or of more than a partition may keep.
     for n in ["0", "99999999999"] {
@@ -269,18 +270,19 @@ fn constructs_with_unbounded_state_or_retractions_are_refused_with_what_and_wher
         assert!(message.contains("a Top-N keeps 1 to"), "{message}");
     }
 
-    // A join of an updating stream.
-    let (_, _, message) = problem(
-        "SELECT c.category, a.id FROM (\n  SELECT category, COUNT(*) AS n FROM nexmark.auction GROUP BY category\n) c JOIN nexmark.auction a ON c.category = a.category",
-    );
-    assert!(message.contains("updating stream"), "{message}");
-
-    // Outer joins.
+    // A WHERE over an outer join's padded side would filter the joined rows.
     let (line, _, message) = problem(
-        "SELECT a.id FROM nexmark.auction a\nLEFT JOIN nexmark.person p ON a.seller = p.id",
+        "SELECT a.id FROM nexmark.auction a\nLEFT JOIN nexmark.person p ON a.seller = p.id\nWHERE p.state = 'OR'",
+    );
+    assert_eq!(line, 11, "{message}");
+    assert!(message.contains("put it in ON"), "{message}");
+
+    // Joins other than inner and outer.
+    let (line, _, message) = problem(
+        "SELECT a.id FROM nexmark.auction a\nLEFT SEMI JOIN nexmark.person p ON a.seller = p.id",
     );
     assert_eq!(line, 10, "{message}");
-    assert!(message.contains("only inner joins"), "{message}");
+    assert!(message.contains("only [INNER] JOIN"), "{message}");
 
     // A cross join.
     let (_, _, message) = problem("SELECT a.id FROM nexmark.auction a, nexmark.person p");

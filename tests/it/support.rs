@@ -122,7 +122,7 @@ pub fn multiset(rows: impl IntoIterator<Item = Value>) -> BTreeMap<String, usize
     m
 }
 
-pub fn canonical(v: &Value) -> String {
+fn canonical(v: &Value) -> String {
     match v {
         Value::Object(map) => {
             let sorted: BTreeMap<&String, String> =

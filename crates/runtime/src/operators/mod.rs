@@ -16,6 +16,8 @@
 //!   of a running or windowed aggregate.
 //! - [`window`], [`window_aggregate`]: event-time windows and windowed aggregation.
 //! - [`top_n`]: per key and time, the first n rows by an order.
+//! - [`running_top_n`]: per key, the first n rows by an order, kept up to date (an updating
+//!   stream; deduplication with `n: 1`).
 //! - [`over_aggregate`]: aggregates over each row's last n rows per key.
 //! - [`join`], [`window_join`]: keyed joins (regular, interval, windowed).
 //!
@@ -30,6 +32,7 @@ pub mod keyed;
 pub mod local_aggregate;
 pub mod map;
 pub mod over_aggregate;
+pub mod running_top_n;
 pub mod top_n;
 pub mod updating_join;
 pub mod window;

@@ -74,7 +74,12 @@ impl TopN {
 }
 
 /// Whether a row with `sort` would enter `group` (rows by sort key, in order).
-fn admits<K: AsRef<[u8]>, R>(group: &[(K, R)], sort: &[u8], n: usize, with_ties: bool) -> bool {
+pub(super) fn admits<K: AsRef<[u8]>, R>(
+    group: &[(K, R)],
+    sort: &[u8],
+    n: usize,
+    with_ties: bool,
+) -> bool {
     match group.get(n.saturating_sub(1)) {
         None => true,
         Some((last, _)) if with_ties => sort <= last.as_ref(),
@@ -83,7 +88,7 @@ fn admits<K: AsRef<[u8]>, R>(group: &[(K, R)], sort: &[u8], n: usize, with_ties:
 }
 
 /// Inserts after rows with an equal key (earlier arrivals rank first), then trims.
-fn insert<K: AsRef<[u8]> + Clone, R>(
+pub(super) fn insert<K: AsRef<[u8]> + Clone, R>(
     group: &mut Vec<(K, R)>,
     sort: K,
     row: R,

@@ -346,7 +346,7 @@ mod tests {
     /// reads a running aggregate (only for its schema: the harness feeds the join itself).
     fn job(mode: &str, updating: [bool; 2], state: &str) -> String {
         let side = |name: &str, updating: bool| {
-            let from = if updating {
+            if updating {
                 format!(
                     "  {name}agg: {{kind: aggregate, from: {name}id, aggregates: {{v: max(v)}}}}\n  \
                      {name}id: {{kind: key-by, from: {name}, keys: [k, id]}}\n  \
@@ -354,8 +354,7 @@ mod tests {
                 )
             } else {
                 format!("  {name}k: {{kind: key-by, from: {name}, keys: [k]}}\n")
-            };
-            from
+            }
         };
         format!(
             "name: updating-join-test\n{state}sources:\n  \

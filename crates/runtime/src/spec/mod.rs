@@ -182,7 +182,8 @@ macro_rules! transform_kinds {
             /// Aggregates per key and event-time window (tumbling, sliding or session), emitted
             /// when the watermark passes the window's end.
             WindowAggregate(WindowAggregateSpec) = "window-aggregate" in window_aggregate,
-            /// The first `n` rows per key by an order, emitted when the watermark reaches a time.
+            /// The first `n` rows per key by an order: emitted when the watermark reaches a time, or
+            /// without `fire-at` kept up to date as an updating stream.
             TopN(TopNSpec) = "top-n" in top_n,
             /// An aggregate over each row's last `rows` rows per key, in event-time order.
             OverAggregate(OverAggregateSpec) = "over-aggregate" in over_aggregate,

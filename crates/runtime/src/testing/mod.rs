@@ -22,10 +22,11 @@ pub mod sink_conformance;
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
+    BooleanBuilder, Float64Builder, Int8Builder, Int64Builder, StringBuilder,
+    TimestampMillisecondBuilder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType};
+use arrow_array::types::{Float64Type, Int8Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use serde_json::{Map, Value};
@@ -110,7 +111,8 @@ impl Harness {
             .collect();
         let factory = factory.clone();
         let state = Arc::new(StateSettings::for_run(&plan.spec));
-        let op = factory(&context(&state, None)).unwrap_or_else(|e| panic!("making `{node}`: {e}"));
+        let op =
+            factory(&context(&state, None, 0)).unwrap_or_else(|e| panic!("making `{node}`: {e}"));
         Harness {
             factory,
             state,
@@ -196,18 +198,20 @@ impl Harness {
                 state,
             }],
         };
-        // The failed subtask's store goes first, as its process would: a RocksDB store is
-        // locked while open.
-        if let Some(backend) = self.op.keyed_state() {
-            backend.close().unwrap_or_else(|e| panic!("closing: {e}"));
-        }
-        self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore))))
+        // A new attempt, as after a real failure: a RocksDB backend restores into a database
+        // of its own beside the old one, still open until replaced.
+        let attempt = u32::try_from(self.snapshots).unwrap_or(u32::MAX);
+        self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore)), attempt))
             .unwrap_or_else(|e| panic!("restoring: {e}"));
     }
 }
 
-/// Subtask 0 of 1, heap state, no checkpointing.
-fn context(state: &Arc<StateSettings>, restore: Option<Arc<SubtaskRestore>>) -> SubtaskContext {
+/// Subtask 0 of 1, the job's state backend, no checkpointing.
+fn context(
+    state: &Arc<StateSettings>,
+    restore: Option<Arc<SubtaskRestore>>,
+    attempt: u32,
+) -> SubtaskContext {
     SubtaskContext {
         subtask: 0,
         parallelism: 1,
@@ -215,7 +219,7 @@ fn context(state: &Arc<StateSettings>, restore: Option<Arc<SubtaskRestore>>) -> 
         metrics: Arc::default(),
         want: Vec::new(),
         restore,
-        attempt: 0,
+        attempt,
         checkpoint_base: 0,
         checkpointing: false,
         state: Some(state.clone()),
@@ -235,6 +239,22 @@ pub fn batch(schema: &SchemaRef, rows: &[Value]) -> RecordBatch {
                 DataType::Int64 => {
                     let mut b = Int64Builder::new();
                     values.for_each(|v| b.append_option(v.and_then(Value::as_i64)));
+                    Arc::new(b.finish())
+                }
+                // An updating stream's row kind (`__op`): its code, or its short form
+                // (`"+I"`, `"-D"`).
+                DataType::Int8 => {
+                    let mut b = Int8Builder::new();
+                    values.for_each(|v| {
+                        let short = v.and_then(Value::as_str).map(|s| {
+                            crate::changelog::RowKind::from_short(s)
+                                .unwrap_or_else(|| panic!("no row kind {s}"))
+                                as i8
+                        });
+                        b.append_option(short.or_else(|| {
+                            v.and_then(Value::as_i64).and_then(|c| i8::try_from(c).ok())
+                        }))
+                    });
                     Arc::new(b.finish())
                 }
                 DataType::Float64 => {
@@ -257,15 +277,6 @@ pub fn batch(schema: &SchemaRef, rows: &[Value]) -> RecordBatch {
                     values.for_each(|v| b.append_option(v.and_then(Value::as_i64)));
                     Arc::new(b.finish())
                 }
-                // A row's kind, written as its short form (`"+I"`, `"-D"`; default `+I`).
-                DataType::Int8 if f.name() == crate::changelog::OP => {
-                    let kind = |v: Option<&Value>| {
-                        let short = v.and_then(Value::as_str).unwrap_or("+I");
-                        crate::changelog::RowKind::from_short(short)
-                            .unwrap_or_else(|| panic!("no row kind {short}"))
-                    };
-                    crate::changelog::op_array(values.map(kind))
-                }
                 other => panic!("the harness has no JSON form for {other}"),
             };
             array
@@ -285,6 +296,14 @@ pub fn rows(batch: &RecordBatch) -> Vec<Value> {
                 } else {
                     match column.data_type() {
                         DataType::Int64 => column.as_primitive::<Int64Type>().value(row).into(),
+                        // A row's kind as its short form (`"+I"`).
+                        DataType::Int8 if f.name() == crate::changelog::OP => {
+                            let code = column.as_primitive::<Int8Type>().value(row);
+                            crate::changelog::RowKind::from_code(code)
+                                .map_or("?", crate::changelog::RowKind::short)
+                                .into()
+                        }
+                        DataType::Int8 => column.as_primitive::<Int8Type>().value(row).into(),
                         DataType::Float64 => column.as_primitive::<Float64Type>().value(row).into(),
                         DataType::Utf8 => column.as_string::<i32>().value(row).into(),
                         DataType::Boolean => column.as_boolean().value(row).into(),
@@ -292,12 +311,6 @@ pub fn rows(batch: &RecordBatch) -> Vec<Value> {
                             .as_primitive::<TimestampMillisecondType>()
                             .value(row)
                             .into(),
-                        DataType::Int8 if f.name() == crate::changelog::OP => {
-                            let code = column.as_primitive::<arrow_array::types::Int8Type>();
-                            crate::changelog::RowKind::from_code(code.value(row))
-                                .map_or("?", crate::changelog::RowKind::short)
-                                .into()
-                        }
                         other => panic!("the harness has no JSON form for {other}"),
                     }
                 };

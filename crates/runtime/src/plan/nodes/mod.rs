@@ -65,9 +65,10 @@ macro_rules! dispatch {
 crate::spec::transform_kinds!(dispatch);
 
 /// Whether a transform takes an updating input (see [`crate::changelog`]): the stateless
-/// kinds pass each row's kind through, the running aggregate and the regular join (kept for
-/// good) take rows back. Windows, top-n, over-aggregates and time-bounded joins keep rows until an event-time bound makes them final, which a
-/// later change could not undo.
+/// kinds pass each row's kind through; the running aggregate, the regular join (kept for good)
+/// and the running top-n (no `fire-at`) take rows back. Windows, a top-n with `fire-at`,
+/// over-aggregates and time-bounded joins keep rows until an event-time bound makes them final,
+/// which a later change could not undo.
 pub(super) fn takes_changes(transform: &TransformSpec) -> bool {
     matches!(
         transform,
@@ -77,6 +78,7 @@ pub(super) fn takes_changes(transform: &TransformSpec) -> bool {
             | TransformSpec::Union(_)
             | TransformSpec::Aggregate(_)
     ) || matches!(transform, TransformSpec::Join(j) if j.left_until.is_none() && j.right_until.is_none())
+        || matches!(transform, TransformSpec::TopN(t) if t.fire_at.is_none())
 }
 
 /// What `weir explain` prints of a node besides its wiring and columns: what it keeps in state

@@ -1,11 +1,14 @@
-//! `top-n`: the first `n` rows per key by an order, fired at an event time, over a `key-by`
-//! node.
+//! `top-n`: the first `n` rows per key by an order, over a `key-by` node: fired at an event
+//! time (`fire-at`, append-only), or without it kept up to date as an updating stream.
 
 use std::sync::Arc;
 
 use super::Explained;
 use super::{Compiled, Planned, Planner, Reads, columns_of};
+use crate::changelog::{self, ChangelogMode};
+use crate::keys::KeySelector;
 use crate::operators::keyed::KeyEncoder;
+use crate::operators::running_top_n::{RunningTopN, RunningTopNDef};
 use crate::operators::top_n::{TopN, TopNDef};
 use crate::spec::JobSpec;
 use crate::spec::TopNSpec;
@@ -13,17 +16,24 @@ use crate::spec::TopNSpec;
 pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     let (keys, schema) = p.keyed_input(0, "from")?;
     let order = p.order("order-by", &t.order_by, &schema);
-    let fire_at = p.time("fire-at", &t.fire_at, &schema);
+    let fire_at = t
+        .fire_at
+        .as_ref()
+        .map(|sql| p.time("fire-at", sql, &schema));
+    // The data columns: an updating input's row kind is not one of them.
+    let data = changelog::op_column(&schema).unwrap_or(schema.fields().len());
     let columns: Vec<usize> = match &t.columns {
-        None => (0..schema.fields().len()).collect(),
+        None => (0..data).collect(),
         Some(names) => {
             let mut idx = Vec::new();
             for (n, name) in names.iter().enumerate() {
                 match schema.index_of(name) {
-                    Ok(i) => idx.push(i),
-                    Err(_) => {
-                        let known: Vec<&str> =
-                            schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    Ok(i) if i < data => idx.push(i),
+                    _ => {
+                        let known: Vec<&str> = schema.fields()[..data]
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect();
                         p.problem(
                             &format!("columns/{n}"),
                             format!("no column `{name}`; columns: {}", known.join(", ")),
@@ -34,13 +44,20 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
             idx
         }
     };
-    let out = Arc::new(schema.project(&columns).ok()?);
-    let mut read = columns_of(order.iter().map(|(e, _)| e));
+    let projected = schema.project(&columns).ok()?;
+    let read = columns_of(order.iter().map(|(e, _)| e));
+    let n = t.n.max(1) as usize;
+    let Some(fire_at) = fire_at else {
+        let reads = Reads::through(read, columns.iter().copied());
+        return running(t, keys, schema, order, reads, columns, &projected);
+    };
+    let out = Arc::new(projected);
+    let mut read = read;
     read.extend(columns_of(&fire_at));
     let reads = Reads::through(read, columns.iter().copied());
     let def = Arc::new(TopNDef {
         order,
-        n: t.n.max(1) as usize,
+        n,
         with_ties: t.with_ties,
         fire_at: fire_at?,
         input: schema,
@@ -62,17 +79,75 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     Some(Compiled::Operator(planned))
 }
 
+/// A top-n without `fire-at`: a [`RunningTopN`] over an append-only or updating input.
+fn running(
+    t: &TopNSpec,
+    keys: Arc<KeySelector>,
+    schema: arrow_schema::SchemaRef,
+    order: Vec<(crate::expr::Expr, bool)>,
+    reads: Reads,
+    columns: Vec<usize>,
+    projected: &arrow_schema::Schema,
+) -> Option<Compiled> {
+    let updating_input = !ChangelogMode::of(&schema).is_append();
+    let data = changelog::op_column(&schema).unwrap_or(schema.fields().len());
+    // The partition's columns name the output's rows when each is a column that is emitted.
+    let key: Option<Vec<String>> = keys
+        .exprs()
+        .iter()
+        .map(|e| {
+            let i = e.as_column()?;
+            let j = columns.iter().position(|c| *c == i)?;
+            Some(projected.field(j).name().clone())
+        })
+        .collect();
+    let n = t.n.max(1) as usize;
+    let mode = RunningTopNDef::output_mode(n, t.with_ties, updating_input, key);
+    let out = mode.apply(projected);
+    let input = Arc::new(schema.project(&(0..data).collect::<Vec<_>>()).ok()?);
+    let def = Arc::new(RunningTopNDef {
+        order,
+        n,
+        with_ties: t.with_ties,
+        input,
+        updating_input,
+        columns,
+        schema: out.clone(),
+    });
+    let mut planned = Planned::keyed(
+        out,
+        Arc::new(move |_, state| {
+            Ok(Box::new(RunningTopN::new(
+                def.clone(),
+                KeyEncoder::new(keys.clone())?,
+                state,
+            )?))
+        }),
+    );
+    planned.reads = Some(reads);
+    Some(Compiled::Operator(planned))
+}
+
 /// What `weir explain` says the node keeps and what fires it.
 pub(super) fn explain(t: &TopNSpec, _: &JobSpec) -> Explained {
-    Explained {
-        state: Some(format!(
-            "the best {} rows per key and firing time{}",
-            t.n,
-            if t.with_ties { " (ties kept)" } else { "" }
-        )),
-        timers: Some(format!(
-            "event time: `{}` (then the rows are emitted and dropped)",
-            t.fire_at
-        )),
+    let ties = if t.with_ties { " (ties kept)" } else { "" };
+    match &t.fire_at {
+        Some(fire_at) => Explained {
+            state: Some(format!(
+                "the best {} rows per key and firing time{ties}",
+                t.n
+            )),
+            timers: Some(format!(
+                "event time: `{fire_at}` (then the rows are emitted and dropped)"
+            )),
+        },
+        None => Explained {
+            state: Some(format!(
+                "per key for good: the best {} rows{ties} (every live row, over an updating \
+                 input); each change to them is emitted",
+                t.n
+            )),
+            timers: None,
+        },
     }
 }

@@ -18,6 +18,7 @@
 //! | `FROM TABLE(TUMBLE/HOP/SESSION(TABLE t, DESCRIPTOR(time), ...)) GROUP BY window_start, window_end, k` | `key-by`, `window-aggregate` |
 //! | `ROW_NUMBER()`/`RANK() OVER (PARTITION BY window_start, window_end ... ORDER BY ...)` filtered `rn <= N` outside | `key-by`, `top-n` fired at the window's end |
 //! | the same over a time-bounded join, partitioned by the bounded side's key | `top-n` fired at that side's bound |
+//! | the same partitioned by anything else (Nexmark q18, q19), over any stream | `key-by`, a running `top-n` (no `fire-at`: an updating stream) |
 //! | `a JOIN b ON a.k = b.k [AND b.t BETWEEN a.t AND a.x]` | `filter`s, `key-by`s, `join` (with `left-until`/`right-until` from the bounds) |
 //! | `a LEFT/RIGHT/FULL JOIN b ON ...`, or a regular join of an updating input | `filter`s, `key-by`s, `join` with `mode` (an updating stream of `+I`/`-D`) |
 //! | two window TVFs joined on `window_start` and `window_end` | `window-join` |
@@ -26,8 +27,8 @@
 //! | `UNION ALL` | `union` |
 //!
 //! Anything else is refused with what and where: ORDER BY and LIMIT on a stream, time-bounded
-//! and window joins, windows, Top-N and OVER over an updating stream, a WHERE over an outer
-//! join's padded side, a Top-N that no window or time bound makes final, cross joins. A regular join (no time bound) keeps both sides in
+//! and window joins, windows and OVER over an updating stream, a WHERE over an outer join's
+//! padded side, a Top-N's rank column read past its filter, cross joins. A regular join (no time bound) keeps both sides in
 //! state for good, as Flink's does (`state.ttl` bounds it); `weir explain` says so.
 //!
 //! # Layout

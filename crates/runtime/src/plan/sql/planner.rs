@@ -184,7 +184,11 @@ impl Lowering<'_> {
                     Done::Planned(rel) => return Ok(rel),
                     Done::Side(side) => side,
                 };
+                let rank = side.rel.rank.as_ref().map(|r| r.column.clone());
                 let side = self.rank_filter(side, &mut wheres)?;
+                if let Some(rank) = rank {
+                    refuse_rank_column(&side.rel, &rank, &wheres, &analysis)?;
+                }
                 let side = self.filter(side, wheres)?;
                 self.after_from(side, &group_by, &analysis, s)
             }
@@ -447,9 +451,10 @@ impl Lowering<'_> {
             return Err(SqlError::at(
                 span,
                 format!(
-                    "{what} reads an updating stream (the running GROUP BY at {}): joins, \
-                     windows, Top-N and OVER take append-only input (a filter, a projection \
-                     or another GROUP BY may read it); aggregate in a window instead",
+                    "{what} reads an updating stream (the running GROUP BY or Top-N at {}): \
+                     joins, windows and OVER take append-only input (a filter, a projection, \
+                     another GROUP BY or a Top-N without a window may read it); aggregate in \
+                     a window instead",
                     self.describe(at)
                 ),
             ));
@@ -847,7 +852,8 @@ impl Lowering<'_> {
     }
 
     /// `WHERE rn <= N` over a relation with a pending rank: a `top-n` fired when the window
-    /// (or the time bound) of its partition closes.
+    /// (or the time bound) of its partition closes, or, for any other partition, a running
+    /// `top-n` that emits its rows' changes (over an append-only or an updating input).
     fn rank_filter(&mut self, side: Side, wheres: &mut Vec<Expr>) -> Result<Side, SqlError> {
         let Some(rank) = side.rel.rank.clone() else {
             return Ok(side);
@@ -885,27 +891,21 @@ impl Lowering<'_> {
             .window
             .as_ref()
             .filter(|w| rank.partition.contains(&w.start) && rank.partition.contains(&w.end));
+        // A window's or a bound's partition is final at a known time: fired then, append-only.
+        // Any other partition never is: a running Top-N, whose rows are updated for good.
         let fire_at = if let Some(w) = window {
-            if w.rows {
+            Some(if w.rows {
                 format!("{} - INTERVAL '1' MILLISECOND", column(&w.end))
             } else {
                 column(&w.end)
-            }
-        } else if let Some(bound) = rel
-            .bound
-            .as_ref()
-            .filter(|b| b.keys.iter().all(|k| rank.partition.contains(k)))
-        {
-            column(&bound.column)
+            })
         } else {
-            return Err(SqlError::at(
-                rank.span,
-                "a Top-N here must be final at a known time, or it would keep every partition \
-                 and emit updates: PARTITION BY window_start, window_end (of a window TVF or \
-                 window aggregate), or rank the rows of a time-bounded join PARTITION BY its \
-                 bounded side's key",
-            ));
+            rel.bound
+                .as_ref()
+                .filter(|b| b.keys.iter().all(|k| rank.partition.contains(k)))
+                .map(|bound| column(&bound.column))
         };
+        let running = fire_at.is_none();
         let keyed = self.key_by(&side.rel, &rank.partition, rank.span)?;
         let visible: Vec<String> = side.rel.visible().map(str::to_string).collect();
         let hidden = visible.len() != side.rel.cols.len();
@@ -924,6 +924,7 @@ impl Lowering<'_> {
         )?;
         let mut rel = Rel::new(self.last(), &schema, None);
         rel.time = side.rel.time.clone().filter(|t| rel.column(t).is_some());
+        rel.updating = side.rel.updating.or(running.then_some(rank.span));
         rel.window = side
             .rel
             .window
@@ -1362,6 +1363,50 @@ fn rank_needs(rel: &Rel, rank: &PendingRank) -> Vec<String> {
         }
     }
     out
+}
+
+/// A Top-N emits its rows, not their rank numbers: a query that reads the rank column `rank`
+/// past its filter is refused, saying to leave it out (Flink emits it only when selected, and
+/// then updates every row whose rank shifts, which weir does not do).
+fn refuse_rank_column(
+    rel: &Rel,
+    rank: &str,
+    wheres: &[Expr],
+    p: &Projection,
+) -> Result<(), SqlError> {
+    if rel.column(rank).is_some() {
+        return Ok(());
+    }
+    let exprs = p.items.iter().filter_map(|i| match i {
+        Item::Expr { expr, .. } => Some(expr),
+        Item::Star(_) => None,
+    });
+    for expr in exprs.chain(wheres) {
+        let mut at = None;
+        let _ = ast::visit_expressions(expr, |e| {
+            let named = match e {
+                Expr::Identifier(i) => Some(i),
+                Expr::CompoundIdentifier(parts) => parts.last(),
+                _ => None,
+            };
+            if let Some(i) = named.filter(|i| same_name(&i.value, rank)) {
+                at = Some(i.span);
+                return std::ops::ControlFlow::Break(());
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        if let Some(span) = at {
+            return Err(SqlError::at(
+                span,
+                format!(
+                    "the rank `{rank}` is not a column of the Top-N's rows: weir emits the rows \
+                     of each partition's first N, not their rank numbers; leave `{rank}` out \
+                     (`SELECT *` already does)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `rn <= 3`, `rn < 4`, `rn = 1`, `3 >= rn`: the number of rows kept.

@@ -48,10 +48,8 @@ pub struct JoinSpec {
     /// The name of the right row in expressions (`r.price`).
     #[serde(default = "default_right_as")]
     pub right_as: String,
-    /// `inner` (the pairs), or `left`, `right` or `full` (an outer join: also the rows of
-    /// that side without a match, padded with nulls; their output is an updating stream).
-    /// Inner joins of updating inputs and outer joins keep each side's rows for good (no
-    /// `*-until`).
+    /// Which rows besides the pairs (default `inner`: none). An outer join, like an inner
+    /// join of an updating input, keeps each side's rows for good (no `*-until`).
     #[serde(default, skip_serializing_if = "is_inner")]
     pub mode: OuterMode,
     /// An extra condition over both rows.

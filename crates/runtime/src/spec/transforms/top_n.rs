@@ -1,4 +1,5 @@
-//! `top-n`: the first rows per key by an order, emitted when the watermark reaches a time.
+//! `top-n`: the first rows per key by an order, emitted when the watermark reaches a time, or
+//! kept up to date as an updating stream.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -13,7 +14,7 @@ pub struct TopNSpec {
     /// Sort expressions, each optionally followed by `ASC` or `DESC` (`price DESC`).
     #[schemars(length(min = 1))]
     pub order_by: Vec<String>,
-    /// How many rows per key and time.
+    /// How many rows per key (and time, with `fire-at`).
     #[serde(default = "default_one")]
     #[schemars(range(min = 1))]
     pub n: u32,
@@ -21,8 +22,13 @@ pub struct TopNSpec {
     #[serde(default)]
     pub with_ties: bool,
     /// A TIMESTAMP expression: rows are grouped per key and this time, and emitted in rank order
-    /// once the watermark reaches it.
-    pub fire_at: String,
+    /// once the watermark reaches it (an append-only output; the input must be append-only).
+    /// Without it, a running top-n: each key's first rows are kept for good and every change
+    /// to them is emitted as an updating stream (`+I` for a row that enters, `-D` for one that
+    /// leaves; with `n: 1` and no ties, `-U`/`+U` when the row is replaced), over an
+    /// append-only or an updating input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire_at: Option<String>,
     /// Input columns to emit, in order (default: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<Vec<String>>,
