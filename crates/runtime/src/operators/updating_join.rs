@@ -262,15 +262,14 @@ impl Operator for UpdatingJoin {
                 .as_ref()
                 .map_or(RowKind::Insert, |o| changelog::kind_at(o, row));
             let key = keys.key(row);
-            let bytes = rows.row(row).data();
+            // The row as its side's map key, copied once for the lookup and the write.
+            let bytes = rows.row(row).data().to_vec();
             let weight: i64 = matched.iter().map(|&j| found.counts[j as usize].0).sum();
             let mut own = self.state.map(&self.sides[side]);
-            let (copies, _) = own
-                .get(key, NO_NAMESPACE, &bytes.to_vec())?
-                .unwrap_or((0, 0));
+            let (copies, _) = own.get(key, NO_NAMESPACE, &bytes)?.unwrap_or((0, 0));
             let this = Source::Batch(row as u32);
             if kind.is_addition() {
-                own.put(key, NO_NAMESPACE, bytes.to_vec(), (copies + 1, weight))?;
+                own.put(key, NO_NAMESPACE, bytes, (copies + 1, weight))?;
                 if matched.is_empty() {
                     if this_outer {
                         emitted.push(RowKind::Insert, side, this, Source::Null, 1);
@@ -297,9 +296,9 @@ impl Operator for UpdatingJoin {
                     )));
                 }
                 if copies == 1 {
-                    own.remove(key, NO_NAMESPACE, &bytes.to_vec())?;
+                    own.remove(key, NO_NAMESPACE, &bytes)?;
                 } else {
-                    own.put(key, NO_NAMESPACE, bytes.to_vec(), (copies - 1, weight))?;
+                    own.put(key, NO_NAMESPACE, bytes, (copies - 1, weight))?;
                 }
                 if matched.is_empty() {
                     if this_outer {

@@ -880,12 +880,16 @@ fn keep_each_keys_changes_in_order(
                 &whole_row
             }
         };
-        let exprs: Option<Vec<crate::expr::Expr>> = key
-            .iter()
-            .map(|k| {
-                crate::expr::Expr::compile(&format!("\"{}\"", k.replace('"', "\"\"")), schema).ok()
-            })
-            .collect();
+        let exprs: Option<Vec<crate::expr::Expr>> =
+            key.iter()
+                .map(|k| {
+                    // The column by its exact name, however it is spelled: no SQL text to escape.
+                    let column = sqlparser::ast::Expr::Identifier(
+                        sqlparser::ast::Ident::with_quote('"', k.as_str()),
+                    );
+                    crate::expr::Expr::compile_ast(&column, schema).ok()
+                })
+                .collect();
         if let Some(exprs) = exprs {
             edge.key = Some(Arc::new(KeySelector::new(exprs, key.to_vec(), key_groups)));
         }
