@@ -3,7 +3,10 @@
 use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray, RecordBatch};
+use arrow_schema::SchemaRef;
 use arrow_select::filter::filter_record_batch;
+
+use crate::changelog::{self, RowKind};
 
 use crate::api::Operator;
 use crate::api::OperatorError;
@@ -11,12 +14,70 @@ use crate::expr::Expr;
 
 pub struct Filter {
     predicate: Arc<Expr>,
+    /// Over an updating input with updates (`-U`/`+U` pairs): the output's schema, whose kinds
+    /// include `+I` and `-D` (see [`Filter::updating`]).
+    updates: Option<SchemaRef>,
 }
 
 impl Filter {
     /// `predicate` must be a compiled BOOL expression (the planner checks).
     pub fn new(predicate: Arc<Expr>) -> Self {
-        Self { predicate }
+        Self {
+            predicate,
+            updates: None,
+        }
+    }
+
+    /// A filter over a stream of updates, whose output is `schema`. An update is a `-U` and
+    /// its `+U`, next to each other in one batch; when the condition keeps one half and drops
+    /// the other (a `HAVING` whose aggregate crosses its bound), the half kept says what
+    /// happened to the filtered table: a kept `-U` becomes `-D` (the row left it), a kept `+U`
+    /// becomes `+I` (the row came into it). So every `-U` of the output is still followed by
+    /// its `+U`, which sinks that write only new versions, or drop `-U`s, rely on.
+    pub fn updating(predicate: Arc<Expr>, schema: SchemaRef) -> Self {
+        Self {
+            predicate,
+            updates: Some(schema),
+        }
+    }
+
+    /// The batch `filtered` (the rows `mask` keeps of `batch`) with the kinds of updates split
+    /// by the mask rewritten, in the output's schema.
+    fn split_updates(
+        batch: &RecordBatch,
+        mask: &BooleanArray,
+        filtered: RecordBatch,
+        schema: &SchemaRef,
+    ) -> Result<RecordBatch, OperatorError> {
+        let (Some(ops), Some(op)) = (changelog::kinds(batch), changelog::op_column(schema)) else {
+            return Ok(filtered);
+        };
+        let keeps = |i: usize| mask.is_valid(i) && mask.value(i);
+        let mut kinds = Vec::with_capacity(filtered.num_rows());
+        let mut i = 0;
+        while i < batch.num_rows() {
+            let kind = changelog::kind_at(ops, i);
+            let paired = kind == RowKind::UpdateBefore
+                && i + 1 < batch.num_rows()
+                && changelog::kind_at(ops, i + 1) == RowKind::UpdateAfter;
+            if paired {
+                match (keeps(i), keeps(i + 1)) {
+                    (true, true) => kinds.extend([RowKind::UpdateBefore, RowKind::UpdateAfter]),
+                    (true, false) => kinds.push(RowKind::Delete),
+                    (false, true) => kinds.push(RowKind::Insert),
+                    (false, false) => {}
+                }
+                i += 2;
+            } else {
+                if keeps(i) {
+                    kinds.push(kind);
+                }
+                i += 1;
+            }
+        }
+        let mut columns = filtered.columns().to_vec();
+        columns[op] = changelog::op_array(kinds);
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
     }
 }
 
@@ -34,9 +95,16 @@ impl Operator for Filter {
             .ok_or_else(|| OperatorError::Internal("filter predicate is not BOOL".into()))?;
         let kept = mask.true_count();
         if kept == batch.num_rows() && mask.null_count() == 0 {
-            out.push(batch);
+            out.push(match &self.updates {
+                Some(schema) => RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?,
+                None => batch,
+            });
         } else if kept > 0 {
-            out.push(filter_record_batch(&batch, mask)?);
+            let filtered = filter_record_batch(&batch, mask)?;
+            out.push(match &self.updates {
+                Some(schema) => Self::split_updates(&batch, mask, filtered, schema)?,
+                None => filtered,
+            });
         }
         Ok(())
     }
@@ -193,5 +261,75 @@ mod tests {
             .collect();
         h.push(0, &none);
         assert_eq!(h.take(), Vec::<Value>::new());
+    }
+
+    /// A running count per key (an updating stream of `-U`/`+U` pairs) filtered by a bound
+    /// the counts cross both ways: the output is a well-formed changelog (every `-U` followed
+    /// by its `+U`, no `-D` of a row not live) whose table is the naive table of the counts the
+    /// condition keeps.
+    #[test]
+    fn updates_split_by_the_condition_become_inserts_and_deletes() {
+        let job = "name: filter-updates\nsources:\n  src: {kind: jsonl, path: unused.jsonl, \
+                   schema: {k: int, v: int}}\n\
+                   transforms:\n  byk: {kind: key-by, from: src, keys: [k]}\n  \
+                   agg: {kind: aggregate, from: byk, aggregates: {n: count(*)}}\n  \
+                   op: {kind: filter, from: agg, where: n % 3 <> 0}\n\
+                   sinks:\n  out: {kind: file, path: unused.jsonl, format: changelog-json, from: op}\n";
+        let mut h = Harness::new(job, "op");
+        let mut counts = std::collections::BTreeMap::<i64, i64>::new();
+        let mut table = std::collections::BTreeMap::<i64, i64>::new();
+        let mut random = Random(99);
+        for _ in 0..200 {
+            let mut rows = Vec::new();
+            for _ in 0..1 + random.below(6) {
+                let k = random.below(4) as i64;
+                let n = counts.entry(k).or_default();
+                if *n == 0 || random.below(3) > 0 {
+                    if *n > 0 {
+                        rows.push(json!({"k": k, "n": *n, "__op": "-U"}));
+                    }
+                    *n += 1;
+                    let kind = if *n == 1 { "+I" } else { "+U" };
+                    rows.push(json!({"k": k, "n": *n, "__op": kind}));
+                } else {
+                    // Taken back down: the count moves the other way across the bound.
+                    rows.push(json!({"k": k, "n": *n, "__op": "-U"}));
+                    *n -= 1;
+                    if *n == 0 {
+                        let last = rows.len() - 1;
+                        rows[last]["__op"] = json!("-D");
+                    } else {
+                        rows.push(json!({"k": k, "n": *n, "__op": "+U"}));
+                    }
+                }
+            }
+            h.push(0, &rows);
+            let out = h.take();
+            let mut i = 0;
+            while i < out.len() {
+                let (k, n) = (out[i]["k"].as_i64().unwrap(), out[i]["n"].as_i64().unwrap());
+                match out[i]["__op"].as_str().unwrap() {
+                    "+I" => assert!(table.insert(k, n).is_none(), "+I of a live key"),
+                    "-D" => assert_eq!(table.remove(&k), Some(n), "-D of no live row"),
+                    "-U" => {
+                        assert_eq!(table.remove(&k), Some(n), "-U of no live row");
+                        assert_eq!(out.get(i + 1).map(|r| &r["__op"]), Some(&json!("+U")));
+                        assert_eq!(out[i + 1]["k"], json!(k), "-U and +U of one key");
+                    }
+                    "+U" => {
+                        assert!(i > 0 && out[i - 1]["__op"] == json!("-U"), "+U without -U");
+                        assert!(table.insert(k, n).is_none());
+                    }
+                    other => panic!("kind {other}"),
+                }
+                i += 1;
+            }
+            let naive: std::collections::BTreeMap<i64, i64> = counts
+                .iter()
+                .filter(|(_, n)| **n > 0 && **n % 3 != 0)
+                .map(|(k, n)| (*k, *n))
+                .collect();
+            assert_eq!(table, naive);
+        }
     }
 }

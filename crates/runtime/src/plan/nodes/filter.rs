@@ -6,6 +6,7 @@ use arrow_schema::DataType;
 
 use super::Explained;
 use super::{Compiled, Planned, Planner, Reads, sql_type};
+use crate::changelog::{ChangelogMode, RowKind};
 use crate::expr::Expr;
 use crate::operators::filter::Filter;
 use crate::spec::FilterSpec;
@@ -30,10 +31,26 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, f: &FilterSpec) -> Option<Compiled> 
         }
     };
     let reads = Reads::through(predicate.columns(), 0..schema.fields().len());
-    let mut planned = Planned::stateless(
-        schema,
-        Arc::new(move |_| Ok(Box::new(Filter::new(predicate.clone())))),
-    );
+    // Over updates, a condition that keeps one half of an update makes it an insert or a
+    // delete (see [`Filter::updating`]).
+    let mode = ChangelogMode::of(&schema);
+    let mut planned = if mode.has(RowKind::UpdateBefore) {
+        let kinds: Vec<RowKind> = RowKind::ALL.into_iter().filter(|k| mode.has(*k)).collect();
+        let mut kinds = kinds;
+        kinds.push(RowKind::Delete);
+        let out =
+            ChangelogMode::updating(&kinds, mode.key().map(<[String]>::to_vec)).apply(&schema);
+        let made = out.clone();
+        Planned::stateless(
+            out,
+            Arc::new(move |_| Ok(Box::new(Filter::updating(predicate.clone(), made.clone())))),
+        )
+    } else {
+        Planned::stateless(
+            schema,
+            Arc::new(move |_| Ok(Box::new(Filter::new(predicate.clone())))),
+        )
+    };
     planned.reads = Some(reads);
     Some(Compiled::Operator(planned))
 }
