@@ -100,16 +100,7 @@ impl Broker {
             if let Some(k) = &k {
                 record = record.key(k.as_str());
             }
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(_), back)) => {
-                        record = back;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => panic!("producing to {topic}: {e}"),
-                }
-            }
+            send(&producer, record);
         }
         producer.flush(Duration::from_secs(60)).unwrap();
     }
@@ -834,4 +825,272 @@ fn the_kafka_sink_conforms() {
         topic: "conformance",
         partitions: 2,
     }));
+}
+
+/// Produces `(key, value)` records to `topic` (`None` value: a tombstone), record `i` to the
+/// partition its key names (`key % partitions`), so that each key's records keep their order.
+fn produce_records(
+    broker: &Broker,
+    topic: &str,
+    partitions: i32,
+    records: &[(i64, Option<String>)],
+) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker.servers())
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for (key, value) in records {
+        let key = key.to_string();
+        let mut record = BaseRecord::<str, str>::to(topic)
+            .key(key.as_str())
+            .partition((key.parse::<i64>().unwrap() % i64::from(partitions)) as i32);
+        if let Some(v) = value {
+            record = record.payload(v.as_str());
+        }
+        send(&producer, record);
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+}
+
+/// Sends `record`, waiting while the producer's queue is full.
+fn send(producer: &ThreadedProducer<DefaultProducerContext>, mut record: BaseRecord<'_, str, str>) {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((KafkaError::MessageProduction(_), back)) => {
+                record = back;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err((e, _)) => panic!("producing: {e}"),
+        }
+    }
+}
+
+/// The table a changelog (rows with an `__op` or `op` field, in order) builds, by `id`,
+/// failing on a change a well-formed changelog cannot hold: an `+I` of a live key, a `-U` or
+/// `-D` of a row that is not live.
+fn changelog_table(rows: &[Value], key: &str) -> BTreeMap<String, Value> {
+    let mut table = BTreeMap::new();
+    for row in rows {
+        let mut data = row.as_object().unwrap().clone();
+        let op = data.remove("op").or_else(|| data.remove("__op")).unwrap();
+        let k = data[key].to_string();
+        let data = Value::Object(data);
+        match op.as_str().unwrap() {
+            "+I" | "+U" => assert!(table.insert(k, data).is_none(), "{row} adds a live key"),
+            "-U" | "-D" => assert_eq!(table.remove(&k), Some(data), "{row} takes back no row"),
+            other => panic!("unknown kind {other} in {row}"),
+        }
+    }
+    table
+}
+
+/// Random changes of a table `{id, v, s}` (keys reused after deletion), written to one topic as
+/// upserts (value: the row; tombstone: a delete) and to another as Debezium events (with the
+/// tombstone Debezium adds after a delete, one event inside `payload`, and one malformed event),
+/// read back by weir at parallelism 2: both build the table of a plain loop over the changes,
+/// the upserts' deletes of keys never written are counted as skipped, and so is the malformed
+/// event.
+#[test]
+fn upsert_and_debezium_topics_build_the_table_of_a_naive_loop() {
+    let broker = Broker::start();
+    broker.create_topic("upserts", 3);
+    broker.create_topic("events", 3);
+    let mut table: BTreeMap<i64, Value> = BTreeMap::new();
+    let (mut upserts, mut events) = (Vec::new(), Vec::new());
+    let mut unknown_deletes = 0;
+    let mut seed = 0x5eed_u64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for i in 0..3000 {
+        let id = next(60) as i64;
+        let old = table.get(&id).cloned();
+        if next(4) == 0 {
+            upserts.push((id, None));
+            match old {
+                Some(before) => {
+                    table.remove(&id);
+                    events.push((
+                        id,
+                        Some(json!({"before": before, "after": null, "op": "d"}).to_string()),
+                    ));
+                    events.push((id, None));
+                }
+                None => unknown_deletes += 1,
+            }
+        } else {
+            let row = json!({"id": id, "v": i, "s": format!("s\"{}", i % 5)});
+            upserts.push((id, Some(row.to_string())));
+            table.insert(id, row.clone());
+            let event = match old {
+                Some(before) => json!({"before": before, "after": row, "op": "u", "ts_ms": i}),
+                None => {
+                    json!({"before": null, "after": row, "op": if i % 2 == 0 { "c" } else { "r" }})
+                }
+            };
+            let event = if i == 7 {
+                json!({"schema": {"type": "struct"}, "payload": event})
+            } else {
+                event
+            };
+            events.push((id, Some(event.to_string())));
+        }
+    }
+    events.push((
+        5,
+        Some(json!({"before": null, "after": null, "op": "c"}).to_string()),
+    ));
+    produce_records(&broker, "upserts", 3, &upserts);
+    produce_records(&broker, "events", 3, &events);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (out_u, out_d) = (out_dir(), out_dir());
+    let file = job(
+        dir.path(),
+        "changes.yaml",
+        &format!(
+            "name: kafka-changes\nparallelism: 2\nsources:\n  \
+             u:\n    kind: kafka\n    bootstrap-servers: {servers}\n    topic: upserts\n    \
+             stop-at: latest\n    format: upsert-json\n    key: [id]\n    \
+             schema: {{id: int, v: int, s: string}}\n  \
+             d:\n    kind: kafka\n    bootstrap-servers: {servers}\n    topic: events\n    \
+             stop-at: latest\n    format: debezium-json\n    key: [id]\n    on-error: skip\n    \
+             schema: {{id: int, v: int, s: string}}\n\
+             sinks:\n  \
+             ou: {{kind: file, from: u, path: {}, format: changelog-json}}\n  \
+             od: {{kind: file, from: d, path: {}, format: changelog-json}}\n",
+            out_u.path().display(),
+            out_d.path().display(),
+            servers = broker.servers(),
+        ),
+    );
+    let text = plan(&file, &[]).unwrap().explain();
+    assert!(text.contains("u.normalize"), "{text}");
+    assert!(text.contains("upsert (+U -D), key [id]"), "{text}");
+    let summary = run_job(&file, &[]);
+    let expected: BTreeMap<String, Value> =
+        table.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    assert_eq!(changelog_table(&read_parts(out_u.path()), "id"), expected);
+    assert_eq!(changelog_table(&read_parts(out_d.path()), "id"), expected);
+    let skipped = |node: &str| {
+        summary
+            .nodes
+            .iter()
+            .filter(|n| n.name == node)
+            .map(|n| n.skipped)
+            .sum::<u64>()
+    };
+    assert_eq!(skipped("u.normalize"), unknown_deletes, "{summary:?}");
+    assert_eq!(skipped("d"), 1, "{summary:?}");
+}
+
+/// An updating query's table written to Kafka as upserts and as Debezium events: a plain
+/// consumer applying the upsert topic (last value per key, a record without a value deletes)
+/// and weir reading the Debezium topic back both hold the table of a naive loop.
+#[test]
+fn an_updating_query_written_as_upserts_and_debezium_events_reads_back_as_its_table() {
+    let broker = Broker::start();
+    broker.create_topic("counts-upsert", 2);
+    broker.create_topic("counts-debezium", 2);
+    let dir = tempfile::tempdir().unwrap();
+    // Rows {k, x}: count and max of x per k, over rows that a filter keeps and drops as the
+    // running count moves, so keys come, change and go.
+    let input = dir.path().join("in.jsonl");
+    let mut naive: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let mut lines = String::new();
+    for i in 0..4000i64 {
+        let (k, x) = ((i * 7919) % 37, (i * 31) % 1000);
+        lines.push_str(&format!("{}\n", json!({"k": k, "x": x})));
+        let e = naive.entry(k).or_insert((0, i64::MIN));
+        e.0 += 1;
+        e.1 = e.1.max(x);
+    }
+    std::fs::write(&input, lines).unwrap();
+    let expected: BTreeMap<String, Value> = naive
+        .iter()
+        .filter(|(_, (n, _))| n % 3 != 0)
+        .map(|(k, (n, m))| (k.to_string(), json!({"k": k, "n": n, "m": m})))
+        .collect();
+    let write = job(
+        dir.path(),
+        "write.yaml",
+        &format!(
+            "name: kafka-write-changes\nparallelism: 2\nsources:\n  \
+             src: {{kind: jsonl, path: {}, schema: {{k: int, x: int}}}}\n\
+             transforms:\n  \
+             counts:\n    kind: sql\n    \
+             query: SELECT k, COUNT(*) AS n, MAX(x) AS m FROM src GROUP BY k HAVING COUNT(*) % 3 <> 0\n\
+             sinks:\n  \
+             up:\n    kind: kafka\n    from: counts\n    bootstrap-servers: {servers}\n    \
+             topic: counts-upsert\n    format: upsert-json\n    key: [k]\n  \
+             dz:\n    kind: kafka\n    from: counts\n    bootstrap-servers: {servers}\n    \
+             topic: counts-debezium\n    format: debezium-json\n    key: [k]\n",
+            input.display(),
+            servers = broker.servers(),
+        ),
+    );
+    run_job(&write, &[]);
+
+    // The upsert topic, applied by a plain consumer in each partition's order.
+    let mut compacted: BTreeMap<String, Value> = BTreeMap::new();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.servers())
+        .set("group.id", "weir-test-upserts")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..2 {
+        tpl.add_partition_offset("counts-upsert", p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut ended = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ended.len() < 2 && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+                match m.payload() {
+                    Some(v) => {
+                        let row: Value = serde_json::from_slice(v).unwrap();
+                        assert_eq!(row["k"].to_string(), key);
+                        compacted.insert(key, row);
+                    }
+                    None => {
+                        compacted.remove(&key);
+                    }
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                ended.insert(p);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(ended.len(), 2, "the upsert topic was not read to its end");
+    assert_eq!(compacted, expected);
+
+    // The Debezium topic, read back by weir.
+    let out = out_dir();
+    let read = job(
+        dir.path(),
+        "read.yaml",
+        &format!(
+            "name: kafka-read-changes\nsources:\n  \
+             dz:\n    kind: kafka\n    bootstrap-servers: {}\n    topic: counts-debezium\n    \
+             stop-at: latest\n    format: debezium-json\n    schema: {{k: int, n: int, m: int}}\n\
+             sinks:\n  out: {{kind: file, from: dz, path: {}, format: changelog-json}}\n",
+            broker.servers(),
+            out.path().display(),
+        ),
+    );
+    run_job(&read, &[]);
+    assert_eq!(changelog_table(&read_parts(out.path()), "k"), expected);
 }

@@ -33,6 +33,10 @@ const KINDS_KEY: &str = "weir.changelog.kinds";
 /// The schema metadata key naming an updating stream's upsert key columns (comma separated,
 /// absent when it has none).
 const KEY_KEY: &str = "weir.changelog.key";
+/// The schema metadata key that marks an upsert stream (`true`): new versions without their
+/// old ones and deletes that carry only the key, as a source of `upsert-json` reads them. Only
+/// the changelog normaliser reads such a stream; the planner puts one right after the source.
+const UPSERT_KEY: &str = "weir.changelog.upsert";
 
 /// What a row of an updating stream does to the table the stream describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,6 +102,8 @@ pub struct ChangelogMode {
     /// Columns that identify a row of the table the stream describes (at most one live row
     /// per key), when there are such columns.
     key: Option<Vec<String>>,
+    /// An upsert stream (see [`ChangelogMode::upsert`]) rather than a retract stream.
+    upsert: bool,
 }
 
 impl ChangelogMode {
@@ -106,7 +112,25 @@ impl ChangelogMode {
         ChangelogMode {
             kinds: [true, false, false, false],
             key: None,
+            upsert: false,
         }
+    }
+
+    /// An upsert stream keyed by `key`: `+U` rows are the key's new row without the old one,
+    /// `-D` rows carry only the key's columns (the others null). Operators cannot take such a
+    /// stream; the changelog normaliser ([`crate::operators::normalize`]) turns it into a
+    /// retract stream by keeping each key's last row.
+    pub fn upsert(key: Vec<String>) -> Self {
+        ChangelogMode {
+            kinds: [false, false, true, true],
+            key: Some(key),
+            upsert: true,
+        }
+    }
+
+    /// Whether this is an upsert stream, which only the normaliser reads.
+    pub fn is_upsert(&self) -> bool {
+        self.upsert
     }
 
     /// A retract stream of `kinds` (inserts are always possible), keyed by `key` if given.
@@ -114,6 +138,7 @@ impl ChangelogMode {
         let mut mode = ChangelogMode {
             kinds: [true, false, false, false],
             key,
+            upsert: false,
         };
         for k in kinds {
             mode.kinds[*k as usize] = true;
@@ -135,9 +160,12 @@ impl ChangelogMode {
             // An op column the planner did not describe: assume anything.
             None => RowKind::ALL.to_vec(),
         };
-        let key = meta
+        let key: Option<Vec<String>> = meta
             .get(KEY_KEY)
             .map(|k| k.split(',').map(str::to_owned).collect());
+        if meta.get(UPSERT_KEY).is_some_and(|v| v == "true") {
+            return ChangelogMode::upsert(key.unwrap_or_default());
+        }
         ChangelogMode::updating(&kinds, key)
     }
 
@@ -175,7 +203,7 @@ impl ChangelogMode {
         let mut metadata: HashMap<String, String> = schema
             .metadata()
             .iter()
-            .filter(|(k, _)| k.as_str() != KINDS_KEY && k.as_str() != KEY_KEY)
+            .filter(|(k, _)| ![KINDS_KEY, KEY_KEY, UPSERT_KEY].contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if !self.is_append() {
@@ -188,6 +216,9 @@ impl ChangelogMode {
             metadata.insert(KINDS_KEY.into(), kinds.join(","));
             if let Some(key) = &self.key {
                 metadata.insert(KEY_KEY.into(), key.join(","));
+            }
+            if self.upsert {
+                metadata.insert(UPSERT_KEY.into(), "true".into());
             }
         }
         Arc::new(Schema::new_with_metadata(fields, metadata))
@@ -204,9 +235,10 @@ impl ChangelogMode {
             .filter(|k| self.has(*k))
             .map(RowKind::short)
             .collect();
+        let name = if self.upsert { "upsert" } else { "updating" };
         match &self.key {
-            Some(key) => format!("updating ({}), key [{}]", kinds.join(" "), key.join(", ")),
-            None => format!("updating ({})", kinds.join(" ")),
+            Some(key) => format!("{name} ({}), key [{}]", kinds.join(" "), key.join(", ")),
+            None => format!("{name} ({})", kinds.join(" ")),
         }
     }
 }

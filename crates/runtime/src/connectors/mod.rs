@@ -203,6 +203,39 @@ pub(crate) fn check_changes(input: &SchemaRef, format: SinkFormat) -> Result<(),
     Ok(())
 }
 
+/// Whether a log sink (Kafka, NATS) writing `format` can take its input's changes: `json`
+/// only an updating stream with a key that never deletes (as [`check_changes`]), the change
+/// formats any stream; `upsert-json` needs the record `key` and records that have one.
+pub(crate) fn check_log_sink_changes(
+    input: &SchemaRef,
+    format: kafka::spec::KafkaSinkFormat,
+    key: &[String],
+    keyed_records: bool,
+) -> Result<(), SpecProblem> {
+    use kafka::spec::KafkaSinkFormat as F;
+    match format {
+        F::Json => check_changes(input, SinkFormat::Json),
+        F::ChangelogJson => check_changes(input, SinkFormat::ChangelogJson),
+        F::DebeziumJson => Ok(()),
+        F::UpsertJson if !keyed_records => Err(SpecProblem::at(
+            "format",
+            "`format: upsert-json` deletes by a record's key, and a NATS message has none: use \
+             `debezium-json` or `changelog-json`, which carry each row's kind",
+        )),
+        F::UpsertJson if key.is_empty() => Err(SpecProblem::at(
+            "format",
+            "`format: upsert-json` needs `key`: the columns that identify a row (a delete is a \
+             record of that key without a value)",
+        )),
+        F::UpsertJson => Ok(()),
+    }
+}
+
+/// Whether two lists name the same columns, in any order.
+pub(crate) fn same_columns(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && a.iter().all(|c| b.contains(c))
+}
+
 /// A sink factory whose sinks receive only the new versions of an updating stream's rows
 /// ([`changelog::after_images`]): for sinks that write one message per row and have no format
 /// for a row's kind yet (Kafka, NATS). [`check_changes`] has made sure the stream is keyed and

@@ -19,7 +19,9 @@
 //! - [`running_top_n`]: per key, the first n rows by an order, kept up to date (an updating
 //!   stream; deduplication with `n: 1`).
 //! - [`over_aggregate`]: aggregates over each row's last n rows per key.
-//! - [`join`], [`window_join`]: keyed joins (regular, interval, windowed).
+//! - [`join`], [`window_join`]: keyed joins (regular, interval, windowed);
+//!   [`updating_join`]: regular and outer joins of updating streams.
+//! - [`normalize`]: an upsert stream (a source's `upsert-json`) made a retract stream.
 //!
 //! `union` has no operator: the planner merges the union's inputs into its consumer's input gate;
 //! nor has `key-by`: it becomes the hash exchange of its consumers' inputs ([`crate::keys`]).
@@ -31,6 +33,7 @@ pub mod join;
 pub mod keyed;
 pub mod local_aggregate;
 pub mod map;
+pub mod normalize;
 pub mod over_aggregate;
 pub mod running_top_n;
 pub mod top_n;

@@ -122,6 +122,12 @@ fn build_spec(
         Vec::new()
     };
     for (i, read) in reads.iter_mut().enumerate() {
+        // A normaliser keeps and compares whole rows: its source reads every column.
+        if let Compiled::Source { upserts, .. } = &compiled[i]
+            && upserts.iter().any(Option::is_some)
+        {
+            *read = None;
+        }
         if let (Some(columns), Compiled::Source { factory, .. }) = (&*read, &mut compiled[i]) {
             match factory.project(columns) {
                 Some(projected) => *factory = projected,
@@ -683,15 +689,109 @@ fn compile_source(
     } else {
         columns = vec![None; ports.len()];
     }
+    // An upsert port is read, by every consumer, through the normaliser that the plan puts
+    // after it: a retract stream keyed as the upsert stream was.
+    let upserts: Vec<Option<SchemaRef>> = ports
+        .iter()
+        .map(|(_, schema)| {
+            crate::changelog::ChangelogMode::of(schema)
+                .is_upsert()
+                .then(|| schema.clone())
+        })
+        .collect();
+    let ports = ports
+        .into_iter()
+        .map(|(name, schema)| {
+            let mode = crate::changelog::ChangelogMode::of(&schema);
+            match mode.is_upsert() {
+                true => (name, normalized(&schema, &mode)),
+                false => (name, schema),
+            }
+        })
+        .collect();
     Compiled::Source {
         ports,
         factory,
+        upserts,
         event_time: EventTime {
             columns,
             out_of_orderness_ms: et.max_out_of_orderness.as_millis_i64(),
             idle_timeout: et.idle_timeout.map(|d| d.0),
         },
     }
+}
+
+/// The retract stream the changelog normaliser makes of an upsert stream of `schema`: the same
+/// columns, every kind, keyed as the upsert stream.
+fn normalized(schema: &SchemaRef, mode: &crate::changelog::ChangelogMode) -> SchemaRef {
+    use crate::changelog::{ChangelogMode, RowKind};
+    ChangelogMode::updating(&RowKind::ALL, mode.key().map(<[String]>::to_vec)).apply(schema)
+}
+
+/// A selector of the columns named `names` of `schema`, by their exact names (no SQL text to
+/// escape); `None` if one is not a column.
+fn columns_selector(schema: &SchemaRef, names: &[String], key_groups: u32) -> Option<KeySelector> {
+    let exprs: Option<Vec<crate::expr::Expr>> = names
+        .iter()
+        .map(|k| {
+            let column = sqlparser::ast::Expr::Identifier(sqlparser::ast::Ident::with_quote(
+                '"',
+                k.as_str(),
+            ));
+            crate::expr::Expr::compile_ast(&column, schema).ok()
+        })
+        .collect();
+    Some(KeySelector::new(exprs?, names.to_vec(), key_groups))
+}
+
+/// The changelog normaliser after port `port` of the source node `source` (an upsert stream
+/// of `raw`, whose consumers read `out`), reading it partitioned by the upsert key.
+fn normalizer(
+    (source, port): (usize, usize),
+    nodes: &[PlanNode],
+    raw: &SchemaRef,
+    out: &SchemaRef,
+    key_groups: u32,
+) -> Option<PlanNode> {
+    use crate::operators::keyed::KeyEncoder;
+    use crate::operators::normalize::{Normalize, NormalizeDef};
+    let producer = &nodes[source];
+    let mode = crate::changelog::ChangelogMode::of(raw);
+    let keys = Arc::new(columns_selector(raw, mode.key()?, key_groups)?);
+    let name = if producer.ports.len() > 1 {
+        format!("{}.normalize-{}", producer.name, producer.ports[port].0)
+    } else {
+        format!("{}.normalize", producer.name)
+    };
+    let def = Arc::new(NormalizeDef {
+        data: crate::changelog::ChangelogMode::append().apply(raw),
+        schema: out.clone(),
+    });
+    let selector = keys.clone();
+    let make: nodes::KeyedMake = Arc::new(move |ctx, state| {
+        Ok(Box::new(Normalize::new(
+            def.clone(),
+            KeyEncoder::new(selector.clone())?,
+            state,
+            ctx.metrics.clone(),
+        )?))
+    });
+    Some(PlanNode {
+        factory: Factory::Operator(keyed_factory(&name, None, make)),
+        name,
+        kind: "changelog-normalize",
+        role: NodeRole::Operator,
+        parallelism: producer.parallelism,
+        inputs: vec![PlanEdge {
+            from: source,
+            port,
+            input: 0,
+            key: Some(keys),
+        }],
+        ports: vec![(String::new(), out.clone())],
+        queryable: None,
+        read: None,
+    })
 }
 
 /// Builds the plan's real nodes and edges, dissolving `key-by` and `union` into edges.
@@ -766,20 +866,37 @@ fn assemble(
         }
         let taken = std::mem::replace(&mut compiled[i], Compiled::Failed);
         let mut queryable_of = None;
+        let mut upsert_ports = Vec::new();
         let (role, parallelism, ports, factory) = match taken {
             Compiled::Source {
                 ports,
                 factory,
                 event_time,
-            } => (
-                NodeRole::Source,
-                def.source.and_then(|s| s.parallelism()),
-                ports,
-                Factory::Source {
-                    factory,
-                    event_time,
-                },
-            ),
+                upserts,
+            } => {
+                // The source emits its upsert ports as they are; their normalisers, made
+                // below, emit what the consumers read.
+                let emitted = ports
+                    .iter()
+                    .zip(&upserts)
+                    .map(|((name, read), raw)| (name.clone(), raw.clone().unwrap_or(read.clone())))
+                    .collect();
+                upsert_ports = upserts
+                    .into_iter()
+                    .zip(&ports)
+                    .enumerate()
+                    .filter_map(|(p, (raw, (_, read)))| raw.map(|raw| (p, raw, read.clone())))
+                    .collect();
+                (
+                    NodeRole::Source,
+                    def.source.and_then(|s| s.parallelism()),
+                    emitted,
+                    Factory::Source {
+                        factory,
+                        event_time,
+                    },
+                )
+            }
             Compiled::Operator(Planned {
                 schema,
                 make,
@@ -829,6 +946,15 @@ fn assemble(
             queryable: queryable_of,
             read: reads.get_mut(i).and_then(Option::take),
         });
+        // A source with an upsert port (one, as `upsert-json` has no variants) is read by its
+        // consumers through the port's normaliser.
+        let source = nodes.len() - 1;
+        for (port, raw, read) in upsert_ports {
+            if let Some(node) = normalizer((source, port), &nodes, &raw, &read, spec.key_groups) {
+                index.insert(i, nodes.len());
+                nodes.push(node);
+            }
+        }
     }
     Plan {
         spec: spec.clone(),
@@ -880,18 +1006,8 @@ fn keep_each_keys_changes_in_order(
                 &whole_row
             }
         };
-        let exprs: Option<Vec<crate::expr::Expr>> =
-            key.iter()
-                .map(|k| {
-                    // The column by its exact name, however it is spelled: no SQL text to escape.
-                    let column = sqlparser::ast::Expr::Identifier(
-                        sqlparser::ast::Ident::with_quote('"', k.as_str()),
-                    );
-                    crate::expr::Expr::compile_ast(&column, schema).ok()
-                })
-                .collect();
-        if let Some(exprs) = exprs {
-            edge.key = Some(Arc::new(KeySelector::new(exprs, key.to_vec(), key_groups)));
+        if let Some(selector) = columns_selector(schema, key, key_groups) {
+            edge.key = Some(Arc::new(selector));
         }
     }
 }

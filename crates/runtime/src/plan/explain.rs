@@ -115,6 +115,22 @@ impl Plan {
                 None,
             );
         }
+        if node.kind == "changelog-normalize" {
+            let ttl = self
+                .spec
+                .state
+                .ttl
+                .map_or("unbounded unless state.ttl is set".to_string(), |t| {
+                    format!("expires after {t} without a change (state.ttl)")
+                });
+            return (
+                Some(format!(
+                    "the last row of each key of the upsert stream, to emit the old row with \
+                     each update and delete: {ttl}"
+                )),
+                None,
+            );
+        }
         let Some(t) = self.spec.transforms.get(&node.name) else {
             return (None, None);
         };

@@ -42,7 +42,7 @@ use indexmap::IndexMap;
 use rdkafka::ClientConfig;
 
 use self::spec::{
-    KafkaFormat, KafkaMetadata, KafkaSinkSpec, KafkaSourceSpec, StartFrom, StartPosition,
+    KafkaMetadata, KafkaSinkFormat, KafkaSinkSpec, KafkaSourceSpec, StartFrom, StartPosition,
 };
 use crate::api::connector::{
     Endpoint, HostLimits, Hosted, Location, PlannedSource, Reach, Secret, ServerFile,
@@ -50,7 +50,9 @@ use crate::api::connector::{
 };
 use crate::api::{OperatorError, SinkFactory};
 use crate::config::{EventTimeSpec, HumanDuration};
-use crate::connectors::partitioned::records::{MetaType, MetaValue, MetadataField, value_format};
+use crate::connectors::partitioned::records::{
+    MetaType, MetaValue, MetadataField, ValueSpec, value_format,
+};
 
 impl MetadataField for KafkaMetadata {
     fn column_type(self) -> MetaType {
@@ -230,9 +232,13 @@ impl SourceConnector for KafkaSourceSpec {
             problems.push(p);
         }
         let format = match value_format(
-            self.format == KafkaFormat::Raw,
-            &self.schema,
-            &self.variants,
+            ValueSpec {
+                format: self.format,
+                key: &self.key,
+                schema: &self.schema,
+                variants: &self.variants,
+                keyed_records: true,
+            },
             self.metadata.keys(),
         ) {
             Ok(format) => Some(format),
@@ -321,17 +327,29 @@ impl SinkConnector for KafkaSinkSpec {
         if let Err(p) = check_properties(&self.properties) {
             problems.push(p);
         }
-        if let Err(p) = super::check_changes(input, crate::config::SinkFormat::Json) {
+        if let Err(p) = super::check_log_sink_changes(input, self.format, &self.key, true) {
             problems.push(p);
         }
         if !problems.is_empty() {
             return Err(problems);
         }
-        Ok(Arc::new(super::AfterImages(Arc::new(
-            crate::api::two_phase::TwoPhaseFactory(sink::KafkaSinkFactory::new(
-                self, key, cx.job, cx.node,
-            )),
-        ))))
+        let skip_before = crate::changelog::ChangelogMode::of(input)
+            .key()
+            .is_some_and(|k| super::same_columns(k, &self.key));
+        let factory: Arc<dyn crate::api::SinkFactory> =
+            Arc::new(crate::api::two_phase::TwoPhaseFactory(
+                sink::KafkaSinkFactory::new(self, (key, skip_before), cx.job, cx.node),
+            ));
+        Ok(match self.format {
+            KafkaSinkFormat::Json => Arc::new(super::AfterImages(factory)),
+            _ => factory,
+        })
+    }
+
+    /// `upsert-json` applies each key's changes in order: every change of a key through one
+    /// subtask.
+    fn changes_key(&self) -> Option<&[String]> {
+        (self.format == KafkaSinkFormat::UpsertJson).then_some(self.key.as_slice())
     }
 }
 

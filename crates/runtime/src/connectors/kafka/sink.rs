@@ -47,13 +47,15 @@ use super::spec::{Delivery, KafkaSinkSpec};
 use super::{Closing, REQUEST_TIMEOUT, client_config, external};
 use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase};
 use crate::api::{OperatorError, Sink, SnapshotTransaction, SubtaskContext};
+use crate::connectors::partitioned::values::ValueEncoder;
 use crate::format::json::JsonEncoder;
 
 /// How long a producer may wait for its queue to drain before a send is retried.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 
-/// One record: key and value.
-type Record = (Option<String>, String);
+/// One record: key and value (`None`: a record without a value, an `upsert-json` delete).
+/// Checkpoints of earlier versions, whose values were all there, read back as they were.
+type Record = (Option<String>, Option<String>);
 
 /// The rows of one writer for one snapshot.
 #[derive(Debug, Serialize, Deserialize)]
@@ -75,26 +77,24 @@ impl SnapshotTransaction for Transaction {
 
 /// Rows to records.
 struct Encoder {
-    values: JsonEncoder,
+    values: ValueEncoder,
     keys: JsonEncoder,
     key: Vec<usize>,
-    buffer: Vec<u8>,
 }
 
 impl Encoder {
-    fn new(key: Vec<usize>) -> Self {
+    fn new(key: Vec<usize>, values: ValueEncoder) -> Self {
         Self {
-            values: JsonEncoder::new(),
+            values,
             keys: JsonEncoder::new(),
             key,
-            buffer: Vec::new(),
         }
     }
 
     fn encode(&mut self, batch: &RecordBatch, out: &mut Vec<Record>) -> Result<(), OperatorError> {
-        let values = lines(&mut self.values, batch, &mut self.buffer)?;
+        let values = self.values.encode(batch)?;
         let keys: Vec<Option<String>> = match self.key[..] {
-            [] => vec![None; values.len()],
+            [] => vec![None; batch.num_rows()],
             // One column: its value as text (a string without quotes), as Kafka tools show keys.
             [column] => {
                 let options = arrow_cast::display::FormatOptions::default().with_null("");
@@ -120,7 +120,11 @@ impl Encoder {
                     .collect()
             }
         };
-        out.extend(keys.into_iter().zip(values));
+        out.extend(
+            values
+                .into_iter()
+                .map(|(row, value)| (keys.get(row).cloned().flatten(), value)),
+        );
         Ok(())
     }
 }
@@ -170,7 +174,10 @@ type KafkaProducer = ThreadedProducer<Deliveries>;
 /// Sends `records` to `topic`, waiting while the producer's queue is full.
 fn send_all(producer: &KafkaProducer, topic: &str, records: &[Record]) -> Result<(), KafkaError> {
     for (key, value) in records {
-        let mut record = BaseRecord::to(topic).payload(value.as_str());
+        let mut record = BaseRecord::<str, str>::to(topic);
+        if let Some(v) = value {
+            record = record.payload(v.as_str());
+        }
         if let Some(k) = key {
             record = record.key(k.as_str());
         }
@@ -378,12 +385,20 @@ async fn blocking_task<T: Send + 'static>(
 pub struct KafkaSinkFactory {
     shared: Arc<Shared>,
     key: Vec<usize>,
+    /// `upsert-json`: the input's upsert key is the record key (see [`ValueEncoder`]).
+    skip_before: bool,
 }
 
 impl KafkaSinkFactory {
-    /// `key` holds the input columns (by index) that key each record; `job` names the default
-    /// transactional-id prefix, with `node`.
-    pub fn new(spec: &KafkaSinkSpec, key: Vec<usize>, job: &str, node: &str) -> Self {
+    /// `key` holds the input columns (by index) that key each record; `skip_before` says the
+    /// input's upsert key is the record key; `job` names the default transactional-id prefix,
+    /// with `node`.
+    pub fn new(
+        spec: &KafkaSinkSpec,
+        (key, skip_before): (Vec<usize>, bool),
+        job: &str,
+        node: &str,
+    ) -> Self {
         let prefix = spec
             .transactional_id_prefix
             .clone()
@@ -397,7 +412,15 @@ impl KafkaSinkFactory {
                 markers: Mutex::new(HashMap::new()),
             }),
             key,
+            skip_before,
         }
+    }
+
+    fn encoder(&self) -> Encoder {
+        Encoder::new(
+            self.key.clone(),
+            ValueEncoder::new(self.shared.spec.format, self.skip_before, "Kafka sink"),
+        )
     }
 }
 
@@ -450,7 +473,7 @@ impl Committer for KafkaSinkFactory {
                 KafkaStage {
                     writer: ctx.subtask,
                     lineage,
-                    encoder: Encoder::new(self.key.clone()),
+                    encoder: self.encoder(),
                     rows: Vec::new(),
                 },
                 ctx.checkpoint_base,
@@ -474,7 +497,7 @@ impl Committer for KafkaSinkFactory {
         Ok(Box::new(DirectSink {
             producer: Arc::new(producer),
             topic: spec.topic.clone(),
-            encoder: Encoder::new(self.key.clone()),
+            encoder: self.encoder(),
             records: Vec::new(),
         }))
     }
@@ -636,6 +659,14 @@ mod tests {
         .expect("batch")
     }
 
+    fn json() -> ValueEncoder {
+        ValueEncoder::new(
+            crate::connectors::kafka::spec::KafkaSinkFormat::Json,
+            false,
+            "t",
+        )
+    }
+
     fn pending(state: Option<serde_json::Value>) -> Vec<Transaction> {
         state.map_or_else(Vec::new, |s| {
             crate::api::decode_transactions(vec![s], "Kafka").expect("transactions")
@@ -650,7 +681,7 @@ mod tests {
             KafkaStage {
                 writer: 3,
                 lineage: "l".into(),
-                encoder: Encoder::new(vec![0]),
+                encoder: Encoder::new(vec![0], json()),
                 rows: Vec::new(),
             },
             10,
@@ -665,8 +696,8 @@ mod tests {
         assert_eq!(
             at_11[0].records,
             vec![
-                (Some("1".into()), r#"{"id":1,"name":"n\n1"}"#.into()),
-                (Some("2".into()), r#"{"id":2,"name":"n\n2"}"#.into()),
+                (Some("1".into()), Some(r#"{"id":1,"name":"n\n1"}"#.into())),
+                (Some("2".into()), Some(r#"{"id":2,"name":"n\n2"}"#.into())),
             ]
         );
         futures::executor::block_on(sink.write(batch(&[3]))).expect("write");
@@ -687,10 +718,12 @@ mod tests {
     fn keys_are_one_column_as_text_or_several_as_an_object() {
         let b = batch(&[7]);
         let mut rows = Vec::new();
-        Encoder::new(vec![1]).encode(&b, &mut rows).expect("encode");
+        Encoder::new(vec![1], json())
+            .encode(&b, &mut rows)
+            .expect("encode");
         assert_eq!(rows[0].0.as_deref(), Some("n\n7"));
         rows.clear();
-        Encoder::new(vec![0, 1])
+        Encoder::new(vec![0, 1], json())
             .encode(&b, &mut rows)
             .expect("encode");
         assert_eq!(rows[0].0.as_deref(), Some(r#"{"id":7,"name":"n\n7"}"#));

@@ -617,7 +617,7 @@ impl Reader {
                 headers,
             };
             self.decoder
-                .decode(value, |m| meta.value(m), i)
+                .decode_keyed(value, message.key(), |m| meta.value(m), i)
                 .err()
                 .map(|e| e.to_string())
         };

@@ -24,10 +24,19 @@ pub struct KafkaSourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub topic_pattern: Option<String>,
-    /// How record values are decoded: `json` (one object per record, by `schema` or
-    /// `variants`, as the `jsonl` source), or `raw` (the value as the string column `value`).
+    /// How records are decoded: `json` (one object per record, by `schema` or `variants`, as
+    /// the `jsonl` source), `raw` (the value as the string column `value`), `debezium-json`
+    /// (Debezium's change events: `before`, `after` and `op`, an updating stream) or
+    /// `upsert-json` (the value is the row, a record without a value deletes the row of its
+    /// `key`; Flink's `upsert-kafka`). See docs/changelog.md.
     #[serde(default)]
     pub format: KafkaFormat,
+    /// `upsert-json`: the columns the record key holds, the stream's upsert key (one column:
+    /// the key as text; several: a JSON object of them, as the Kafka sink writes keys).
+    /// `debezium-json`: optionally, the table's primary key, so that sinks that apply changes
+    /// by a key know it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
     /// `format: json`: one shape for every record (field name → type), as the `jsonl` source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<IndexMap<String, JsonType>>,
@@ -113,6 +122,10 @@ pub enum KafkaFormat {
     #[default]
     Json,
     Raw,
+    /// Debezium's change events, as JSON: rows of `before` and `after`, kinds from `op`.
+    DebeziumJson,
+    /// The record value is the row and a record without a value deletes its key's row.
+    UpsertJson,
 }
 
 /// A metadata field of a Kafka record.
@@ -194,7 +207,12 @@ pub struct KafkaSinkSpec {
     /// without a key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<String>,
-    /// The record value's encoding.
+    /// The record value's encoding: `json` (the row as an object; an updating input must be
+    /// keyed and never delete, and only new versions are written), `changelog-json` (the row
+    /// with an `"op"` field: `+I`, `-U`, `+U`, `-D`), `debezium-json` (`{"before", "after",
+    /// "op"}`: `c` for `+I` and `+U`, `d` for `-U` and `-D`, as Flink writes it) or
+    /// `upsert-json` (needs `key`: new versions as values, deletes as records without a
+    /// value, for compacted topics).
     #[serde(default)]
     pub format: KafkaSinkFormat,
     /// `exactly-once` (with checkpoints): each checkpoint's rows are written in one Kafka
@@ -222,6 +240,9 @@ pub struct KafkaSinkSpec {
 pub enum KafkaSinkFormat {
     #[default]
     Json,
+    ChangelogJson,
+    DebeziumJson,
+    UpsertJson,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]

@@ -45,9 +45,9 @@ use crate::api::connector::{
 };
 use crate::api::{OperatorError, SinkFactory};
 use crate::config::EventTimeSpec;
-use crate::connectors::kafka::spec::{Delivery, KafkaFormat};
-use crate::connectors::partitioned::records::value_format;
+use crate::connectors::kafka::spec::Delivery;
 use crate::connectors::partitioned::records::{MetaType, MetadataField};
+use crate::connectors::partitioned::records::{ValueSpec, value_format};
 
 /// How long connecting, and one JetStream request, may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -204,9 +204,13 @@ impl SourceConnector for NatsSourceSpec {
     fn plan(&self, cx: SourceContext<'_>) -> Result<PlannedSource, Vec<SpecProblem>> {
         let mut problems = Vec::new();
         let format = value_format(
-            self.format == KafkaFormat::Raw,
-            &self.schema,
-            &self.variants,
+            ValueSpec {
+                format: self.format,
+                key: &self.key,
+                schema: &self.schema,
+                variants: &self.variants,
+                keyed_records: false,
+            },
             self.metadata.keys(),
         )
         .map_err(|p| problems.push(p))
@@ -343,21 +347,22 @@ impl SinkConnector for NatsSinkSpec {
                  that the exactly-once sink can check its duplicate window before it starts",
             ));
         }
-        if let Err(p) = super::check_changes(input, crate::config::SinkFormat::Json) {
+        if let Err(p) = super::check_log_sink_changes(input, self.format, &[], false) {
             problems.push(p);
         }
         let Some(subjects) = subjects.filter(|_| problems.is_empty()) else {
             return Err(problems);
         };
-        Ok(Arc::new(super::AfterImages(Arc::new(
-            crate::api::two_phase::TwoPhaseFactory(sink::NatsSinkFactory::new(
-                self,
-                subjects,
-                cx.job,
-                cx.node,
-                cx.repeat_within,
-            )),
-        ))))
+        let factory: Arc<dyn crate::api::SinkFactory> =
+            Arc::new(crate::api::two_phase::TwoPhaseFactory(
+                sink::NatsSinkFactory::new(self, subjects, cx.job, cx.node, cx.repeat_within),
+            ));
+        Ok(match self.format {
+            crate::connectors::kafka::spec::KafkaSinkFormat::Json => {
+                Arc::new(super::AfterImages(factory))
+            }
+            _ => factory,
+        })
     }
 }
 

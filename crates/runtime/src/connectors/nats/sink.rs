@@ -59,7 +59,8 @@ pub use super::subjects::Subjects;
 use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase};
 use crate::api::{OperatorError, Sink, SnapshotTransaction, SubtaskContext};
 use crate::connectors::kafka::spec::Delivery;
-use crate::format::json::JsonEncoder;
+use crate::connectors::kafka::spec::KafkaSinkFormat;
+use crate::connectors::partitioned::values::ValueEncoder;
 
 /// One message: subject and payload.
 type Record = (String, String);
@@ -93,35 +94,30 @@ impl SnapshotTransaction for Transaction {
 
 /// Rows to messages.
 struct Encoder {
-    values: JsonEncoder,
+    values: ValueEncoder,
     subjects: Subjects,
-    buffer: Vec<u8>,
 }
 
 impl Encoder {
-    fn new(subjects: Subjects) -> Self {
+    fn new(subjects: Subjects, format: KafkaSinkFormat) -> Self {
         Self {
-            values: JsonEncoder::new(),
+            values: ValueEncoder::new(format, false, "NATS sink"),
             subjects,
-            buffer: Vec::new(),
         }
     }
 
     fn encode(&mut self, batch: &RecordBatch, out: &mut Vec<Record>) -> Result<(), OperatorError> {
-        self.buffer.clear();
-        self.values
-            .encode(batch, &mut self.buffer)
-            .map_err(|e| OperatorError::Data(format!("NATS sink: {e}")))?;
-        let text = std::str::from_utf8(&self.buffer).map_err(|e| {
-            OperatorError::Internal(format!("the JSON encoder wrote non-UTF-8: {e}"))
-        })?;
-        // JSON escapes line breaks inside strings: every '\n' ends a row.
-        let values = text.lines().map(str::to_owned);
+        // Every row has a payload: `upsert-json`, whose deletes have none, is refused.
+        let values = self
+            .values
+            .encode(batch)?
+            .into_iter()
+            .filter_map(|(row, v)| v.map(|v| (row, v)));
         match &self.subjects {
-            Subjects::Literal(subject) => out.extend(values.map(|v| (subject.clone(), v))),
+            Subjects::Literal(subject) => out.extend(values.map(|(_, v)| (subject.clone(), v))),
             Subjects::Computed(template) => {
                 let subjects = template.subjects(batch)?;
-                out.extend(subjects.into_iter().zip(values));
+                out.extend(values.filter_map(|(row, v)| Some((subjects.get(row)?.clone(), v))));
             }
         }
         Ok(())
@@ -926,7 +922,7 @@ impl Committer for NatsSinkFactory {
                 NatsStage {
                     writer: ctx.subtask,
                     lineage,
-                    encoder: Encoder::new(self.subjects.clone()),
+                    encoder: Encoder::new(self.subjects.clone(), self.shared.spec.format),
                     rows: Vec::new(),
                 },
                 ctx.checkpoint_base,
@@ -935,7 +931,7 @@ impl Committer for NatsSinkFactory {
         Ok(Box::new(DirectSink {
             shared: self.shared.clone(),
             js: None,
-            encoder: Encoder::new(self.subjects.clone()),
+            encoder: Encoder::new(self.subjects.clone(), self.shared.spec.format),
             records: Vec::new(),
             acks: Acks::new(self.shared.spec.max_in_flight as usize, self.shared.what()),
         }))
@@ -1085,7 +1081,7 @@ mod tests {
             NatsStage {
                 writer: 2,
                 lineage: "l".into(),
-                encoder: Encoder::new(subjects),
+                encoder: Encoder::new(subjects, KafkaSinkFormat::Json),
                 rows: Vec::new(),
             },
             4,

@@ -36,9 +36,16 @@ pub struct NatsSourceSpec {
     #[schemars(range(min = 1, max = 4096))]
     pub partitions: u32,
     /// How message payloads are decoded: `json` (one object per message, by `schema` or
-    /// `variants`, as the `jsonl` source), or `raw` (the payload as the string column `value`).
+    /// `variants`, as the `jsonl` source), `raw` (the payload as the string column `value`) or
+    /// `debezium-json` (Debezium's change events: `before`, `after` and `op`, an updating
+    /// stream; see docs/changelog.md). `upsert-json` is Kafka's alone: a NATS message has no
+    /// key.
     #[serde(default)]
     pub format: KafkaFormat,
+    /// `debezium-json`: optionally, the table's primary key, so that sinks that apply changes
+    /// by a key know it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
     /// `format: json`: one shape for every message (field name → type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<IndexMap<String, JsonType>>,
@@ -241,7 +248,10 @@ pub struct NatsSinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub stream: Option<String>,
-    /// The payload's encoding.
+    /// The payload's encoding: `json` (the row as an object; an updating input must be keyed
+    /// and never delete, and only new versions are written), `changelog-json` (the row with an
+    /// `"op"` field) or `debezium-json` (`{"before", "after", "op"}`, as Flink writes it).
+    /// `upsert-json` is Kafka's alone: a NATS message has no key.
     #[serde(default)]
     pub format: crate::connectors::kafka::spec::KafkaSinkFormat,
     /// `exactly-once` (with checkpoints): each checkpoint's rows are published when it

@@ -24,6 +24,7 @@
 //! - **Records** ([`records`]): values (JSON or raw) and metadata columns to Arrow batches.
 
 pub mod records;
+pub mod values;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -57,36 +57,98 @@ pub enum ValueFormat {
     Json(JsonLayout),
     /// The value as the UTF-8 string column `value`.
     Raw,
+    /// Change events: rows with their kinds, an updating stream (see [`crate::changelog`]).
+    Changes(ChangeFormat),
+}
+
+/// How a log's records describe changes to a table.
+#[derive(Clone, Debug)]
+pub struct ChangeFormat {
+    /// The table's columns (one shape: a change event has no variants).
+    pub layout: JsonLayout,
+    pub envelope: Envelope,
+    /// Debezium: the primary key, if declared. Upsert: the columns of the record key.
+    pub key: Vec<String>,
+}
+
+/// The two shapes of change events weir reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Envelope {
+    /// Debezium's `{"before", "after", "op"}` (optionally inside `{"schema", "payload"}`):
+    /// `c` and `r` insert `after`, `u` takes `before` back and adds `after`, `d` takes
+    /// `before` back. A record without a value (the tombstone Debezium writes after a delete
+    /// for log compaction) says nothing and is skipped.
+    Debezium,
+    /// The value is the key's latest row, a record without a value deletes the key's row
+    /// (Flink's `upsert-kafka`). The rows come out as `+U` and key-only `-D`: an upsert
+    /// stream, which the planner normalises into a retract stream right after the source.
+    Upsert,
+}
+
+impl ChangeFormat {
+    /// The stream's changelog mode.
+    pub fn mode(&self) -> crate::changelog::ChangelogMode {
+        use crate::changelog::{ChangelogMode, RowKind};
+        let key = (!self.key.is_empty()).then(|| self.key.clone());
+        match self.envelope {
+            Envelope::Debezium => ChangelogMode::updating(&RowKind::ALL, key),
+            Envelope::Upsert => ChangelogMode::upsert(self.key.clone()),
+        }
+    }
 }
 
 /// The column `format: raw` puts values in.
 pub const RAW_COLUMN: &str = "value";
 
-/// The value format a log source's spec declares: `raw` (the value as one string column), or
-/// JSON by `schema` or `variants` (as the `jsonl` source); and a check that no metadata column
-/// takes a value column's name.
+/// What a log source's spec says of its records' values: its `format`, `key`, `schema` and
+/// `variants`, and whether its records have keys at all (a Kafka record has one, a NATS
+/// message not).
+pub struct ValueSpec<'a> {
+    pub format: crate::connectors::kafka::spec::KafkaFormat,
+    pub key: &'a [String],
+    pub schema: &'a Option<IndexMap<String, crate::format::json::JsonType>>,
+    pub variants: &'a Option<IndexMap<String, IndexMap<String, crate::format::json::JsonType>>>,
+    pub keyed_records: bool,
+}
+
+/// The value format a log source's spec declares: `raw` (the value as one string column), JSON
+/// by `schema` or `variants` (as the `jsonl` source), or change events by `schema`; and a
+/// check that no metadata column takes a value column's name.
 pub fn value_format<'a>(
-    raw: bool,
-    schema: &Option<IndexMap<String, crate::format::json::JsonType>>,
-    variants: &Option<IndexMap<String, IndexMap<String, crate::format::json::JsonType>>>,
+    spec: ValueSpec<'_>,
     metadata: impl IntoIterator<Item = &'a String>,
 ) -> Result<ValueFormat, crate::api::connector::SpecProblem> {
     use crate::api::connector::SpecProblem;
-    let format = match raw {
-        true if schema.is_some() || variants.is_some() => {
+    use crate::connectors::kafka::spec::KafkaFormat;
+    let (schema, variants) = (spec.schema, spec.variants);
+    let changes = match spec.format {
+        KafkaFormat::DebeziumJson => Some(Envelope::Debezium),
+        KafkaFormat::UpsertJson => Some(Envelope::Upsert),
+        KafkaFormat::Json | KafkaFormat::Raw => None,
+    };
+    if changes.is_none() && !spec.key.is_empty() {
+        return Err(SpecProblem::at(
+            "key",
+            "`key` names the key columns of `format: upsert-json` or `debezium-json`: leave it \
+             out for other formats",
+        ));
+    }
+    let format = match (spec.format, changes) {
+        (KafkaFormat::Raw, _) if schema.is_some() || variants.is_some() => {
             return Err(SpecProblem::at(
                 "format",
                 "`format: raw` reads the value as one string column: leave out `schema` and \
                  `variants`",
             ));
         }
-        true => ValueFormat::Raw,
-        false => ValueFormat::Json(
+        (KafkaFormat::Raw, _) => ValueFormat::Raw,
+        (_, Some(envelope)) => ValueFormat::Changes(change_format(envelope, &spec)?),
+        (_, None) => ValueFormat::Json(
             crate::connectors::jsonl::layout_of(schema, variants).map_err(SpecProblem::node)?,
         ),
     };
     let value_columns: Vec<String> = match &format {
-        ValueFormat::Json(layout) => layout
+        ValueFormat::Json(layout) | ValueFormat::Changes(ChangeFormat { layout, .. }) => layout
             .ports()
             .iter()
             .flat_map(|(_, s)| s.fields().iter().map(|f| f.name().clone()))
@@ -102,6 +164,71 @@ pub fn value_format<'a>(
     Ok(format)
 }
 
+/// The change format of `envelope` for `spec`: one `schema` (no `variants`), key columns
+/// that are columns of it, and for `upsert-json` a key and records that have one.
+fn change_format(
+    envelope: Envelope,
+    spec: &ValueSpec<'_>,
+) -> Result<ChangeFormat, crate::api::connector::SpecProblem> {
+    use crate::api::connector::SpecProblem;
+    let name = match envelope {
+        Envelope::Debezium => "debezium-json",
+        Envelope::Upsert => "upsert-json",
+    };
+    if spec.variants.is_some() {
+        return Err(SpecProblem::at(
+            "variants",
+            format!(
+                "`format: {name}` describes the rows of one table: declare its columns with \
+                 `schema`, not `variants`"
+            ),
+        ));
+    }
+    if envelope == Envelope::Upsert && !spec.keyed_records {
+        return Err(SpecProblem::at(
+            "format",
+            "`format: upsert-json` reads each record's key, and a NATS message has none: use \
+             `debezium-json`, whose events carry the old row",
+        ));
+    }
+    if envelope == Envelope::Upsert && spec.key.is_empty() {
+        return Err(SpecProblem::at(
+            "format",
+            "`format: upsert-json` needs `key`: the columns the record key holds (a record \
+             without a value deletes the row of its key)",
+        ));
+    }
+    let layout =
+        crate::connectors::jsonl::layout_of(spec.schema, &None).map_err(SpecProblem::node)?;
+    let columns: Vec<String> = layout
+        .ports()
+        .first()
+        .map(|(_, s)| s.fields().iter().map(|f| f.name().clone()).collect())
+        .unwrap_or_default();
+    for (i, k) in spec.key.iter().enumerate() {
+        if !columns.contains(k) {
+            return Err(SpecProblem::at(
+                &format!("/key/{i}"),
+                format!(
+                    "the key column `{k}` is not a column of `schema` ({})",
+                    columns.join(", ")
+                ),
+            ));
+        }
+        if spec.key[..i].contains(k) {
+            return Err(SpecProblem::at(
+                &format!("/key/{i}"),
+                format!("`{k}` is named twice in `key`"),
+            ));
+        }
+    }
+    Ok(ChangeFormat {
+        layout,
+        envelope,
+        key: spec.key.to_vec(),
+    })
+}
+
 impl ValueFormat {
     /// The output ports and their schemas, metadata columns included (after the value's).
     pub fn ports<M: MetadataField>(
@@ -110,6 +237,7 @@ impl ValueFormat {
     ) -> Vec<(String, SchemaRef)> {
         let base = match self {
             ValueFormat::Json(layout) => layout.ports(),
+            ValueFormat::Changes(changes) => changes.layout.ports(),
             ValueFormat::Raw => vec![(
                 String::new(),
                 Arc::new(Schema::new(vec![Field::new(
@@ -126,7 +254,11 @@ impl ValueFormat {
                 for (column, m) in metadata {
                     fields.push(Field::new(column, m.column_type().data_type(), true));
                 }
-                (name, Arc::new(Schema::new(fields)))
+                let schema = Schema::new(fields);
+                match self {
+                    ValueFormat::Changes(changes) => (name, changes.mode().apply(&schema)),
+                    _ => (name, Arc::new(schema)),
+                }
             })
             .collect()
     }
@@ -140,6 +272,9 @@ pub enum RecordError {
     NotUtf8,
     /// A record without a value (a tombstone) where a JSON object was expected.
     NoValue,
+    /// A change event that does not say a change: no `op`, an unknown one, a row missing
+    /// that the `op` needs, a tombstone without a key.
+    Change(String),
 }
 
 impl std::fmt::Display for RecordError {
@@ -148,13 +283,34 @@ impl std::fmt::Display for RecordError {
             RecordError::Decode(e) => write!(f, "{e}"),
             RecordError::NotUtf8 => f.write_str("the value is not UTF-8"),
             RecordError::NoValue => f.write_str("the record has no value (a tombstone)"),
+            RecordError::Change(why) => f.write_str(why),
         }
     }
 }
 
 enum Values {
     Json(JsonDecoder),
-    Raw { values: StringBuilder, rows: usize },
+    Raw {
+        values: StringBuilder,
+        rows: usize,
+    },
+    Changes {
+        decoder: JsonDecoder,
+        envelope: Envelope,
+        /// Upsert: how a record key becomes the key columns of a delete.
+        key: KeyColumns,
+        /// The kind of each buffered row.
+        kinds: Vec<crate::changelog::RowKind>,
+    },
+}
+
+/// How an upsert record's key names its key columns: one column's value as text (a string
+/// column's text as it is, another type's as the JSON of its value), or a JSON object of
+/// several.
+enum KeyColumns {
+    None,
+    One { name: String, text: bool },
+    Object,
 }
 
 enum MetaColumn {
@@ -193,6 +349,24 @@ impl<M: MetadataField> RecordDecoder<M> {
                 values: StringBuilder::new(),
                 rows: 0,
             },
+            ValueFormat::Changes(changes) => Values::Changes {
+                decoder: JsonDecoder::new(&changes.layout, &want, batch_size),
+                envelope: changes.envelope,
+                key: match &changes.key[..] {
+                    [] => KeyColumns::None,
+                    [one] => KeyColumns::One {
+                        name: one.clone(),
+                        text: ports
+                            .first()
+                            .and_then(|(_, s)| s.field_with_name(one).ok())
+                            .is_some_and(|f| {
+                                matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8)
+                            }),
+                    },
+                    _ => KeyColumns::Object,
+                },
+                kinds: Vec::new(),
+            },
         };
         let metadata: Vec<M> = metadata.values().copied().collect();
         let meta = ports
@@ -218,9 +392,12 @@ impl<M: MetadataField> RecordDecoder<M> {
     /// Builds only the value columns `read` marks (per port, value columns first; see
     /// [`JsonDecoder::reading`]); metadata columns are always built.
     pub fn reading(mut self, read: &[Vec<bool>]) -> Self {
-        if let Values::Json(decoder) = self.values {
-            self.values = Values::Json(decoder.reading(read));
-        }
+        self.values = match self.values {
+            Values::Json(decoder) => Values::Json(decoder.reading(read)),
+            // Every column of a change event is read: the rows are whole rows of a table, which
+            // the operators that take changes back compare whole.
+            other => other,
+        };
         self
     }
 
@@ -243,6 +420,48 @@ impl<M: MetadataField> RecordDecoder<M> {
         meta: impl Fn(M) -> MetaValue<'a>,
         part: usize,
     ) -> Result<bool, RecordError> {
+        self.decode_keyed(value, None, meta, part)
+    }
+
+    /// [`Self::decode`] of a record with a key (which `upsert-json` reads).
+    pub fn decode_keyed<'a>(
+        &mut self,
+        value: Option<&[u8]>,
+        record_key: Option<&[u8]>,
+        meta: impl Fn(M) -> MetaValue<'a>,
+        part: usize,
+    ) -> Result<bool, RecordError> {
+        if let Values::Changes {
+            decoder,
+            envelope,
+            key,
+            kinds,
+        } = &mut self.values
+        {
+            let rows = change_rows(*envelope, key, value, record_key)?;
+            let mut decoded = 0;
+            for (kind, row) in &rows {
+                match decoder.decode_value(row) {
+                    Ok(Decoded::Row { .. }) => {
+                        kinds.push(*kind);
+                        decoded += 1;
+                    }
+                    Ok(Decoded::Skipped) => {}
+                    Err(e) => {
+                        // An update whose `after` fails leaves no `-U` behind.
+                        for _ in 0..decoded {
+                            decoder.drop_last(0);
+                            kinds.pop();
+                        }
+                        return Err(RecordError::Decode(e));
+                    }
+                }
+            }
+            for _ in 0..decoded {
+                self.push_meta(0, &meta, part);
+            }
+            return Ok(decoded > 0);
+        }
         let port = match &mut self.values {
             Values::Json(decoder) => {
                 let value = value.ok_or(RecordError::NoValue)?;
@@ -263,7 +482,15 @@ impl<M: MetadataField> RecordDecoder<M> {
                 *rows += 1;
                 0
             }
+            // Taken above.
+            Values::Changes { .. } => return Ok(false),
         };
+        self.push_meta(port, &meta, part);
+        Ok(true)
+    }
+
+    /// Appends the metadata columns of one row of `port`, of the caller's partition `part`.
+    fn push_meta<'a>(&mut self, port: usize, meta: &impl Fn(M) -> MetaValue<'a>, part: usize) {
         for (column, m) in self.meta[port].iter_mut().zip(&self.metadata) {
             match (column, meta(*m)) {
                 (MetaColumn::Str(b), MetaValue::Text(t)) => b.append_option(t),
@@ -281,7 +508,6 @@ impl<M: MetadataField> RecordDecoder<M> {
         }
         self.rows[port].push(part);
         self.buffered += 1;
-        Ok(true)
     }
 
     /// The buffered rows of every port that has any: `(port, batch, partition of each row)`.
@@ -301,6 +527,15 @@ impl<M: MetadataField> RecordDecoder<M> {
                     vec![(0, vec![Arc::new(values.finish()) as ArrayRef])]
                 }
             }
+            Values::Changes { decoder, .. } => decoder
+                .flush()
+                .into_iter()
+                .map(|(port, batch)| (port, batch.columns().to_vec()))
+                .collect(),
+        };
+        let ops = match &mut self.values {
+            Values::Changes { kinds, .. } => Some(std::mem::take(kinds)),
+            _ => None,
         };
         self.buffered = 0;
         let mut out = Vec::with_capacity(decoded.len());
@@ -312,12 +547,140 @@ impl<M: MetadataField> RecordDecoder<M> {
                     MetaColumn::Time(b) => Arc::new(b.finish()),
                 });
             }
+            if let Some(ops) = &ops {
+                columns.push(crate::changelog::op_array(ops.iter().copied()));
+            }
             let parts = std::mem::take(&mut self.rows[port]);
             let batch = RecordBatch::try_new(self.ports[port].1.clone(), columns)
                 .map_err(|e| format!("a batch does not fit its port's schema: {e}"))?;
             out.push((port, batch, parts));
         }
         Ok(out)
+    }
+}
+
+/// The rows a change event says, with their kinds: none (a Debezium tombstone), one, or two
+/// (an update's old and new rows).
+fn change_rows(
+    envelope: Envelope,
+    key: &KeyColumns,
+    value: Option<&[u8]>,
+    record_key: Option<&[u8]>,
+) -> Result<Vec<(crate::changelog::RowKind, serde_json::Value)>, RecordError> {
+    use crate::changelog::RowKind;
+    use serde_json::Value;
+    let parse = |bytes: &[u8], what: &str| -> Result<Value, RecordError> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            RecordError::Change(format!(
+                "the {what} is not JSON: {e} (at column {})",
+                e.column()
+            ))
+        })
+    };
+    match envelope {
+        Envelope::Debezium => {
+            // Debezium follows a delete with a record without a value, for log compaction.
+            let Some(value) = value else {
+                return Ok(Vec::new());
+            };
+            let mut event = parse(value, "value")?;
+            // With `value.converter.schemas.enable`, the event is inside `payload`.
+            if let Value::Object(map) = &mut event
+                && !map.contains_key("op")
+                && let Some(payload) = map.remove("payload")
+            {
+                event = payload;
+            }
+            let Value::Object(mut event) = event else {
+                return Err(RecordError::Change(
+                    "a Debezium event is a JSON object with `before`, `after` and `op`".into(),
+                ));
+            };
+            let op = match event.get("op") {
+                Some(Value::String(op)) => op.clone(),
+                Some(other) => {
+                    return Err(RecordError::Change(format!(
+                        "the Debezium `op` is {other}, not one of \"c\", \"r\", \"u\", \"d\""
+                    )));
+                }
+                None => {
+                    return Err(RecordError::Change(
+                        "the Debezium event has no `op` (\"c\", \"r\", \"u\" or \"d\")".into(),
+                    ));
+                }
+            };
+            let mut row = |field: &str| match event.remove(field) {
+                Some(Value::Null) | None => None,
+                Some(v) => Some(v),
+            };
+            let (before, after) = (row("before"), row("after"));
+            let missing = |field: &str, why: &str| {
+                RecordError::Change(format!("a Debezium `{op}` event without `{field}`{why}"))
+            };
+            match (op.as_str(), before, after) {
+                (_, None, None) => Err(RecordError::Change(format!(
+                    "the Debezium `{op}` event has neither `before` nor `after`"
+                ))),
+                ("c" | "r", _, Some(after)) => Ok(vec![(RowKind::Insert, after)]),
+                ("c" | "r", _, None) => Err(missing("after", "")),
+                ("u", Some(before), Some(after)) => Ok(vec![
+                    (RowKind::UpdateBefore, before),
+                    (RowKind::UpdateAfter, after),
+                ]),
+                ("u", None, _) => Err(missing(
+                    "before",
+                    ": the old row is needed to take it back (for PostgreSQL, set the table's \
+                     REPLICA IDENTITY to FULL)",
+                )),
+                ("u", _, None) => Err(missing("after", "")),
+                ("d", Some(before), _) => Ok(vec![(RowKind::Delete, before)]),
+                ("d", None, _) => Err(missing(
+                    "before",
+                    ": the old row is needed to take it back (for PostgreSQL, set the table's \
+                     REPLICA IDENTITY to FULL)",
+                )),
+                (other, _, _) => Err(RecordError::Change(format!(
+                    "the Debezium `op` \"{other}\" is not one weir reads (\"c\", \"r\", \"u\", \
+                     \"d\"): a truncate or message event cannot be applied row by row"
+                ))),
+            }
+        }
+        Envelope::Upsert => match value {
+            Some(value) => Ok(vec![(RowKind::UpdateAfter, parse(value, "value")?)]),
+            None => {
+                let bytes = record_key.ok_or_else(|| {
+                    RecordError::Change(
+                        "a record with neither key nor value: an upsert record without a value \
+                         deletes the row of its key"
+                            .into(),
+                    )
+                })?;
+                let row = match key {
+                    KeyColumns::One { name, text: true } => {
+                        let text = std::str::from_utf8(bytes).map_err(|_| {
+                            RecordError::Change("the record key is not UTF-8".into())
+                        })?;
+                        let mut map = serde_json::Map::new();
+                        map.insert(name.clone(), Value::String(text.to_owned()));
+                        Value::Object(map)
+                    }
+                    KeyColumns::One { name, text: false } => {
+                        let mut map = serde_json::Map::new();
+                        map.insert(name.clone(), parse(bytes, "record key")?);
+                        Value::Object(map)
+                    }
+                    KeyColumns::Object | KeyColumns::None => match parse(bytes, "record key")? {
+                        object @ Value::Object(_) => object,
+                        _ => {
+                            return Err(RecordError::Change(
+                                "the record key is not a JSON object of the key columns".into(),
+                            ));
+                        }
+                    },
+                };
+                Ok(vec![(RowKind::Delete, row)])
+            }
+        },
     }
 }
 
@@ -471,5 +834,197 @@ mod tests {
             (values.len(), values.value(0), values.is_null(1)),
             (2, "hello", true)
         );
+    }
+
+    /// A decoder of change events of `{id: int, v: string}` rows, with an `offset` column.
+    fn changes(envelope: Envelope, key: &[&str]) -> RecordDecoder<KafkaMetadata> {
+        let layout: JsonLayout =
+            JsonLayout::Single(serde_json::from_value(yaml("{id: int, v: string}")).expect("l"));
+        let metadata: IndexMap<String, KafkaMetadata> =
+            serde_json::from_value(yaml("{o: offset}")).expect("metadata");
+        let format = ValueFormat::Changes(ChangeFormat {
+            layout,
+            envelope,
+            key: key.iter().map(|k| k.to_string()).collect(),
+        });
+        RecordDecoder::new(&format, &metadata, &[true], 8)
+    }
+
+    /// A decoded change: kind, `id`, `v` and offset.
+    type Change = (String, Option<i64>, Option<String>, i64);
+
+    /// The rows decoded so far, and the port's mode.
+    fn changed(d: &mut RecordDecoder<KafkaMetadata>) -> (Vec<Change>, String) {
+        let out = d.flush().expect("flush");
+        let Some((_, batch, _)) = out.first() else {
+            return (Vec::new(), String::new());
+        };
+        let mode = crate::changelog::ChangelogMode::of(batch.schema_ref()).describe();
+        let ids = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("id");
+        let vs = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .expect("v");
+        let offsets = ints_of(batch, 2);
+        let ops = crate::changelog::kinds(batch).expect("an op column");
+        let rows = (0..batch.num_rows())
+            .map(|i| {
+                (
+                    crate::changelog::kind_at(ops, i).short().to_string(),
+                    (!ids.is_null(i)).then(|| ids.value(i)),
+                    (!vs.is_null(i)).then(|| vs.value(i).to_string()),
+                    offsets[i],
+                )
+            })
+            .collect();
+        (rows, mode)
+    }
+
+    fn error(
+        d: &mut RecordDecoder<KafkaMetadata>,
+        value: Option<&[u8]>,
+        key: Option<&[u8]>,
+    ) -> String {
+        let m = meta(0, 99, key);
+        match d.decode_keyed(value, key, |f| m.value(f), 0) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{:?} decoded", value.map(String::from_utf8_lossy)),
+        }
+    }
+
+    #[test]
+    fn debezium_events_become_rows_with_their_kinds() {
+        let mut d = changes(Envelope::Debezium, &["id"]);
+        let events: [&[u8]; 5] = [
+            br#"{"before":null,"after":{"id":1,"v":"a"},"op":"c","ts_ms":1}"#,
+            br#"{"before":null,"after":{"id":2,"v":"b","extra":true},"op":"r"}"#,
+            br#"{"before":{"id":1,"v":"a"},"after":{"id":1,"v":"A"},"op":"u"}"#,
+            br#"{"schema":{},"payload":{"before":{"id":2,"v":"b"},"after":null,"op":"d"}}"#,
+            br#"{"before":{"id":1,"v":"A"},"after":null,"op":"d","source":{"table":"t"}}"#,
+        ];
+        for (i, e) in events.iter().enumerate() {
+            assert!(decode(&mut d, Some(e), &meta(0, i as i64, None), 0).expect("event"));
+        }
+        // The tombstone Debezium writes after a delete says nothing.
+        assert!(!decode(&mut d, None, &meta(0, 5, Some(b"1")), 0).expect("tombstone"));
+        let (rows, mode) = changed(&mut d);
+        let row =
+            |k: &str, id: i64, v: &str, o: i64| (k.to_string(), Some(id), Some(v.to_string()), o);
+        assert_eq!(
+            rows,
+            vec![
+                row("+I", 1, "a", 0),
+                row("+I", 2, "b", 1),
+                row("-U", 1, "a", 2),
+                row("+U", 1, "A", 2),
+                row("-D", 2, "b", 3),
+                row("-D", 1, "A", 4),
+            ]
+        );
+        assert_eq!(mode, "updating (+I -U +U -D), key [id]");
+    }
+
+    #[test]
+    fn a_debezium_event_that_says_no_change_is_refused_by_name() {
+        let mut d = changes(Envelope::Debezium, &[]);
+        let cases: [(&[u8], &str); 8] = [
+            (
+                br#"{"before":null,"after":null,"op":"c"}"#,
+                "neither `before` nor `after`",
+            ),
+            (br#"{"after":{"id":1,"v":"a"}}"#, "has no `op`"),
+            (
+                br#"{"after":{"id":1,"v":"a"},"op":"t"}"#,
+                "\"t\" is not one weir reads",
+            ),
+            (br#"{"after":{"id":1,"v":"a"},"op":7}"#, "`op` is 7"),
+            (
+                br#"{"before":null,"after":{"id":1,"v":"a"},"op":"u"}"#,
+                "REPLICA IDENTITY",
+            ),
+            (
+                br#"{"before":{"id":1,"v":"a"},"op":"c"}"#,
+                "`c` event without `after`",
+            ),
+            (br#"[1,2]"#, "a JSON object with `before`"),
+            (br#"{"before":"#, "not JSON"),
+        ];
+        for (event, says) in cases {
+            let e = error(&mut d, Some(event), None);
+            assert!(e.contains(says), "{e:?} should say {says:?}");
+        }
+        // An update whose new row does not decode leaves neither of its rows behind.
+        let bad_after = br#"{"before":{"id":1,"v":"a"},"after":{"id":"x","v":"b"},"op":"u"}"#;
+        assert!(error(&mut d, Some(bad_after), None).contains("id"));
+        assert!(
+            decode(
+                &mut d,
+                Some(br#"{"after":{"id":3,"v":"c"},"op":"c"}"#),
+                &meta(0, 7, None),
+                0
+            )
+            .expect("event")
+        );
+        let (rows, _) = changed(&mut d);
+        assert_eq!(
+            rows,
+            vec![("+I".to_string(), Some(3), Some("c".to_string()), 7)]
+        );
+    }
+
+    #[test]
+    fn upsert_records_are_new_rows_and_tombstones_deletes_of_their_key() {
+        let mut d = changes(Envelope::Upsert, &["id"]);
+        let m = meta(0, 0, Some(b"1"));
+        assert!(
+            d.decode_keyed(Some(br#"{"id":1,"v":"a"}"#), Some(b"1"), |f| m.value(f), 0)
+                .expect("row")
+        );
+        let m = meta(0, 1, Some(b"1"));
+        assert!(
+            d.decode_keyed(None, Some(b"1"), |f| m.value(f), 0)
+                .expect("tombstone")
+        );
+        let (rows, mode) = changed(&mut d);
+        assert_eq!(
+            rows,
+            vec![
+                ("+U".to_string(), Some(1), Some("a".to_string()), 0),
+                ("-D".to_string(), Some(1), None, 1),
+            ]
+        );
+        assert_eq!(mode, "upsert (+U -D), key [id]");
+        assert!(error(&mut d, None, None).contains("neither key nor value"));
+        assert!(error(&mut d, None, Some(b"x")).contains("record key is not JSON"));
+
+        // A string key is the key's text; several columns are a JSON object.
+        let mut d = changes(Envelope::Upsert, &["v"]);
+        let m = meta(0, 2, Some(b"k\"1"));
+        assert!(
+            d.decode_keyed(None, Some(b"k\"1"), |f| m.value(f), 0)
+                .expect("tombstone")
+        );
+        let (rows, _) = changed(&mut d);
+        assert_eq!(
+            rows,
+            vec![("-D".to_string(), None, Some("k\"1".to_string()), 2)]
+        );
+        let mut d = changes(Envelope::Upsert, &["id", "v"]);
+        let m = meta(0, 3, None);
+        assert!(
+            d.decode_keyed(None, Some(br#"{"id":4,"v":"d"}"#), |f| m.value(f), 0)
+                .expect("t")
+        );
+        let (rows, _) = changed(&mut d);
+        assert_eq!(
+            rows,
+            vec![("-D".to_string(), Some(4), Some("d".to_string()), 3)]
+        );
+        assert!(error(&mut d, None, Some(b"4")).contains("not a JSON object"));
     }
 }

@@ -307,6 +307,34 @@ impl JsonDecoder {
         }
     }
 
+    /// Decodes one object already parsed (the `before` or `after` of a change event) into the
+    /// single port of a [`JsonLayout::Single`] layout, as [`Self::decode_line`] decodes a line.
+    /// A variants layout has no port to route it to: skipped.
+    pub fn decode_value(&mut self, value: &serde_json::Value) -> Result<Decoded, DecodeError> {
+        self.error = None;
+        let Root::Single(plan) = &self.root else {
+            return Ok(Decoded::Skipped);
+        };
+        if !self.want[0] {
+            return Ok(Decoded::Skipped);
+        }
+        let port = &mut self.builders[0];
+        let seed = ObjectSeed {
+            plan,
+            columns: &mut port.columns,
+            rows: port.rows,
+            error: &mut self.error,
+            mode: Mode::Top,
+        };
+        match seed.deserialize(value) {
+            Ok(_) => Ok(self.finish(Some(0))),
+            Err(e) => {
+                self.builders[0].rollback();
+                Err(self.error.take().unwrap_or_else(|| invalid_json(&e)))
+            }
+        }
+    }
+
     /// Completes the row of the port a line was routed to, if that port is wanted.
     fn finish(&mut self, routed: Option<usize>) -> Decoded {
         match routed {
@@ -321,6 +349,17 @@ impl JsonDecoder {
     /// Lines the byte scanner decoded so far; serde_json decoded (or refused) the others.
     pub fn lines_scanned(&self) -> u64 {
         self.scanned
+    }
+
+    /// Takes back the last row decoded into `port` (a change event whose second row failed to
+    /// decode must leave neither). Nothing happens when the port has no buffered row.
+    pub fn drop_last(&mut self, port: usize) {
+        if let Some(builder) = self.builders.get_mut(port)
+            && builder.rows > 0
+        {
+            builder.rows -= 1;
+            builder.rollback();
+        }
     }
 
     /// Rows buffered for `port` since the last flush.

@@ -102,9 +102,14 @@ pub(super) fn describe_window(w: &WindowSpec) -> String {
 /// What planning learned about a node of the job file.
 pub(super) enum Compiled {
     Source {
+        /// Each port as its consumers read it: an upsert port (see [`crate::changelog`]) as
+        /// the retract stream its normaliser makes of it.
         ports: Vec<(String, SchemaRef)>,
         factory: Arc<dyn SourceFactory>,
         event_time: EventTime,
+        /// Per port: the upsert stream the source itself emits, when the port is one; the
+        /// planner puts a changelog normaliser between it and its consumers.
+        upserts: Vec<Option<SchemaRef>>,
     },
     /// Dissolves into the key partitioning of its consumers' input edges.
     KeyBy {
