@@ -883,13 +883,14 @@ fn an_updating_stream_into_a_keyed_table_survives_sigkills() {
 /// The kill -9 golden test of an updating query: per auction, its bids' count and top price,
 /// auctions without a bid included (a LEFT JOIN under a GROUP BY), into a table keyed by the
 /// auction, SIGKILLed at random points and resumed with `--from latest` at alternating
-/// parallelism. The final table is the naive loop's; and the table as each killed run left it
-/// (what its last committed checkpoint applied) holds only rows some prefix of the input could
-/// give: no auction with more bids than it has, and a top price that is one of its bids' with
-/// at least as many of its bids at or below it as the count says (a replayed bid counted twice
-/// would break one or the other).
+/// parallelism, the database stopped for a while at a random point of every other run. The
+/// final table is the naive loop's; and the table as each killed run left it (what its last
+/// committed checkpoint applied) holds only rows some prefix of the input could give: no
+/// auction with more bids than it has, and a top price that is one of its bids' with at least
+/// as many of its bids at or below it as the count says (a replayed bid counted twice would
+/// break one or the other).
 #[test]
-fn a_left_join_under_a_group_by_into_a_keyed_table_survives_sigkills() {
+fn a_left_join_under_a_group_by_into_a_keyed_table_survives_sigkills_and_database_stops() {
     use weir_runtime::connectors::nexmark::{Event, Generator, GeneratorConfig};
     const EVENTS: u64 = 100_000;
     let cluster = Cluster::start();
@@ -926,9 +927,11 @@ fn a_left_join_under_a_group_by_into_a_keyed_table_survives_sigkills() {
              transforms:\n  q:\n    kind: sql\n    query: |\n      \
              SELECT a.id AS auction, COUNT(b.price) AS bids, MAX(b.price) AS top\n      \
              FROM nexmark.auction AS a LEFT JOIN nexmark.bid AS b ON a.id = b.auction\n      \
-             GROUP BY a.id\ncheckpoint:\n  interval: 200ms\nsinks:\n  out:\n    kind: postgres\n    \
+             GROUP BY a.id\ncheckpoint:\n  interval: 200ms\n\
+             restart: {{strategy: fixed-delay, delay: 200ms, max-attempts: 1000}}\n\
+             sinks:\n  out:\n    kind: postgres\n    \
              from: q\n    connection: {}\n    table: bids_per_auction\n    key: [auction]\n    \
-             create-table: true\n    batch-size: 200\n",
+             create-table: true\n    batch-size: 200\n    retry: {{max-attempts: 1}}\n",
             cluster.connection()
         ),
     )
@@ -949,12 +952,35 @@ fn a_left_join_under_a_group_by_into_a_keyed_table_survives_sigkills() {
     };
     let data = dir.path().join("data");
     let mut seen: Vec<BTreeMap<i64, (i64, Option<i64>)>> = Vec::new();
+    // The database fails too: in every other run it is stopped at a random point for a random
+    // while (by a thread of the test's, joined before the table is next read).
+    let (pg_dir, pg_port) = (
+        cluster.dir.path().display().to_string(),
+        cluster.port.to_string(),
+    );
+    let mut outage: Option<std::thread::JoinHandle<()>> = None;
+    let mut rng = crate::recovery::Rng(0x1ef7);
+    let mut outages = 0;
     let (logs, killed) = crate::support::run_through_kills(
         "a LEFT JOIN under a GROUP BY into postgres",
         23,
         3,
         Duration::from_millis(400)..Duration::from_millis(2500),
         |run| {
+            if let Some(stopper) = outage.take() {
+                stopper.join().unwrap();
+            }
+            if run % 2 == 1 {
+                let (dir, port) = (pg_dir.clone(), pg_port.clone());
+                let (after, away) = (rng.between(100, 1500), rng.between(200, 2000));
+                outages += 1;
+                outage = Some(std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(after));
+                    script(PG_CLUSTER, &["stop", &dir]);
+                    std::thread::sleep(Duration::from_millis(away));
+                    script(PG_CLUSTER, &["start", &dir, &port]);
+                }));
+            }
             seen.push(read(&cluster));
             let mut cmd = weir(&data);
             cmd.arg("run").arg(&job).arg("--quiet");
@@ -972,7 +998,11 @@ fn a_left_join_under_a_group_by_into_a_keyed_table_survives_sigkills() {
                 .unwrap()
         },
     );
+    if let Some(stopper) = outage.take() {
+        stopper.join().unwrap();
+    }
     assert!(killed >= 1, "at least one run was killed: {logs:#?}");
+    assert!(outages >= 1, "the database was stopped at least once");
     let mut partial = 0;
     for (run, table) in seen.iter().enumerate() {
         for (auction, (n, top)) in table {
