@@ -870,7 +870,7 @@ fn send(producer: &ThreadedProducer<DefaultProducerContext>, mut record: BaseRec
 /// The table a changelog (rows with an `__op` or `op` field, in order) builds, by `id`,
 /// failing on a change a well-formed changelog cannot hold: an `+I` of a live key, a `-U` or
 /// `-D` of a row that is not live.
-fn changelog_table(rows: &[Value], key: &str) -> BTreeMap<String, Value> {
+pub(crate) fn changelog_table(rows: &[Value], key: &str) -> BTreeMap<String, Value> {
     let mut table = BTreeMap::new();
     for row in rows {
         let mut data = row.as_object().unwrap().clone();

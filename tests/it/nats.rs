@@ -1587,3 +1587,65 @@ fn a_commit_pipelines_its_publishes_and_touches_its_marker_a_fixed_number_of_tim
     );
     assert_eq!(stream.read_all().len(), 6_000, "every row once");
 }
+
+/// An updating query's table published as Debezium events (at parallelism 2) and read back by
+/// a NATS source of `debezium-json`: the changelog it reads builds the naive table.
+#[test]
+fn an_updating_query_published_as_debezium_events_reads_back_as_its_table() {
+    let server = Server::any();
+    let stream = server.stream("changes");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut naive: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let mut lines = String::new();
+    for i in 0..3000i64 {
+        let (k, x) = ((i * 7919) % 29, (i * 31) % 1000);
+        lines.push_str(&format!("{}\n", json!({"k": k, "x": x})));
+        let e = naive.entry(k).or_insert((0, i64::MIN));
+        e.0 += 1;
+        e.1 = e.1.max(x);
+    }
+    std::fs::write(&input, lines).unwrap();
+    let expected: BTreeMap<String, Value> = naive
+        .iter()
+        .filter(|(_, (n, _))| n % 4 != 0)
+        .map(|(k, (n, m))| (k.to_string(), json!({"k": k, "n": n, "m": m})))
+        .collect();
+    let write = job(
+        dir.path(),
+        "write.yaml",
+        &format!(
+            "name: nats-write-changes\nparallelism: 2\nsources:\n  \
+             src: {{kind: jsonl, path: {}, schema: {{k: int, x: int}}}}\n\
+             transforms:\n  \
+             counts:\n    kind: sql\n    \
+             query: SELECT k, COUNT(*) AS n, MAX(x) AS m FROM src GROUP BY k HAVING COUNT(*) % 4 <> 0\n\
+             sinks:\n  \
+             dz:\n    kind: nats\n    from: counts\n    servers: {}\n    subject: {}.out\n    \
+             format: debezium-json\n    delivery: at-least-once\n",
+            input.display(),
+            server.servers(),
+            stream.name,
+        ),
+    );
+    run_job(&write, &[]);
+    let out = out_dir();
+    let read = job(
+        dir.path(),
+        "read.yaml",
+        &format!(
+            "name: nats-read-changes\nsources:\n  \
+             dz:\n    kind: nats\n    servers: {}\n    stream: {}\n    stop-at: end\n    \
+             format: debezium-json\n    key: [k]\n    schema: {{k: int, n: int, m: int}}\n\
+             sinks:\n  out: {{kind: file, from: dz, path: {}, format: changelog-json}}\n",
+            server.servers(),
+            stream.name,
+            out.path().display(),
+        ),
+    );
+    run_job(&read, &[]);
+    assert_eq!(
+        crate::kafka::changelog_table(&read_parts(out.path()), "k"),
+        expected
+    );
+}
