@@ -140,14 +140,16 @@ bench: build-bench
 	$(WEIR) bench postgres --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres"; status=$$?; \
 	scripts/pg-cluster.sh stop $$pg; rm -rf $$pg; exit $$status
 
-## Nexmark q0–q9 and q11 on Apache Flink beside weir (issue 26; not part of `make test`): the
-## same JSON-lines file (made once if missing), Flink SQL texts in scripts/peers/flink/ against
-## jobs/nexmark/*-jsonl.yaml. It checks that both engines produce the same rows, then prints
-## the medians of BENCH_PEERS_RUNS interleaved runs with blackhole sinks: Flink's net job
-## runtime (at parallelism 1), weir's wall time (at 1 and 2), the ratio of each engine at its
-## best, the peak memory of each. Needs Java 11, 17 or 21 and Python 3.9-3.12; installs PyFlink
-## 2.3 (about 850 MB) into ~/.cache/weir/pyflink once. BENCH_PEERS_ARGS passes more options
-## (`--queries q0,q5`, `--skip-check`, `--flink-parallelism 1,2`, `--weir-parallelism 1`).
+## Nexmark q0–q9, q11 and q14–q22 on Apache Flink beside weir (issue 26; not part of `make
+## test`): the same JSON-lines file (made once if missing), Flink SQL texts in
+## scripts/peers/flink/ against jobs/nexmark/*-jsonl.yaml. It checks that both engines produce
+## the same rows (the final table of an updating result), then prints the medians of
+## BENCH_PEERS_RUNS interleaved runs with blackhole sinks: Flink's net job runtime (at
+## parallelism 1), weir's wall time (at 1 and 2), the ratio of each engine at its best, the
+## peak memory of each. Needs Java 11, 17 or 21 (a JDK: q14's Nexmark function is compiled)
+## and Python 3.9-3.12; installs PyFlink 2.3 (about 850 MB) into ~/.cache/weir/pyflink once.
+## BENCH_PEERS_ARGS passes more options (`--queries q0,q5`, `--skip-check`,
+## `--flink-parallelism 1,2`, `--weir-parallelism 1`).
 BENCH_PEERS_RUNS ?= 3
 BENCH_PEERS_ARGS ?=
 bench-peers: build
