@@ -100,9 +100,10 @@ enum Bench {
         #[arg(long, default_value_t = 1_000_000)]
         changes_rows: u64,
         /// The changes table's shares of rows that update or delete a live key, in percent
-        /// (0: the keyed sink with inserts only).
+        /// (0: the keyed sink with inserts only; at most 75, where deletes use up every key
+        /// that inserts make).
         #[arg(long, value_delimiter = ',', default_value = "0,10,50",
-              value_parser = clap::value_parser!(u32).range(0..100))]
+              value_parser = clap::value_parser!(u32).range(0..=75))]
         changes: Vec<u32>,
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         parallelism: Vec<u32>,

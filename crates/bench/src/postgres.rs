@@ -225,7 +225,9 @@ impl XorShift {
 /// A well-formed changelog of at least `rows` rows (one more when it ends on an update's pair),
 /// `percent` of them changes of a key that is live at that point: each change picks a live key
 /// at random and, in turn, updates it (`-U` of its row, `+U` of the new one) or deletes it
-/// (`-D` of its row). Every other row inserts a new key (`+I`).
+/// (`-D` of its row). Every other row inserts a new key (`+I`). A delete (one row) comes with
+/// an update (two) and takes a key that an insert made, so above 75% there are not enough live
+/// keys: the share of changes stays at 75%.
 fn changelog(rows: u64, percent: u32, seed: u64) -> Vec<(RowKind, Row)> {
     let mut random = XorShift(seed | 1);
     let mut live: Vec<Row> = Vec::new();
@@ -588,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_changelog_is_well_formed_and_changes_its_share_of_rows() {
-        for percent in [0, 10, 50, 90] {
+        for percent in [0, 10, 50, 75] {
             let changes = changelog(10_000, percent, 7);
             let table = apply(&changes).expect("a well-formed changelog");
             let changed = changes.iter().filter(|c| c.0 != RowKind::Insert).count();
