@@ -112,6 +112,9 @@ loom: deps
 	  $(CARGO) test --release -p weir-connection-pool --lib loom_models
 
 ## Benchmarks (BENCHMARKS.md has the current figures, docs/benchmarks/log/ their history).
+## `weir bench restore` and `weir bench postgres` run against servers of their own, started
+## and stopped here: moto's S3 (scripts/s3-server.sh) and a throwaway PostgreSQL cluster
+## (scripts/pg-cluster.sh: fsync off, as for the tests; `make test` installs both).
 bench: build-bench
 	$(WEIR) bench nexmark --queries q0,q1,q2
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11,q14,q15,q17,q20,q21,q22 --sources generator --events 3000000
@@ -132,17 +135,21 @@ bench: build-bench
 	$(WEIR) bench query
 	$(WEIR) bench pool
 	$(WEIR) bench serve
-	@if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then $(WEIR) bench postgres; \
-	else echo "bench postgres skipped: no PostgreSQL server on 127.0.0.1:5432 (start one, or run weir bench postgres --connection '...')"; fi
+	@pg=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+	scripts/pg-cluster.sh start $$pg $$port || { rm -rf $$pg; echo "bench postgres: could not start a throwaway PostgreSQL (scripts/pg-cluster.sh; apt-get install postgresql)" >&2; exit 1; }; \
+	$(WEIR) bench postgres --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres"; status=$$?; \
+	scripts/pg-cluster.sh stop $$pg; rm -rf $$pg; exit $$status
 
-## Nexmark q0–q9 and q11 on Apache Flink beside weir (issue 26; not part of `make test`): the
-## same JSON-lines file (made once if missing), Flink SQL texts in scripts/peers/flink/ against
-## jobs/nexmark/*-jsonl.yaml. It checks that both engines produce the same rows, then prints
-## the medians of BENCH_PEERS_RUNS interleaved runs with blackhole sinks: Flink's net job
-## runtime (at parallelism 1), weir's wall time (at 1 and 2), the ratio of each engine at its
-## best, the peak memory of each. Needs Java 11, 17 or 21 and Python 3.9-3.12; installs PyFlink
-## 2.3 (about 850 MB) into ~/.cache/weir/pyflink once. BENCH_PEERS_ARGS passes more options
-## (`--queries q0,q5`, `--skip-check`, `--flink-parallelism 1,2`, `--weir-parallelism 1`).
+## Nexmark q0–q9, q11 and q14–q22 on Apache Flink beside weir (issue 26; not part of `make
+## test`): the same JSON-lines file (made once if missing), Flink SQL texts in
+## scripts/peers/flink/ against jobs/nexmark/*-jsonl.yaml. It checks that both engines produce
+## the same rows (the final table of an updating result), then prints the medians of
+## BENCH_PEERS_RUNS interleaved runs with blackhole sinks: Flink's net job runtime (at
+## parallelism 1), weir's wall time (at 1 and 2), the ratio of each engine at its best, the
+## peak memory of each. Needs Java 11, 17 or 21 (a JDK: q14's Nexmark function is compiled)
+## and Python 3.9-3.12; installs PyFlink 2.3 (about 850 MB) into ~/.cache/weir/pyflink once.
+## BENCH_PEERS_ARGS passes more options (`--queries q0,q5`, `--skip-check`,
+## `--flink-parallelism 1,2`, `--weir-parallelism 1`).
 BENCH_PEERS_RUNS ?= 3
 BENCH_PEERS_ARGS ?=
 bench-peers: build

@@ -7,7 +7,9 @@
 # `weir nexmark generate`). PyFlink 2.3 (`apache-flink` from PyPI, about 850 MB with its JVM
 # jars and Apache Beam) goes into a virtualenv of weir's own, ${WEIR_PYFLINK_VENV:-
 # $HOME/.cache/weir/pyflink}, once: later runs find it there. Flink 2.3 runs on Java 11, 17 or
-# 21; PyFlink 2.3 on Python 3.9 to 3.12. scripts/bench_peers.py does the work.
+# 21; PyFlink 2.3 on Python 3.9 to 3.12. q14 calls the Nexmark benchmark's own Java function
+# (scripts/peers/flink/udf/), which is compiled into a jar in the virtualenv once: a JDK's
+# javac and jar. scripts/bench_peers.py does the work.
 set -euo pipefail
 weir="${1:?usage: bench-peers.sh WEIR DATA [options]}"
 data="${2:?usage: bench-peers.sh WEIR DATA [options]}"
@@ -51,6 +53,22 @@ if ! "$venv/bin/python" -c 'import pyflink.version as v; assert v.__version__.st
     || { rm -rf "$venv"; fail "pip could not install apache-flink 2.3 from PyPI into $venv (see pip's message above)"; }
 fi
 
+# The Nexmark benchmark's user-defined functions (q14's count_char), its own Java source in
+# scripts/peers/flink/udf/, compiled against PyFlink's jars into a jar beside them, once.
+udf_src="$here/peers/flink/udf"
+udf_jar="$venv/weir-nexmark-udf.jar"
+if [ ! -f "$udf_jar" ] || [ -n "$(find "$udf_src" -name '*.java' -newer "$udf_jar")" ]; then
+  command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1 \
+    || fail "no javac and jar found: q14's Nexmark function is compiled with a JDK (apt-get install openjdk-17-jdk-headless)"
+  flink_lib="$("$venv/bin/python" -c 'import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')"
+  classes="$(mktemp -d)"
+  javac --release 11 -nowarn -cp "$flink_lib/*" -d "$classes" $(find "$udf_src" -name '*.java') \
+    || fail "could not compile the Nexmark functions in $udf_src (see javac's message above)"
+  jar cf "$udf_jar" -C "$classes" . || fail "could not write $udf_jar"
+  rm -rf "$classes"
+fi
+
 [ -x "$weir" ] || fail "no weir binary at $weir (make build)"
 [ -f "$data" ] || fail "no Nexmark file at $data (make nexmark-data)"
-exec "$venv/bin/python" "$here/bench_peers.py" bench --weir "$weir" --python "$venv/bin/python" --data "$data" "$@"
+exec "$venv/bin/python" "$here/bench_peers.py" bench --weir "$weir" --python "$venv/bin/python" --data "$data" \
+  --udf-jar "$udf_jar" "$@"

@@ -7,6 +7,11 @@ times interleaved runs (Flink, weir, Flink, weir, ...) with each engine's blackh
 run started once the machine is idle, and prints medians: Flink's net job runtime, weir's
 whole-process wall time, and the peak memory (maximum resident set) of each.
 
+An updating result (a join, GROUP BY or Top-N with no window) is compared as the table it
+describes: Flink's changelog, written as debezium-json, folded into its final multiset of rows,
+and weir's the same way from `changelog-json` (q15-q19), or as the last row per key of its
+upsert stream (q4). WEIR_UPSERT_KEYS, WEIR_CHANGELOG and FLINK_ONLY_COLUMNS say how per query.
+
 Each engine runs at every parallelism it is given (`--flink-parallelism`, `--weir-parallelism`;
 Flink at 1 and weir at 1 and 2 by default), every one checked for the same rows and timed, and
 the ratio compares each engine at its best: the lower of its medians, as issue 26's target
@@ -23,7 +28,9 @@ Layout:
     (PyFlink's JVM) and prints one JSON line with its measurements. The driver starts it in the
     PyFlink virtualenv's Python, once per run, so that no run inherits a warm JVM.
   * The Flink SQL texts live in scripts/peers/flink/: nexmark.sql declares the file and one view
-    per event type, qN.sql holds the query (after any statements of its own).
+    per event type, qN.sql holds the query (after any statements of its own); udf/ holds the
+    Nexmark benchmark's Java function that q14 calls, which scripts/bench-peers.sh compiles
+    into the jar passed as --udf-jar.
 
 scripts/bench-peers.sh checks for Java, installs PyFlink once, then runs this file; `make
 bench-peers` makes the data file first when it is missing.
@@ -51,11 +58,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FLINK_SQL = ROOT / "scripts" / "peers" / "flink"
-ALL_QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11"]
+ALL_QUERIES = [
+    "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11",
+    "q14", "q15", "q16", "q17", "q18", "q19", "q20", "q21", "q22",
+]  # fmt: skip
+# q10 and q12 need processing time and q13 a side-input file: not run.
 
 # weir's q4 is an upsert stream keyed by category (every change of a category's average is a
-# row); its result is the last row per key. Every other weir job appends.
+# row); its result is the last row per key.
 WEIR_UPSERT_KEYS = {"q4": ["category"]}
+
+# weir's updating results written whole, each row with its kind (`format: changelog-json`, a
+# field "op": +I, -U, +U, -D), and folded into their final table as a multiset: the running
+# aggregates q15-q17 and deduplication q18 (keyed; -U/+U), and the running Top-N q19 (no key;
+# +I/-D). Folding checks the retractions too: each takes back a row that was there.
+WEIR_CHANGELOG = {"q15", "q16", "q17", "q18", "q19"}
+
+# Columns of Flink's result that weir's has not, left out of the comparison: q19's
+# rank_number (weir's running Top-N has no rank column yet).
+FLINK_ONLY_COLUMNS = {"q19": ["rank_number"]}
 
 # Timestamps as engines write them in JSON: weir's file sink and Flink's debezium-json format
 # ("2023-11-14 22:13:20.123Z" or ISO 8601 with a T).
@@ -123,6 +144,10 @@ def flink_main(args: argparse.Namespace) -> None:
         checkpoints = Path(args.out).resolve().with_name(Path(args.out).name + "-checkpoints")
         config.set("execution.checkpointing.dir", checkpoints.as_uri())
 
+    if args.udf_jar:
+        # The Nexmark benchmark's user-defined functions (q14's count_char).
+        config.set("pipeline.jars", Path(args.udf_jar).resolve().as_uri())
+
     replacements = {"path": str(Path(args.data).resolve())}
     statements = sql_statements(FLINK_SQL / "nexmark.sql", replacements)
     statements += sql_statements(FLINK_SQL / f"{args.query}.sql", replacements)
@@ -170,6 +195,8 @@ class Engines:
     # The parallelisms each engine runs at.
     flink_parallelism: list[int] = field(default_factory=lambda: [1])
     weir_parallelism: list[int] = field(default_factory=lambda: [1, 2])
+    # The jar of the Nexmark benchmark's user-defined functions, for q14 (None: not built).
+    udf_jar: Path | None = None
 
 
 @dataclass
@@ -194,6 +221,8 @@ def run_flink(engines: Engines, query: str, out: Path | None, parallelism: int) 
     ]  # fmt: skip
     if out is not None:
         cmd += ["--out", str(out)]
+    if engines.udf_jar is not None:
+        cmd += ["--udf-jar", str(engines.udf_jar)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -240,7 +269,8 @@ def run_weir(
         "--set", f"parallelism={parallelism}", "--quiet",
     ]  # fmt: skip
     if out is not None:
-        cmd += ["--set", f"sinks.out={{kind: file, from: {query}, path: {out}}}"]
+        format = ", format: changelog-json" if query in WEIR_CHANGELOG else ""
+        cmd += ["--set", f"sinks.out={{kind: file, from: {query}, path: {out}{format}}}"]
     with tempfile.TemporaryFile() as log:
         start = time.monotonic()
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -290,27 +320,51 @@ def json_lines(directory: Path):
                     yield json.loads(line, parse_float=decimal.Decimal)
 
 
-def flink_rows(directory: Path) -> collections.Counter:
-    """Flink's debezium-json changelog folded into its final multiset of rows."""
+def without(row: dict, columns: list[str]) -> dict:
+    """The row without `columns`."""
+    return {name: value for name, value in row.items() if name not in columns}
+
+
+def flink_rows(directory: Path, drop: list[str]) -> collections.Counter:
+    """Flink's debezium-json changelog folded into its final multiset of rows, without the
+    columns `drop`."""
     rows: collections.Counter = collections.Counter()
     for change in json_lines(directory):
         if change.get("before") is not None:
-            rows[row_key(change["before"])] -= 1
+            rows[row_key(without(change["before"], drop))] -= 1
         if change.get("after") is not None:
-            rows[row_key(change["after"])] += 1
+            rows[row_key(without(change["after"], drop))] += 1
     if any(n < 0 for n in rows.values()):
         raise BenchError(f"Flink's changelog in {directory} retracts rows it never inserted")
     return +rows
 
 
-def weir_rows(directory: Path, keys: list[str] | None) -> collections.Counter:
-    """weir's rows as a multiset; for an upsert result, the last row of each key."""
-    if keys is None:
+# The kinds of weir's `changelog-json` rows: +1 a row added, -1 a row taken back.
+WEIR_KINDS = {"+I": 1, "+U": 1, "-U": -1, "-D": -1}
+
+
+def weir_rows(directory: Path, query: str) -> collections.Counter:
+    """weir's rows as a multiset: an upsert result (WEIR_UPSERT_KEYS) the last row of each key,
+    a changelog (WEIR_CHANGELOG) folded into its final table, else every row."""
+    keys = WEIR_UPSERT_KEYS.get(query)
+    if keys is not None:
+        last = {}
+        for row in json_lines(directory):
+            last[tuple(normalise(row[k]) for k in keys)] = row_key(row)
+        return collections.Counter(last.values())
+    if query not in WEIR_CHANGELOG:
         return collections.Counter(row_key(row) for row in json_lines(directory))
-    last = {}
+    rows: collections.Counter = collections.Counter()
     for row in json_lines(directory):
-        last[tuple(normalise(row[k]) for k in keys)] = row_key(row)
-    return collections.Counter(last.values())
+        op = row.pop("op", None)
+        if op not in WEIR_KINDS:
+            raise BenchError(f"weir's changelog in {directory} has a row of kind {op!r}: {row}")
+        rows[row_key(row)] += WEIR_KINDS[op]
+    # Counted in no particular order (part files of several subtasks): what must hold is the
+    # end, where no row has been taken back more often than it was added.
+    if any(n < 0 for n in rows.values()):
+        raise BenchError(f"weir's changelog in {directory} takes back rows it never added")
+    return +rows
 
 
 def check_rows(engines: Engines, query: str, scratch: Path) -> str:
@@ -324,10 +378,10 @@ def check_rows(engines: Engines, query: str, scratch: Path) -> str:
         shutil.rmtree(out, ignore_errors=True)
         if engine == "Flink":
             run_flink(engines, query, out, parallelism)
-            rows = flink_rows(out)
+            rows = flink_rows(out, FLINK_ONLY_COLUMNS.get(query, []))
         else:
             run_weir(engines, query, out, parallelism)
-            rows = weir_rows(out, WEIR_UPSERT_KEYS.get(query))
+            rows = weir_rows(out, query)
         if reference is None:
             reference = rows
             continue
@@ -363,6 +417,8 @@ def run_check(engines: Engines, query: str, scratch: Path) -> str:
         "--flink-parallelism", ",".join(map(str, engines.flink_parallelism)),
         "--weir-parallelism", ",".join(map(str, engines.weir_parallelism)),
     ]  # fmt: skip
+    if engines.udf_jar is not None:
+        cmd += ["--udf-jar", str(engines.udf_jar)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise BenchError(done.stderr.strip().removeprefix("bench-peers: "))
@@ -389,6 +445,7 @@ def engines_of(args: argparse.Namespace) -> Engines:
         data=Path(args.data).resolve(),
         flink_parallelism=parallelisms(args.flink_parallelism, "--flink-parallelism"),
         weir_parallelism=parallelisms(args.weir_parallelism, "--weir-parallelism"),
+        udf_jar=Path(args.udf_jar).resolve() if args.udf_jar else None,
     )
 
 
@@ -438,6 +495,11 @@ def main(args: argparse.Namespace) -> None:
     unknown = [q for q in queries if q not in ALL_QUERIES]
     if unknown:
         raise BenchError(f"unknown queries {unknown}; known: {','.join(ALL_QUERIES)}")
+    if "q14" in queries and engines.udf_jar is None:
+        raise BenchError(
+            "q14 needs the Nexmark benchmark's count_char function: --udf-jar (made by "
+            "scripts/bench-peers.sh from scripts/peers/flink/udf/)"
+        )
 
     checks: dict[str, str] = {}
     failed: list[str] = []
@@ -504,6 +566,7 @@ def parse_args() -> argparse.Namespace:
     flink.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
     flink.add_argument("--out", help="write the changelog here (default: blackhole)")
     flink.add_argument("--parallelism", type=int, default=1, help="Flink's default parallelism")
+    flink.add_argument("--udf-jar", help="the jar of the Nexmark user-defined functions (q14)")
 
     def add_engines(p: argparse.ArgumentParser) -> None:
         p.add_argument("--weir", required=True, help="the weir binary")
@@ -515,6 +578,7 @@ def parse_args() -> argparse.Namespace:
         p.add_argument(
             "--weir-parallelism", default="1,2", help="weir's parallelisms (default 1,2)"
         )
+        p.add_argument("--udf-jar", help="the jar of the Nexmark user-defined functions (q14)")
 
     check = sub.add_parser("check", help="compare one query's rows on both engines")
     check.add_argument("query", choices=ALL_QUERIES)

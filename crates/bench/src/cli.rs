@@ -73,15 +73,22 @@ enum Bench {
         #[arg(long, default_value_t = 2)]
         tasks_per_thread: usize,
     },
-    /// Rows per second into PostgreSQL through the `postgres` sink (straight, and exactly once
-    /// with checkpoints) beside the same job into a blackhole sink.
+    /// Rows per second into PostgreSQL through the `postgres` sink: a job's rows (straight, and
+    /// exactly once with checkpoints) beside the same job into a blackhole sink; and
+    /// changelogs applied by key (upserts and deletes) beside plain inserts, each run's table
+    /// checked against a naive reference.
     Postgres {
-        /// The server to write to (a table `weir_bench_rows` is dropped and recreated there).
+        /// The server to write to (tables `weir_bench_rows` and `weir_bench_changes` are
+        /// dropped and recreated there).
         #[arg(
             long,
             default_value = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
         )]
         connection: String,
+        /// Which tables: `job` (the job's rows beside a blackhole sink), `changes`
+        /// (changelogs into the keyed sink beside plain inserts).
+        #[arg(long, value_delimiter = ',', default_value = "job,changes")]
+        tables: Vec<crate::postgres::PgTable>,
         #[arg(long, default_value = "jobs/nexmark/q1.yaml")]
         job: PathBuf,
         /// The node whose rows are written.
@@ -89,6 +96,15 @@ enum Bench {
         from: String,
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
+        /// Rows of each input of the changes table.
+        #[arg(long, default_value_t = 1_000_000)]
+        changes_rows: u64,
+        /// The changes table's shares of rows that update or delete a live key, in percent
+        /// (0: the keyed sink with inserts only; at most 75, where deletes use up every key
+        /// that inserts make).
+        #[arg(long, value_delimiter = ',', default_value = "0,10,50",
+              value_parser = clap::value_parser!(u32).range(0..=75))]
+        changes: Vec<u32>,
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         parallelism: Vec<u32>,
         #[arg(long, default_value_t = 3)]
@@ -291,17 +307,23 @@ pub fn run(args: BenchArgs) -> ExitCode {
         }),
         Bench::Postgres {
             connection,
+            tables,
             job,
             from,
             events,
+            changes_rows,
+            changes,
             parallelism,
             runs,
             data,
         } => crate::postgres::run(&PostgresBench {
             connection,
+            tables,
             job,
             from,
             events,
+            changes_rows,
+            changes,
             parallelism,
             runs: runs.max(1),
             data,

@@ -21,7 +21,8 @@
 //!   - `query`: queryable state, direct lookups beside ordered ones, under load;
 //!   - `scheduler`: the shared checkpoint-trigger scheduler beside per-pipeline pools;
 //!   - `pool`: the connection pool's combiner beside a mutex;
-//!   - `postgres`: the PostgreSQL sink, at least once and exactly once, beside a blackhole;
+//!   - `postgres`: the PostgreSQL sink, at least once and exactly once, beside a blackhole,
+//!     and changelogs applied by key (upserts and deletes) beside plain inserts;
 //!   - `serve`: `weir serve`'s API latency with many jobs, and the cost of live dashboards;
 //!   - `kafka`: the Kafka source beside the file source, and latency through Kafka.
 //!   - `nats`: the NATS source beside the file source, and latency through NATS JetStream;
