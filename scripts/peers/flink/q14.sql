@@ -1,9 +1,9 @@
 -- Nexmark q14 (calculation): bids priced between 1,000,000 and 50,000,000 after × 0.908, each
 -- with that price, whether it was placed by day or by night, and how many 'c's its `extra`
--- holds. The public Nexmark text, with its user-defined function count_char (the Nexmark
--- benchmark's own Java class, compiled from udf/CountChar.java by scripts/bench-peers.sh).
+-- holds. The public Nexmark text, with its user-defined function count_char (weir's Java class
+-- of the same meaning, udf/weir/peers/CountChar.java, compiled by scripts/bench-peers.sh).
 -- Its sink table's price is DECIMAL(23, 3): `0.908 * price` is an exact decimal here too.
-CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar';
+CREATE FUNCTION count_char AS 'weir.peers.CountChar';
 
 SELECT
     auction,
