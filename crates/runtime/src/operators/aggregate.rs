@@ -247,10 +247,12 @@ impl Aggregate {
     }
 
     /// Emits once per mini-batch rather than once per input batch (see the module's text).
+    /// A size of 0 is taken as 1 and an interval under 1ms as 1ms (the job file refuses both;
+    /// a task cannot tick at a zero interval).
     pub fn with_mini_batch(mut self, mini_batch: Option<MiniBatch>) -> Self {
         self.mini_batch = mini_batch.map(|m| MiniBatch {
             size: m.size.max(1),
-            ..m
+            interval: m.interval.max(Duration::from_millis(1)),
         });
         self
     }
