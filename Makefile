@@ -120,6 +120,7 @@ bench: build-bench
 	$(WEIR) bench nexmark --queries q3,q4,q5,q6,q7,q8,q9,q11,q14,q15,q17,q20,q21,q22 --sources generator --events 3000000
 	$(WEIR) bench nexmark --compare two-phase --queries q4,q5 --events 3000000
 	$(WEIR) bench nexmark --compare slicing --queries q5 --events 3000000
+	$(WEIR) bench mini-batch
 	$(WEIR) bench nexmark --compare sql --queries q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q11,q14,q15,q17,q20,q21,q22 --sources generator --events 3000000
 	$(WEIR) bench timers
 	$(WEIR) bench backends

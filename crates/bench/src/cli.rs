@@ -157,6 +157,27 @@ enum Bench {
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
     },
+    /// A running aggregate with hot keys (bids per auction, then auctions per number of
+    /// bids) with a job-level `mini-batch` beside none: events/s and rows emitted.
+    MiniBatch {
+        #[arg(long, default_value = "jobs/examples/bids-per-auction.yaml")]
+        job: PathBuf,
+        #[arg(long, default_value_t = 3_000_000)]
+        events: u64,
+        /// The mini-batch's interval and size in the mini-batched arm.
+        #[arg(long, default_value = "1s")]
+        interval: String,
+        #[arg(long, default_value_t = 10_000)]
+        size: u32,
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        parallelism: Vec<u32>,
+        #[arg(long, value_delimiter = ',', default_value = "heap,rocksdb")]
+        backends: Vec<String>,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long, default_value = "data/bench")]
+        data: PathBuf,
+    },
     /// Restore of operator state with 101 to 510 offsets in merged files: weir's seek-free
     /// reader beside one seek and ranged request per offset, from an in-memory store with
     /// injected per-request latency and from an S3-compatible server.
@@ -336,6 +357,25 @@ pub fn run(args: BenchArgs) -> ExitCode {
             runs,
             data,
         } => crate::checkpoint::run(&job, events, interval, &backends, runs.max(1), &data),
+        Bench::MiniBatch {
+            job,
+            events,
+            interval,
+            size,
+            parallelism,
+            backends,
+            runs,
+            data,
+        } => crate::mini_batch::run(&crate::mini_batch::MiniBatchBench {
+            job: &job,
+            events,
+            interval: &interval,
+            size,
+            parallelism: &parallelism,
+            backends: &backends,
+            runs: runs.max(1),
+            data: &data,
+        }),
         Bench::Restore {
             offsets,
             latency,

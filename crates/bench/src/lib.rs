@@ -17,6 +17,7 @@
 //!   - `backends`: Nexmark queries on RocksDB beside the heap backend;
 //!   - `timers`: timer set+delete with holds beside the scan that recomputes the hold;
 //!   - `checkpoint`: a job checkpointing every second beside the same job without;
+//!   - `mini_batch`: a running aggregate with hot keys, mini-batched beside not;
 //!   - `restore`: the seek-free restore reader beside one request per offset;
 //!   - `query`: queryable state, direct lookups beside ordered ones, under load;
 //!   - `scheduler`: the shared checkpoint-trigger scheduler beside per-pipeline pools;
@@ -40,6 +41,7 @@ mod json;
 mod json_file;
 mod kafka;
 mod measure;
+mod mini_batch;
 mod nats;
 mod nexmark;
 mod pool;

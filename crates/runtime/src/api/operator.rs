@@ -30,6 +30,22 @@ pub trait Operator: Send {
         Ok(watermark)
     }
 
+    /// How often, in processing time, the task calls [`Operator::flush`] (the operator's
+    /// mini-batch interval); `None`: it holds nothing back between batches.
+    fn flush_every(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Emits whatever the operator holds back between batches (a mini-batch's updates). The
+    /// task calls it every [`Operator::flush_every`], and the chain calls it just before a
+    /// checkpoint barrier passes the operator (Flink's `prepareSnapshotPreBarrier`): the
+    /// output then precedes the barrier, and the snapshot taken right after owes nothing
+    /// downstream, so what is held back never needs checkpointing.
+    fn flush(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
+        let _ = out;
+        Ok(())
+    }
+
     /// Every input has ended: emit anything still held.
     fn finish(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
         let _ = out;

@@ -98,6 +98,8 @@ pub(super) enum Work {
     Watermark(Target, i64),
     Idle(Target),
     Barrier(Target, Barrier),
+    /// Processing time for operators that hold output back to emit it ([`Operator::flush`]).
+    Flush(Target),
     End(Target),
 }
 
@@ -142,12 +144,35 @@ impl Chain {
                 }
             }
             Work::Barrier(Target::Op(i), barrier) => {
+                // What the operator holds back goes out first, so that it precedes the barrier
+                // downstream and its snapshot owes nothing.
+                let node = &mut self.ops[i];
+                let mut out = Vec::new();
+                node.op
+                    .flush(&mut out)
+                    .map_err(|error| fail(&node.member.name, error))?;
                 let snapshot = self.snapshot_op(i, barrier)?;
                 self.snapshots.push(snapshot);
-                for t in self.ops[i].outputs.iter().rev() {
+                let node = &self.ops[i];
+                // The stack is LIFO: the barrier goes in first so it follows the batches.
+                for t in node.outputs.iter().rev() {
                     stack.push(Work::Barrier(*t, barrier));
                 }
+                push_batches(stack, &node.outputs, out, &node.metrics);
             }
+            Work::Flush(Target::Op(i)) => {
+                let node = &mut self.ops[i];
+                let mut out = Vec::new();
+                node.op
+                    .flush(&mut out)
+                    .map_err(|error| fail(&node.member.name, error))?;
+                // Chained operators after it flush once its output has reached them.
+                for t in node.outputs.iter().rev() {
+                    stack.push(Work::Flush(*t));
+                }
+                push_batches(stack, &node.outputs, out, &node.metrics);
+            }
+            Work::Flush(Target::Exchange(_) | Target::Sink(_)) => {}
             Work::End(Target::Op(i)) => {
                 let node = &mut self.ops[i];
                 let mut out = Vec::new();
@@ -312,6 +337,11 @@ impl Chain {
                 }
             },
         }
+    }
+
+    /// How often the chain's operators want to be flushed (the shortest of their intervals).
+    pub(super) fn flush_every(&self) -> Option<std::time::Duration> {
+        self.ops.iter().filter_map(|n| n.op.flush_every()).min()
     }
 
     /// Whether an operator of the chain keeps keyed state.

@@ -93,6 +93,13 @@ impl Task {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick
         });
+        // Operators that hold output back (mini-batches) are flushed every so often. They are
+        // keyed, so they head a gate task: a source's chain has none.
+        let mut flush = chain.flush_every().map(|every| {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
         let result = match input {
             TaskInput::Gate { mut gate, head } => loop {
                 let head_metrics = head_metrics(&chain, head).cloned();
@@ -102,11 +109,15 @@ impl Task {
                         SubtaskMetrics::add(&m.idle_ns, waiting.elapsed().as_nanos() as u64);
                     }
                 };
-                // Control messages and write-through ticks are handled between two events of
+                // Control messages, write-through and flush ticks are handled between two events of
                 // the gate, never in the middle of one (`InputGate::next` is cancel-safe: it
                 // keeps whatever it received). `select!` picks fairly among ready branches,
                 // so neither lookups nor data can starve the other.
-                let event = if control.is_none() && write_through.is_none() && stats.is_none() {
+                let event = if control.is_none()
+                    && write_through.is_none()
+                    && stats.is_none()
+                    && flush.is_none()
+                {
                     // Nothing queryable or keyed: no branches to poll beside the data.
                     gate.next().await
                 } else {
@@ -125,6 +136,11 @@ impl Task {
                         _ = tick(stats.as_mut()) => {
                             waited(&head_metrics);
                             chain.publish_state_sizes();
+                            continue;
+                        }
+                        _ = tick(flush.as_mut()) => {
+                            waited(&head_metrics);
+                            chain.run(Work::Flush(head)).await?;
                             continue;
                         }
                     }

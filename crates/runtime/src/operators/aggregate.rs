@@ -1,22 +1,37 @@
 //! `aggregate`: a running (non-windowed) aggregation per key.
 //!
-//! Each input batch updates the accumulators of the keys it holds (through the keyed state
-//! backend); then the operator emits, per key the batch changed, the change of the key's row:
-//! `+I` for a new key, `-U` of the old row and `+U` of the new one for an update (nothing
-//! when the values did not change), and, over an updating input, `-D` when the key's last row
-//! was taken back. The output is an updating stream keyed by the key columns
-//! ([`crate::changelog`]), batched so a hot key costs one update per batch, not one per record.
+//! Input rows update the accumulators of their keys (through the keyed state backend) as they
+//! come; the operator remembers, per key touched since it last emitted, the row it last
+//! emitted for the key. When it emits, each such key's change goes out: `+I` for a new key,
+//! `-U` of the old row and `+U` of the new one for an update (nothing when the values ended as
+//! they were), and, over an updating input, `-D` when the key's last row was taken back. The
+//! output is an updating stream keyed by the key columns ([`crate::changelog`]).
+//!
+//! It emits at the end of every input batch, so a hot key costs one update per batch, not one
+//! per record; or, with a **mini-batch** (`mini-batch: {interval, size}`, Flink's
+//! `table.exec.mini-batch.*`), after `size` input rows or every `interval` of processing time,
+//! so it costs one update per mini-batch. A mini-batch holds no input rows: the accumulators
+//! absorb them at once (a hot key's accumulator stays in the state's cache), and what is held
+//! is one entry per key touched, at most `size`. The task flushes it every `interval`, the
+//! chain before each checkpoint barrier (so a snapshot owes nothing downstream and nothing
+//! held is ever checkpointed), and `finish` at the end of input. Unlike Flink's
+//! `MiniBatchGroupAggFunction`, which buffers input rows per key and folds them in when the
+//! bundle ends to save state accesses, weir's state already caches hot keys; what batching
+//! saves here is output: every update it does not emit is work saved downstream.
 //!
 //! Over an append-only input the accumulators are the plain ones (and may be the global phase
-//! of a two-phase aggregation); over an updating input they are retractable
-//! ([`RetractingAccumulators`]: sums with their counts, `min`/`max`/`count(DISTINCT)` as
-//! multisets) and count the key's live rows.
+//! of a two-phase aggregation: the local phase folds each batch into partials before the
+//! exchange, and a mini-batch then merges many partials per key before emitting); over an
+//! updating input they are retractable ([`RetractingAccumulators`]: sums with their counts,
+//! `min`/`max`/`count(DISTINCT)` as multisets) and count the key's live rows.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Field, Schema, SchemaRef};
+use hashbrown::{DefaultHashBuilder, HashTable};
 use weir_state::{AggregatingId, KeyRef, KeyedStateBackend, NO_NAMESPACE};
 
 use super::accumulators::{Accumulators, RetractingAccumulators, Scalar, column, evaluate_all};
@@ -25,6 +40,7 @@ use super::keyed::KeyEncoder;
 use super::local_aggregate::{partial_at, partial_column};
 use crate::api::Operator;
 use crate::api::OperatorError;
+use crate::api::time::{BEGINNING_OF_TIME, END_OF_TIME};
 use crate::changelog::{self, ChangelogMode, RowKind};
 use crate::keys::KeySelector;
 
@@ -34,6 +50,13 @@ enum Accs {
     Adding(AggregatingId<Accumulators>),
     /// Over an updating input: rows are added and taken back.
     Retracting(AggregatingId<RetractingAccumulators>),
+}
+
+/// When the aggregate emits: after this many input rows or this much processing time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MiniBatch {
+    pub size: usize,
+    pub interval: Duration,
 }
 
 pub struct Aggregate {
@@ -46,6 +69,115 @@ pub struct Aggregate {
     /// The global phase of two-phase aggregation: the input is partials
     /// ([`super::local_aggregate`]), merged rather than added.
     partials: bool,
+    /// `None`: emit after every input batch.
+    mini_batch: Option<MiniBatch>,
+    /// The keys touched since the aggregate last emitted.
+    pending: Pending,
+    /// The last watermark passed on: while changes are held, later watermarks wait behind
+    /// them (the output watermark lags; it never overtakes a held change).
+    forwarded: i64,
+}
+
+/// The keys touched since the aggregate last emitted, each with the row it last emitted for
+/// the key, in order of first touch. Holds at most one entry per input row absorbed, so a
+/// mini-batch of `size` rows bounds it.
+struct Pending {
+    /// Input rows absorbed.
+    rows: usize,
+    /// Every key's bytes, end to end (one allocation, reused from one emission to the next).
+    bytes: Vec<u8>,
+    keys: Vec<PendingKey>,
+    /// A key's index in `keys`, found by its bytes.
+    index: HashTable<usize>,
+    hasher: DefaultHashBuilder,
+    /// The input batch being absorbed (a count), and the keys it touched (indices into
+    /// `keys`): an updating input's emptied keys are cleared from state after each batch.
+    batch: u64,
+    touched: Vec<usize>,
+}
+
+struct PendingKey {
+    start: usize,
+    end: usize,
+    group: u32,
+    /// The input batch that last touched it.
+    batch: u64,
+    /// The key's row as last emitted (`None`: none is live downstream).
+    before: Option<Vec<Scalar>>,
+}
+
+impl Pending {
+    fn new() -> Self {
+        Pending {
+            rows: 0,
+            bytes: Vec::new(),
+            keys: Vec::new(),
+            index: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            batch: 0,
+            touched: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn bytes_of(&self, i: usize) -> &[u8] {
+        &self.bytes[self.keys[i].start..self.keys[i].end]
+    }
+
+    fn key(&self, i: usize) -> KeyRef<'_> {
+        KeyRef::new(self.keys[i].group, self.bytes_of(i))
+    }
+
+    /// `key`'s index, with `before()` as its emitted row when it is new to the batch.
+    fn touch<E>(
+        &mut self,
+        key: KeyRef<'_>,
+        before: impl FnOnce() -> Result<Option<Vec<Scalar>>, E>,
+    ) -> Result<(), E> {
+        let hash = self.hasher.hash_one(key.bytes);
+        let (bytes, keys) = (&self.bytes, &self.keys);
+        let found = self
+            .index
+            .find(hash, |&i| &bytes[keys[i].start..keys[i].end] == key.bytes)
+            .copied();
+        let i = match found {
+            Some(i) => i,
+            None => {
+                let start = self.bytes.len();
+                self.bytes.extend_from_slice(key.bytes);
+                self.keys.push(PendingKey {
+                    start,
+                    end: self.bytes.len(),
+                    group: key.group,
+                    batch: 0,
+                    before: before()?,
+                });
+                let i = self.keys.len() - 1;
+                let (bytes, keys, hasher) = (&self.bytes, &self.keys, &self.hasher);
+                self.index.insert_unique(hash, i, |&j| {
+                    hasher.hash_one(&bytes[keys[j].start..keys[j].end])
+                });
+                i
+            }
+        };
+        let k = &mut self.keys[i];
+        if k.batch != self.batch {
+            k.batch = self.batch;
+            self.touched.push(i);
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.rows = 0;
+        self.bytes.clear();
+        self.keys.clear();
+        self.index.clear();
+        self.touched.clear();
+    }
 }
 
 impl Aggregate {
@@ -100,6 +232,9 @@ impl Aggregate {
             state,
             accs,
             partials: false,
+            mini_batch: None,
+            pending: Pending::new(),
+            forwarded: BEGINNING_OF_TIME,
         })
     }
 
@@ -110,14 +245,143 @@ impl Aggregate {
         self.partials = partials;
         self
     }
+
+    /// Emits once per mini-batch rather than once per input batch (see the module's text).
+    /// A size of 0 is taken as 1 and an interval under 1ms as 1ms (the job file refuses both;
+    /// a task cannot tick at a zero interval).
+    pub fn with_mini_batch(mut self, mini_batch: Option<MiniBatch>) -> Self {
+        self.mini_batch = mini_batch.map(|m| MiniBatch {
+            size: m.size.max(1),
+            interval: m.interval.max(Duration::from_millis(1)),
+        });
+        self
+    }
+
+    /// Folds `batch` into the accumulators, noting each key it touches.
+    fn absorb(&mut self, batch: &RecordBatch) -> Result<(), OperatorError> {
+        let keys = self.keys.encode(batch)?;
+        let pending = &mut self.pending;
+        pending.batch += 1;
+        pending.touched.clear();
+        pending.rows += batch.num_rows();
+        match &self.accs {
+            Accs::Adding(id) => {
+                let mut state = self.state.aggregating(id, &self.aggs);
+                // Rows in, or the local phase's partials: added, or merged.
+                let (args, partials) = if self.partials {
+                    (Vec::new(), Some(partial_column(batch)?))
+                } else {
+                    (evaluate_all(&self.aggs.calls, batch)?, None)
+                };
+                for row in 0..batch.num_rows() {
+                    let key = keys.key(row);
+                    pending.touch(key, || state.get(key, NO_NAMESPACE))?;
+                    match partials {
+                        Some(column) => {
+                            state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??
+                        }
+                        None => state.add(key, NO_NAMESPACE, (&args, row))??,
+                    };
+                }
+            }
+            Accs::Retracting(id) => {
+                let agg = &self.retracting;
+                let mut state = self.state.aggregating(id, agg);
+                let args = evaluate_all(&agg.calls, batch)?;
+                let ops = changelog::kinds(batch);
+                for row in 0..batch.num_rows() {
+                    let key = keys.key(row);
+                    pending.touch(key, || live(&mut state, agg, key))?;
+                    let kind = ops.map_or(RowKind::Insert, |o| changelog::kind_at(o, row));
+                    let sign = if kind.is_addition() { 1 } else { -1 };
+                    state.add(key, NO_NAMESPACE, (&args, row, sign))??;
+                }
+                // A key whose last row was taken back leaves the state now, whenever its
+                // change is emitted; fewer rows than none is a broken input.
+                for &i in &pending.touched {
+                    let key = pending.key(i);
+                    let rows = state.with_accumulator(key, NO_NAMESPACE, |acc| {
+                        acc.map(|a| RetractingAccumulators::rows(a))
+                    })?;
+                    match rows {
+                        Some(0) => {
+                            state.take_accumulator(key, NO_NAMESPACE)?;
+                        }
+                        Some(rows) if rows < 0 => {
+                            return Err(OperatorError::Data(format!(
+                                "more rows were taken back than were added for the key {}: \
+                                 the aggregate's input changelog is not well formed",
+                                self.keys.describe(key.bytes)
+                            )));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the change of every key touched since the last emission, and forgets them.
+    fn emit(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
+        if self.pending.is_empty() {
+            self.pending.clear();
+            return Ok(());
+        }
+        let pending = &mut self.pending;
+        // The output rows: per key, its index in `pending`, its kind and values.
+        let mut rows: Vec<(usize, RowKind, Vec<Scalar>)> = Vec::with_capacity(pending.keys.len());
+        for i in 0..pending.keys.len() {
+            let key = pending.key(i);
+            let after = match &self.accs {
+                Accs::Adding(id) => self
+                    .state
+                    .aggregating(id, &self.aggs)
+                    .get(key, NO_NAMESPACE)?,
+                Accs::Retracting(id) => {
+                    let agg = &self.retracting;
+                    live(&mut self.state.aggregating(id, agg), agg, key)?
+                }
+            };
+            match (pending.keys[i].before.take(), after) {
+                (None, Some(after)) => rows.push((i, RowKind::Insert, after)),
+                (Some(before), Some(after)) if before != after => {
+                    rows.push((i, RowKind::UpdateBefore, before));
+                    rows.push((i, RowKind::UpdateAfter, after));
+                }
+                (Some(before), None) => rows.push((i, RowKind::Delete, before)),
+                _ => {}
+            }
+        }
+        if !rows.is_empty() {
+            let mut columns = self
+                .keys
+                .decode(rows.iter().map(|(i, _, _)| pending.bytes_of(*i)))?;
+            for (j, call) in self.aggs.calls.iter().enumerate() {
+                columns.push(column(
+                    &call.data_type,
+                    rows.iter().map(|(_, _, values)| values[j].clone()),
+                )?);
+            }
+            columns.push(changelog::op_array(rows.iter().map(|(_, k, _)| *k)));
+            out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
+        }
+        pending.clear();
+        Ok(())
+    }
 }
 
-/// A key's row before and after one batch (`None`: no row).
-struct Change {
-    /// A row of the batch with the key.
-    row: usize,
-    before: Option<Vec<Scalar>>,
-    after: Option<Vec<Scalar>>,
+/// A key's current values over an updating input, when it has live rows (read in place: no
+/// copy of its multisets).
+fn live(
+    state: &mut weir_state::AggregatingState<'_, RetractingAccumulators>,
+    agg: &RetractingAccumulators,
+    key: KeyRef<'_>,
+) -> Result<Option<Vec<Scalar>>, weir_state::StateError> {
+    state.with_accumulator(key, NO_NAMESPACE, |acc| {
+        acc.filter(|a| RetractingAccumulators::rows(a) > 0)
+            .map(|a| weir_state::Aggregator::result(agg, a))
+    })
 }
 
 impl Operator for Aggregate {
@@ -131,122 +395,53 @@ impl Operator for Aggregate {
         batch: RecordBatch,
         out: &mut Vec<RecordBatch>,
     ) -> Result<(), OperatorError> {
-        let keys = self.keys.encode(&batch)?;
-        // Per key of this batch, in order of first appearance: its change.
-        let mut index: HashMap<&[u8], usize> = HashMap::new();
-        let mut changes: Vec<Change> = Vec::new();
-        match &self.accs {
-            Accs::Adding(id) => {
-                let mut state = self.state.aggregating(id, &self.aggs);
-                // Rows in, or the local phase's partials: added, or merged.
-                let (args, partials) = if self.partials {
-                    (Vec::new(), Some(partial_column(&batch)?))
-                } else {
-                    (evaluate_all(&self.aggs.calls, &batch)?, None)
-                };
-                for row in 0..batch.num_rows() {
-                    let key = keys.key(row);
-                    if !index.contains_key(key.bytes) {
-                        index.insert(key.bytes, changes.len());
-                        let before = state.get(key, NO_NAMESPACE)?;
-                        changes.push(Change {
-                            row,
-                            before,
-                            after: None,
-                        });
-                    }
-                    match partials {
-                        Some(column) => {
-                            state.merge(key, NO_NAMESPACE, &partial_at(column, row)?)??
-                        }
-                        None => state.add(key, NO_NAMESPACE, (&args, row))??,
-                    };
-                }
-                for change in &mut changes {
-                    change.after = state.get(keys.key(change.row), NO_NAMESPACE)?;
-                }
+        let Some(mini_batch) = self.mini_batch else {
+            self.absorb(&batch)?;
+            return self.emit(out);
+        };
+        // A batch that would overfill the mini-batch is cut where it is full.
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let room = mini_batch.size.saturating_sub(self.pending.rows).max(1);
+            let n = room.min(batch.num_rows() - offset);
+            if n == batch.num_rows() {
+                self.absorb(&batch)?;
+            } else {
+                self.absorb(&batch.slice(offset, n))?;
             }
-            Accs::Retracting(id) => {
-                let agg = &self.retracting;
-                let mut state = self.state.aggregating(id, agg);
-                let args = evaluate_all(&agg.calls, &batch)?;
-                let ops = changelog::kinds(&batch);
-                // A key's live rows and current values, read in place (no copy of its
-                // multisets).
-                let live =
-                    |state: &mut weir_state::AggregatingState<'_, RetractingAccumulators>,
-                     key: KeyRef<'_>| {
-                        state.with_accumulator(key, NO_NAMESPACE, |acc| {
-                            acc.map(|a| {
-                                let rows = RetractingAccumulators::rows(a);
-                                (rows, weir_state::Aggregator::result(agg.as_ref(), a))
-                            })
-                        })
-                    };
-                for row in 0..batch.num_rows() {
-                    let key = keys.key(row);
-                    if !index.contains_key(key.bytes) {
-                        index.insert(key.bytes, changes.len());
-                        let before = live(&mut state, key)?
-                            .filter(|(rows, _)| *rows > 0)
-                            .map(|(_, values)| values);
-                        changes.push(Change {
-                            row,
-                            before,
-                            after: None,
-                        });
-                    }
-                    let kind = ops.map_or(RowKind::Insert, |o| changelog::kind_at(o, row));
-                    let sign = if kind.is_addition() { 1 } else { -1 };
-                    state.add(key, NO_NAMESPACE, (&args, row, sign))??;
-                }
-                for change in &mut changes {
-                    let key = keys.key(change.row);
-                    match live(&mut state, key)? {
-                        Some((rows, values)) if rows > 0 => change.after = Some(values),
-                        Some((0, _)) => {
-                            state.take_accumulator(key, NO_NAMESPACE)?;
-                        }
-                        Some(_) => {
-                            return Err(OperatorError::Data(format!(
-                                "more rows were taken back than were added for the key {}: the \
-                                 aggregate's input changelog is not well formed",
-                                self.keys.describe(key.bytes)
-                            )));
-                        }
-                        None => {}
-                    }
-                }
+            offset += n;
+            if self.pending.rows >= mini_batch.size {
+                self.emit(out)?;
             }
         }
-        // The output rows: per change, which row of the batch holds its key, its kind, values.
-        let mut rows: Vec<(usize, RowKind, Vec<Scalar>)> = Vec::with_capacity(changes.len());
-        for change in changes {
-            match (change.before, change.after) {
-                (None, Some(after)) => rows.push((change.row, RowKind::Insert, after)),
-                (Some(before), Some(after)) if before != after => {
-                    rows.push((change.row, RowKind::UpdateBefore, before));
-                    rows.push((change.row, RowKind::UpdateAfter, after));
-                }
-                (Some(before), None) => rows.push((change.row, RowKind::Delete, before)),
-                _ => {}
-            }
-        }
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut columns = self
-            .keys
-            .decode(rows.iter().map(|(r, _, _)| keys.key(*r).bytes))?;
-        for (j, call) in self.aggs.calls.iter().enumerate() {
-            columns.push(column(
-                &call.data_type,
-                rows.iter().map(|(_, _, values)| values[j].clone()),
-            )?);
-        }
-        columns.push(changelog::op_array(rows.iter().map(|(_, k, _)| *k)));
-        out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         Ok(())
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: i64,
+        out: &mut Vec<RecordBatch>,
+    ) -> Result<i64, OperatorError> {
+        if watermark == END_OF_TIME {
+            // Event time has ended: nothing is worth holding.
+            self.emit(out)?;
+        }
+        if self.pending.is_empty() {
+            self.forwarded = watermark;
+        }
+        Ok(self.forwarded)
+    }
+
+    fn flush_every(&self) -> Option<Duration> {
+        self.mini_batch.map(|m| m.interval)
+    }
+
+    fn flush(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
+        self.emit(out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<RecordBatch>) -> Result<(), OperatorError> {
+        self.emit(out)
     }
 }
 
@@ -258,6 +453,7 @@ mod tests {
     use arrow_array::types::Int64Type;
     use arrow_array::{Array, Float64Array, Int64Array, StringArray};
     use arrow_schema::DataType;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::expr::Expr;
@@ -543,8 +739,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_aggregate_of_a_random_changelog_keeps_the_table_of_a_naive_fold() {
+    /// What one run of [`random_changelog`] emitted.
+    struct Emitted {
+        rows: usize,
+        /// Rows of the hot key (0).
+        hot: usize,
+        /// Emissions (input batches without a mini-batch; mini-batches with one).
+        emissions: usize,
+        /// The most rows the emissions could have had: two per key touched in each.
+        bound: usize,
+    }
+
+    /// Feeds 300 random input batches of a changelog (inserts, updates, deletes of rows
+    /// `(k, v, s)`, key 0 hot: about half the rows) through an aggregate by `k`, with or
+    /// without a mini-batch of `size` rows (and a tick every 7 batches, as the task's interval
+    /// would), checking that the output changelog is well formed and, whenever nothing is held
+    /// back, that the table it builds is the naive aggregate of the live input rows.
+    fn random_changelog(seed: u64, mini_batch: Option<usize>) -> Emitted {
         let data = Schema::new(vec![
             Field::new("k", DataType::Int64, true),
             Field::new("v", DataType::Int64, true),
@@ -561,24 +772,42 @@ mod tests {
             "count(DISTINCT s)",
             "max_by(s, v)",
         ];
-        let mut op = aggregate_by_k(&schema, &sqls, true);
+        let mut op = aggregate_by_k(&schema, &sqls, true).with_mini_batch(mini_batch.map(|size| {
+            MiniBatch {
+                size,
+                interval: Duration::from_secs(1),
+            }
+        }));
         assert_eq!(
             ChangelogMode::of(&op.schema).describe(),
             "updating (+I -U +U -D), key [k]"
         );
 
-        let mut random = crate::testing::Random(0x5eed_cafe_f00d_0001);
+        let mut random = crate::testing::Random(seed);
         // The input table (row id → row) and the output table the changelog builds.
         let mut live: BTreeMap<u64, Row> = BTreeMap::new();
         let mut table: BTreeMap<i64, Vec<String>> = BTreeMap::new();
         let mut next_id = 0u64;
         let mut deletes = 0;
-        for _batch in 0..300 {
+        let mut emitted = Emitted {
+            rows: 0,
+            hot: 0,
+            emissions: 0,
+            bound: 0,
+        };
+        // The keys of the input since the last emission, and rows in it (for the bound).
+        let mut keys_since: std::collections::BTreeSet<i64> = Default::default();
+        let mut rows_since = 0;
+        for batch in 0..300 {
             let mut rows: Vec<(Row, RowKind)> = Vec::new();
             for _ in 0..1 + random.below(40) {
-                // Few keys, so that groups empty and come back.
+                // Few keys, so that groups empty and come back; key 0 for half the rows.
                 let new_row = |random: &mut crate::testing::Random| -> Row {
-                    let k = random.below(6) as i64;
+                    let k = if random.below(2) == 0 {
+                        0
+                    } else {
+                        random.below(6) as i64
+                    };
                     let v = (random.below(5) != 0).then(|| random.below(21) as i64 - 10);
                     let s = (random.below(4) != 0).then(|| format!("s{}", random.below(5)));
                     (k, v, s)
@@ -607,7 +836,7 @@ mod tests {
                     }
                 }
             }
-            let batch = RecordBatch::try_new(
+            let batch_rows = RecordBatch::try_new(
                 schema.clone(),
                 vec![
                     Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0.0))),
@@ -622,20 +851,396 @@ mod tests {
             )
             .unwrap();
             let mut out = Vec::new();
-            op.process_batch(0, batch, &mut out).unwrap();
+            // Where a mini-batch fills, what came before is emitted: count the bound per
+            // emission by replaying the cuts.
+            for (k, _) in &rows {
+                keys_since.insert(k.0);
+                rows_since += 1;
+                if mini_batch == Some(rows_since) {
+                    emitted.bound += 2 * keys_since.len();
+                    keys_since.clear();
+                    rows_since = 0;
+                }
+            }
+            op.process_batch(0, batch_rows, &mut out).unwrap();
+            let tick = batch % 7 == 6 || batch == 299;
+            if mini_batch.is_none() || tick {
+                if mini_batch.is_some() {
+                    op.flush(&mut out).unwrap();
+                }
+                emitted.bound += 2 * keys_since.len();
+                keys_since.clear();
+                rows_since = 0;
+            }
+            emitted.emissions += out.len();
             for b in &out {
                 apply(&mut table, b);
+                emitted.rows += b.num_rows();
+                let k = b.column(0).as_primitive::<Int64Type>();
+                emitted.hot += (0..b.num_rows()).filter(|&r| k.value(r) == 0).count();
             }
-            // After every batch, the output table is the aggregate of the live rows.
-            let mut groups: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
-            for row in live.values() {
-                groups.entry(row.0).or_default().push(row);
+            if op.pending.is_empty() {
+                // Nothing held back: the output table is the aggregate of the live rows.
+                let mut groups: BTreeMap<i64, Vec<&Row>> = BTreeMap::new();
+                for row in live.values() {
+                    groups.entry(row.0).or_default().push(row);
+                }
+                let expected: BTreeMap<i64, Vec<String>> =
+                    groups.iter().map(|(k, rows)| (*k, naive(rows))).collect();
+                assert_eq!(table, expected, "after batch {batch}");
             }
-            let expected: BTreeMap<i64, Vec<String>> =
-                groups.iter().map(|(k, rows)| (*k, naive(rows))).collect();
-            assert_eq!(table, expected);
         }
+        assert!(op.pending.is_empty());
         assert!(deletes > 100, "the stream deleted rows ({deletes})");
+        emitted
+    }
+
+    #[test]
+    fn an_aggregate_of_a_random_changelog_keeps_the_table_of_a_naive_fold() {
+        let e = random_changelog(0x5eed_cafe_f00d_0001, None);
+        assert!(e.rows <= e.bound, "{} rows, at most {}", e.rows, e.bound);
+    }
+
+    /// With a mini-batch, over the same random changelogs: the same table at every point
+    /// where nothing is held back, at most one `-U`/`+U` pair (or one `+I` or `-D`) per key
+    /// per mini-batch, and far fewer rows of the hot key than without.
+    #[test]
+    fn a_mini_batch_keeps_the_table_of_a_naive_fold_with_one_update_per_key_and_batch() {
+        // (seed, size, how many times fewer hot-key rows than without at least): input
+        // batches hold about 27 rows, and a tick comes every 7 batches.
+        for (seed, size, fewer) in [
+            (0x5eed_cafe_f00d_0001, 100, 2),
+            (0x0dd_ba11_0000_0002, 37, 1),
+            (0x5eed_0000_0000_0003, 1, 0),
+            (0x5eed_0000_0000_0004, 10_000, 5),
+        ] {
+            let plain = random_changelog(seed, None);
+            let batched = random_changelog(seed, Some(size));
+            assert!(
+                batched.rows <= batched.bound,
+                "size {size}: {} rows, at most {}",
+                batched.rows,
+                batched.bound
+            );
+            // Hot key: at most two rows per emission.
+            assert!(batched.hot <= 2 * batched.emissions, "size {size}");
+            assert!(
+                batched.hot * fewer < plain.hot,
+                "size {size}: the hot key emitted {} rows batched, {} plain",
+                batched.hot,
+                plain.hot
+            );
+        }
+    }
+
+    /// A batch larger than the mini-batch is cut where the mini-batch fills: 250 rows of one
+    /// key with `size: 100` emit at 100 and 200 (and hold the last 50); the held change
+    /// waits for a flush, and a watermark waits behind it.
+    #[test]
+    fn a_full_mini_batch_is_emitted_at_once_and_holds_the_watermark_back() {
+        let mut op = aggregate_by_k(&input_schema(), &["count(*)"], false).with_mini_batch(Some(
+            MiniBatch {
+                size: 100,
+                interval: Duration::from_secs(3600),
+            },
+        ));
+        assert_eq!(op.flush_every(), Some(Duration::from_secs(3600)));
+        let batch = |n: usize| {
+            RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    Arc::new(Int64Array::from(vec![7; n])),
+                    Arc::new(Int64Array::from(vec![None::<i64>; n])),
+                    Arc::new(Float64Array::from(vec![None::<f64>; n])),
+                    Arc::new(StringArray::from(vec![None::<&str>; n])),
+                ],
+            )
+            .unwrap()
+        };
+        let shown = |out: &[RecordBatch]| -> Vec<String> {
+            out.iter()
+                .flat_map(|b| {
+                    let ops = changelog::kinds(b).unwrap();
+                    let n = b.column(1).as_primitive::<Int64Type>();
+                    (0..b.num_rows())
+                        .map(|r| format!("{}{}", changelog::kind_at(ops, r).short(), n.value(r)))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        assert_eq!(op.process_watermark(5, &mut out).unwrap(), 5);
+        op.process_batch(0, batch(250), &mut out).unwrap();
+        assert_eq!(shown(&out), ["+I100", "-U100", "+U200"]);
+        out.clear();
+        // 50 rows held: the watermark stays where it was before them.
+        assert_eq!(op.process_watermark(9, &mut out).unwrap(), 5);
+        assert!(out.is_empty());
+        op.process_batch(0, batch(10), &mut out).unwrap();
+        assert!(out.is_empty(), "held until the mini-batch ends");
+        op.flush(&mut out).unwrap();
+        assert_eq!(shown(&out), ["-U200", "+U260"]);
+        out.clear();
+        assert_eq!(op.process_watermark(12, &mut out).unwrap(), 12);
+        // Nothing held: a flush emits nothing.
+        op.flush(&mut out).unwrap();
+        assert!(out.is_empty());
+        // The end of event time and the end of input emit what is held.
+        op.process_batch(0, batch(1), &mut out).unwrap();
+        assert_eq!(
+            op.process_watermark(END_OF_TIME, &mut out).unwrap(),
+            END_OF_TIME
+        );
+        assert_eq!(shown(&out), ["-U260", "+U261"]);
+        out.clear();
+        op.process_batch(0, batch(2), &mut out).unwrap();
+        op.finish(&mut out).unwrap();
+        assert_eq!(shown(&out), ["-U261", "+U263"]);
+    }
+
+    /// A job over rows `{id, k, v}` whose node `agg` counts, sums and takes the largest `v`
+    /// per `k` with a mini-batch of `size` rows and an hour (only size, ticks, barriers and
+    /// the end end one), over a running aggregate's updates of the rows (the harness feeds
+    /// `agg`, so `rows` only gives its input its schema); on the heap or in RocksDB.
+    fn mini_batch_job(size: usize, dir: Option<&std::path::Path>) -> String {
+        let state = match dir {
+            Some(d) => format!("state: {{backend: rocksdb, path: {}}}\n", d.display()),
+            None => String::new(),
+        };
+        format!(
+            "name: mini-batch\n{state}sources:\n  \
+             s: {{kind: jsonl, path: unused.jsonl, schema: {{id: int, k: int, v: int}}}}\n\
+             transforms:\n  \
+             by-id: {{kind: key-by, from: s, keys: [id]}}\n  \
+             rows: {{kind: aggregate, from: by-id, aggregates: {{k: max(k), v: max(v)}}}}\n  \
+             by-k: {{kind: key-by, from: rows, keys: [k]}}\n  \
+             agg:\n    kind: aggregate\n    from: by-k\n    \
+             aggregates: {{n: count(*), total: sum(v), top: max(v)}}\n    \
+             mini-batch: {{interval: 1h, size: {size}}}\n\
+             sinks:\n  out: {{kind: blackhole, from: agg}}\n"
+        )
+    }
+
+    /// Folds output rows into `table` (key → row), checking the changelog is well formed.
+    fn fold_json(table: &mut BTreeMap<i64, Value>, rows: &[Value]) {
+        for (at, row) in rows.iter().enumerate() {
+            let mut row = row.clone();
+            let op = row
+                .as_object_mut()
+                .and_then(|o| o.remove(changelog::OP))
+                .and_then(|o| RowKind::from_short(o.as_str()?))
+                .unwrap_or_else(|| panic!("a row without its kind: {row}"));
+            let k = row["k"].as_i64().unwrap();
+            if op.is_addition() {
+                assert!(
+                    table.insert(k, row).is_none(),
+                    "{} over a live key {k}",
+                    op.short()
+                );
+                continue;
+            }
+            assert_eq!(
+                table.remove(&k).as_ref(),
+                Some(&row),
+                "{} of a row not live",
+                op.short()
+            );
+            if op == RowKind::UpdateBefore {
+                let next = rows.get(at + 1);
+                assert_eq!(next.map(|r| r[changelog::OP].clone()), Some(json!("+U")));
+                assert_eq!(
+                    next.map(|r| r["k"].clone()),
+                    Some(json!(k)),
+                    "-U, +U of one key"
+                );
+            }
+        }
+    }
+
+    /// The naive aggregate of live rows (id → (k, v)): per k, count, sum and max of v.
+    fn naive_json(live: &BTreeMap<i64, (i64, i64)>) -> BTreeMap<i64, Value> {
+        let mut groups: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for (k, v) in live.values() {
+            groups.entry(*k).or_default().push(*v);
+        }
+        groups
+            .into_iter()
+            .map(|(k, vs)| {
+                let row = json!({"k": k, "n": vs.len(), "total": vs.iter().sum::<i64>(),
+                                 "top": vs.iter().max()});
+                (k, row)
+            })
+            .collect()
+    }
+
+    /// A random changelog through a mini-batched aggregate with checkpoints, ticks and
+    /// failures at random points, most of them with changes held in an open mini-batch: a
+    /// failure restores the last checkpoint and replays the input after it, and drops the
+    /// output after it (an exactly-once sink never committed it). The committed output is a
+    /// well-formed changelog whose table equals the naive aggregate at every checkpoint and
+    /// at the end: nothing lost, nothing twice. Heap and RocksDB.
+    #[test]
+    fn a_mini_batch_restored_from_checkpoints_mid_batch_loses_and_repeats_nothing() {
+        for rocksdb in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut h = crate::testing::Harness::new(
+                &mini_batch_job(50, rocksdb.then_some(dir.path())),
+                "agg",
+            );
+            let mut random = crate::testing::Random(0xc0ff_ee00_1234_0001 ^ u64::from(rocksdb));
+            // The input, batch by batch, and the live rows (id → (k, v)) after each.
+            let mut batches: Vec<Vec<Value>> = Vec::new();
+            let mut lives: Vec<BTreeMap<i64, (i64, i64)>> = Vec::new();
+            let mut live: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+            let mut next_id = 0;
+            for _ in 0..250 {
+                let mut rows = Vec::new();
+                for _ in 0..1 + random.below(15) {
+                    // Key 0 is hot; v in 0..20.
+                    let k = if random.below(2) == 0 {
+                        0
+                    } else {
+                        random.below(5) as i64
+                    };
+                    let v = random.below(20) as i64;
+                    let id = (!live.is_empty()).then(|| {
+                        *live
+                            .keys()
+                            .nth(random.below(live.len() as u64) as usize)
+                            .unwrap()
+                    });
+                    let row = |id: i64, (k, v): (i64, i64), op: &str| json!({"id": id, "k": k, "v": v, "__op": op});
+                    match (random.below(3), id) {
+                        (1, Some(id)) => {
+                            let old = live.insert(id, (k, v)).unwrap();
+                            rows.push(row(id, old, "-U"));
+                            rows.push(row(id, (k, v), "+U"));
+                        }
+                        (2, Some(id)) => rows.push(row(id, live.remove(&id).unwrap(), "-D")),
+                        _ => {
+                            live.insert(next_id, (k, v));
+                            rows.push(row(next_id, (k, v), "+I"));
+                            next_id += 1;
+                        }
+                    }
+                }
+                batches.push(rows);
+                lives.push(live.clone());
+            }
+            let mut committed: BTreeMap<i64, Value> = BTreeMap::new();
+            let mut uncommitted: Vec<Value> = Vec::new();
+            let mut last = (h.checkpoint(), 0usize);
+            let (mut failures, mut checkpoints, mut rows_out) = (0, 0, 0);
+            let mut i = 0;
+            while i < batches.len() {
+                h.push(0, &batches[i]);
+                i += 1;
+                uncommitted.extend(h.take());
+                match random.below(12) {
+                    0 | 1 => {
+                        let checkpoint = h.checkpoint();
+                        uncommitted.extend(h.take());
+                        rows_out += uncommitted.len();
+                        fold_json(&mut committed, &std::mem::take(&mut uncommitted));
+                        assert_eq!(committed, naive_json(&lives[i - 1]), "checkpoint at {i}");
+                        last = (checkpoint, i);
+                        checkpoints += 1;
+                    }
+                    2 if failures < 30 && i > last.1 => {
+                        h.take();
+                        uncommitted.clear();
+                        h.restore(&last.0);
+                        i = last.1;
+                        failures += 1;
+                    }
+                    3 => h.flush(),
+                    _ => {}
+                }
+            }
+            h.finish();
+            uncommitted.extend(h.take());
+            rows_out += uncommitted.len();
+            fold_json(&mut committed, &uncommitted);
+            assert_eq!(committed, naive_json(&live), "rocksdb {rocksdb}");
+            assert!(
+                failures >= 10 && checkpoints >= 10,
+                "{failures} failures, {checkpoints} checkpoints"
+            );
+            // One update per key per mini-batch: far fewer rows than input rows.
+            let input: usize = batches.iter().map(Vec::len).sum();
+            assert!(rows_out * 2 < input, "{rows_out} rows out of {input} in");
+        }
+    }
+
+    /// A windowless GROUP BY of a job with a `mini-batch` gets it (a window's does not), and
+    /// `weir explain` says so on the node.
+    #[test]
+    fn a_sql_group_by_gets_the_jobs_mini_batch() {
+        let job = "\
+name: sql-mini-batch
+mini-batch: {interval: 1h, size: 1000}
+# The harness feeds the aggregate rows, not a local phase's partials.
+two-phase-aggregation: false
+sources:
+  s: {kind: jsonl, path: unused.jsonl, schema: {k: int, t: timestamp, v: int}, \
+      event-time: {column: t}}
+transforms:
+  q:
+    kind: sql
+    inputs: {s: s}
+    query: SELECT k, COUNT(*) AS n, SUM(v) AS total FROM s GROUP BY k
+  w:
+    kind: sql
+    inputs: {s: s}
+    query: |
+      SELECT k, window_start, COUNT(*) AS n
+      FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(t), INTERVAL '10' SECOND))
+      GROUP BY k, window_start, window_end
+sinks:
+  out: {kind: blackhole, from: q}
+  windows: {kind: blackhole, from: w}
+";
+        let plan = crate::plan::check_str("job.yaml", job, &[]).unwrap();
+        let explained = plan.explain();
+        let node = |name: &str| -> String {
+            let at = explained
+                .find(&format!("\n{name}  ("))
+                .unwrap_or_else(|| panic!("no node {name} in:\n{explained}"));
+            explained[at + 1..]
+                .split("\n\n")
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            node("q/aggregate").contains("mini-batch: every 1h or 1000 input rows, the job's"),
+            "{explained}"
+        );
+        assert!(
+            !node("w/window-aggregate").contains("mini-batch"),
+            "{explained}"
+        );
+
+        let mut h = crate::testing::Harness::new(job, "q/aggregate");
+        for _ in 0..3 {
+            h.push(
+                0,
+                &[
+                    json!({"k": 1, "v": 2}),
+                    json!({"k": 2, "v": 5}),
+                    json!({"k": 1, "v": 1}),
+                ],
+            );
+        }
+        assert_eq!(h.take(), Vec::<Value>::new(), "held for the mini-batch");
+        h.flush();
+        assert_eq!(
+            h.take(),
+            [
+                json!({"k": 1, "n": 6, "total": 9, "__op": "+I"}),
+                json!({"k": 2, "n": 3, "total": 15, "__op": "+I"}),
+            ]
+        );
     }
 
     #[test]

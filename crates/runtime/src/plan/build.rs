@@ -582,6 +582,7 @@ fn compile(
         key_groups: spec.key_groups,
         two_phase: spec.two_phase_aggregation,
         window_slicing: spec.window_slicing,
+        mini_batch: spec.mini_batch,
     };
     if !nodes::takes_changes(transform) && planner.refuse_updating_inputs() {
         return Compiled::Failed;

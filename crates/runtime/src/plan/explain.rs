@@ -1,5 +1,5 @@
 //! `weir explain`: a planned job as text, node by node: its kind, parallelism, what it reads
-//! (and by which key), what it keeps in state and which timers fire it, its columns and its
+//! (and by which key), what it keeps in state, which timers fire it and its mini-batch, its columns and its
 //! changelog mode (`append`, or which row kinds an updating stream holds and its key). A
 //! `sql` node shows as the nodes it became (`q5/key-by`, `q5/window-aggregate`, ..., `q5`).
 
@@ -54,12 +54,15 @@ impl Plan {
                 };
                 let _ = writeln!(out, "  reads {}{port}{side}{key}", from.name);
             }
-            let (state, timers) = self.state_and_timers(node);
-            if let Some(s) = state {
+            let explained = self.explained(node);
+            if let Some(s) = explained.state {
                 let _ = writeln!(out, "  state: {s}");
             }
-            if let Some(t) = timers {
+            if let Some(t) = explained.timers {
                 let _ = writeln!(out, "  timers: {t}");
+            }
+            if let Some(m) = explained.mini_batch {
+                let _ = writeln!(out, "  mini-batch: {m}");
             }
             for (p, (port, schema)) in node.ports.iter().enumerate() {
                 let columns: Vec<String> = schema
@@ -103,17 +106,17 @@ impl Plan {
         out
     }
 
-    /// What the node keeps and what fires it, from its spec.
-    fn state_and_timers(&self, node: &PlanNode) -> (Option<String>, Option<String>) {
+    /// What the node keeps, what fires it and how it batches, from its spec.
+    fn explained(&self, node: &PlanNode) -> super::nodes::Explained {
         if node.kind == "local-aggregate" {
-            return (
-                Some(
+            return super::nodes::Explained {
+                state: Some(
                     "none (folds each batch into one partial per key and window, or slice \
                      of a sliced window, chained before the exchange: two-phase aggregation)"
                         .into(),
                 ),
-                None,
-            );
+                ..Default::default()
+            };
         }
         if node.kind == "changelog-normalize" {
             let ttl = self
@@ -123,18 +126,17 @@ impl Plan {
                 .map_or("unbounded unless state.ttl is set".to_string(), |t| {
                     format!("expires after {t} without a change (state.ttl)")
                 });
-            return (
-                Some(format!(
+            return super::nodes::Explained {
+                state: Some(format!(
                     "the last row of each key of the upsert stream, to emit the old row with \
                      each update and delete: {ttl}"
                 )),
-                None,
-            );
+                ..Default::default()
+            };
         }
-        let Some(t) = self.spec.transforms.get(&node.name) else {
-            return (None, None);
-        };
-        let explained = super::nodes::explain(t, &self.spec);
-        (explained.state, explained.timers)
+        match self.spec.transforms.get(&node.name) {
+            Some(t) => super::nodes::explain(t, &self.spec),
+            None => Default::default(),
+        }
     }
 }

@@ -52,10 +52,23 @@ pub fn check_settings(spec: &JobSpec, src: &SpecSource, problems: &mut Vec<Probl
     if let Some(ttl) = spec.state.ttl {
         at_least(problems, "/state/ttl", ttl, one_ms, "a state TTL");
     }
+    if let Some(mb) = spec.mini_batch {
+        at_least(
+            problems,
+            "/mini-batch/interval",
+            mb.interval,
+            one_ms,
+            "a mini-batch interval",
+        );
+    }
     for (name, t) in &spec.transforms {
         if let Some(ttl) = t.node().state_ttl() {
             let at = pointer(&["transforms", name, "state-ttl"]);
             at_least(problems, &at, ttl, one_ms, "a state TTL");
+        }
+        if let Some(mb) = t.node().mini_batch() {
+            let at = pointer(&["transforms", name, "mini-batch", "interval"]);
+            at_least(problems, &at, mb.interval, one_ms, "a mini-batch interval");
         }
     }
 }
@@ -175,6 +188,18 @@ sinks:
         let p = problems_with(&["transforms.agg.state-ttl=500us"]);
         assert_eq!(p.len(), 1, "{p:#?}");
         assert_eq!(p[0].path, "transforms.agg.state-ttl");
+    }
+
+    #[test]
+    fn a_zero_mini_batch_interval_is_refused_for_the_job_and_per_transform() {
+        assert!(problems_with(&["mini-batch={interval: 1s, size: 1000}"]).is_empty());
+        let p = problems_with(&["mini-batch={interval: 0s, size: 1000}"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "mini-batch.interval");
+        let p = problems_with(&["transforms.agg.mini-batch={interval: 0s, size: 10}"]);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "transforms.agg.mini-batch.interval");
+        assert!(p[0].message.contains("at least 1ms"), "{}", p[0].message);
     }
 
     #[test]

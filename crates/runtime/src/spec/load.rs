@@ -556,9 +556,15 @@ fn describe(
                 .and_then(Value::as_object)
                 .map(|p| p.keys().map(String::as_str).collect())
                 .unwrap_or_default();
+            let kind = instance
+                .pointer(&at)
+                .and_then(|o| o.get("kind"))
+                .and_then(Value::as_str);
             for key in unexpected {
                 let mut message = format!("unknown key `{key}`");
-                if let Some(best) = closest(key, known.iter().copied()) {
+                if let Some(why) = misplaced(key, kind) {
+                    message.push_str(&format!(": {why}"));
+                } else if let Some(best) = closest(key, known.iter().copied()) {
                     message.push_str(&format!("; did you mean `{best}`?"));
                 } else if !known.is_empty() {
                     message.push_str(&format!("; expected one of: {}", known.join(", ")));
@@ -643,6 +649,25 @@ fn tags(branches: Option<&Vec<Value>>, tag: &str) -> Vec<String> {
 }
 
 /// The known name closest to `name`, if close enough to be a likely typo.
+/// Why a key that belongs to another kind of node is not one of this node's (`kind`), when
+/// "unknown key" alone would leave the reader wondering.
+fn misplaced(key: &str, kind: Option<&str>) -> Option<String> {
+    match (key, kind?) {
+        ("mini-batch", "aggregate") => None,
+        ("mini-batch", "window-aggregate") => Some(
+            "mini-batching applies to a running `aggregate` (no window); a `window-aggregate` \
+             emits each window once, when the watermark passes its end, so there is no stream \
+             of updates to batch"
+                .into(),
+        ),
+        ("mini-batch", kind) => Some(format!(
+            "mini-batching applies to a running `aggregate` (or to the whole job, as the \
+             default of its running aggregates), not to a `{kind}`"
+        )),
+        _ => None,
+    }
+}
+
 pub fn closest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     known
         .into_iter()
@@ -722,6 +747,58 @@ sinks:
             Ok(loaded) => loaded.problems,
             Err(e) => e.problems,
         }
+    }
+
+    #[test]
+    fn a_mini_batch_on_a_window_aggregate_is_refused_with_why_at_its_key() {
+        let text = "\
+name: demo
+sources:
+  gen: {kind: nexmark, events: 1000}
+transforms:
+  by: {kind: key-by, from: gen.bid, keys: [auction]}
+  w:
+    kind: window-aggregate
+    from: by
+    time: dateTime
+    window: {type: tumbling, size: 10s}
+    aggregates: {n: count(*)}
+    mini-batch: {interval: 1s, size: 1000}
+  running:
+    kind: aggregate
+    from: by
+    aggregates: {n: count(*)}
+    mini-batch: {interval: 1s, size: 1000}
+sinks:
+  out: {kind: blackhole, from: w}
+  all: {kind: blackhole, from: running}
+";
+        let p = problems(text);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "transforms.w.mini-batch");
+        assert_eq!((p[0].line, p[0].column), (Some(12), Some(5)));
+        assert!(
+            p[0].message.contains("applies to a running `aggregate`")
+                && p[0].message.contains("emits each window once"),
+            "{}",
+            p[0].message
+        );
+        // A mini-batch's keys are strict.
+        let p = problems(&text.replace("size: 1000}\n  running", "sise: 1000}\n  running"));
+        assert!(
+            p.iter().any(|p| p.path == "transforms.w.mini-batch"),
+            "{p:#?}"
+        );
+        let p = problems(
+            &text
+                .replace(
+                    "    mini-batch: {interval: 1s, size: 1000}\n  running",
+                    "\n  running",
+                )
+                .replace("size: 1000}\nsinks", "size: 0}\nsinks"),
+        );
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].path, "transforms.running.mini-batch.size");
     }
 
     #[test]

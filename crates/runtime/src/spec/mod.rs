@@ -90,6 +90,12 @@ pub struct JobSpec {
     /// fires. Results are the same either way; turn off to compare.
     #[serde(default = "default_true")]
     pub window_slicing: bool,
+    /// Mini-batching for every running `aggregate` (windowless `GROUP BY` in SQL) that does
+    /// not set its own `mini-batch`: each key emits at most one update per `interval` or
+    /// `size` input rows, whichever comes first, instead of one per input batch. Window
+    /// aggregates emit each window once anyway and are left alone. Leave out for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mini_batch: Option<MiniBatchSpec>,
     /// Let sources build only the columns some operator or sink reads (projection pushdown):
     /// a JSON-lines source then skips the other fields' values like undeclared ones, so a
     /// value of the wrong type in a field nothing reads is no longer an error. Results are the
@@ -177,7 +183,7 @@ macro_rules! transform_kinds {
             /// Merge streams with the same columns.
             Union(UnionSpec) = "union" in union,
             /// A running (non-windowed) aggregation per key of a `key-by` input, emitting each
-            /// key's new values once per input batch in which the key changed.
+            /// key's new values once per input batch (or mini-batch) in which the key changed.
             Aggregate(AggregateSpec) = "aggregate" in aggregate,
             /// Aggregates per key and event-time window (tumbling, sliding or session), emitted
             /// when the watermark passes the window's end.
@@ -246,6 +252,11 @@ pub trait TransformNode {
 
     /// The node's own state TTL, over the job's, if its kind has one.
     fn state_ttl(&self) -> Option<HumanDuration> {
+        None
+    }
+
+    /// The node's own mini-batching, over the job's, if its kind has one.
+    fn mini_batch(&self) -> Option<&MiniBatchSpec> {
         None
     }
 }

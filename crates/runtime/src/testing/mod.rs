@@ -8,6 +8,9 @@
 //! h.push(0, &[json!({"k": 1, "t": 10})]);
 //! h.watermark(100);
 //! h.restart(); // snapshot every state, restore a fresh subtask from it
+//! let checkpoint = h.checkpoint();
+//! h.push(0, &[json!({"k": 2, "t": 20})]);
+//! h.restore(&checkpoint); // a failure: back to the checkpoint
 //! let rows = h.take();
 //! ```
 //! Rows go in and out as JSON objects: `INT`s are numbers, `TIMESTAMP`s epoch milliseconds,
@@ -73,8 +76,10 @@ pub struct Harness {
     out: Vec<RecordBatch>,
     /// The last input watermark, for checkpoints.
     watermark: Option<i64>,
-    /// Snapshots so far (each restart takes one).
+    /// Snapshots so far (each checkpoint takes one).
     snapshots: u64,
+    /// Restores so far: each is a new attempt.
+    attempts: u32,
     dir: tempfile::TempDir,
     _plan: Plan,
 }
@@ -121,6 +126,7 @@ impl Harness {
             out: Vec::new(),
             watermark: None,
             snapshots: 0,
+            attempts: 0,
             dir: tempfile::tempdir().expect("a temporary directory for a test job"),
             _plan: plan,
         }
@@ -168,10 +174,20 @@ impl Harness {
         self.out.drain(..).flat_map(|b| rows(&b)).collect()
     }
 
-    /// A checkpoint and a failure: snapshots the subtask's keyed state and own state as a
-    /// checkpoint does (a logical snapshot), drops the subtask, and makes a fresh one restored
-    /// from the snapshot. Output not yet taken is kept.
-    pub fn restart(&mut self) {
+    /// Processing time passed the operator's flush interval (its mini-batch): what it holds
+    /// back is emitted, as the task's tick does.
+    pub fn flush(&mut self) {
+        self.op
+            .flush(&mut self.out)
+            .unwrap_or_else(|e| panic!("flush: {e}"));
+    }
+
+    /// A checkpoint, as the chain takes one when a barrier reaches the operator: flushes what
+    /// it holds back (into the output, ahead of the barrier), then snapshots its keyed state
+    /// and own state (a logical snapshot). The subtask runs on; [`Harness::restore`] goes back
+    /// to the returned checkpoint.
+    pub fn checkpoint(&mut self) -> Checkpoint {
+        self.flush();
         self.snapshots += 1;
         let mut keyed = Vec::new();
         if let Some(backend) = self.op.keyed_state() {
@@ -189,7 +205,7 @@ impl Harness {
             .op
             .snapshot_state()
             .unwrap_or_else(|e| panic!("snapshot_state: {e}"));
-        let restore = SubtaskRestore {
+        Checkpoint(Arc::new(SubtaskRestore {
             checkpoint: self.snapshots,
             keyed,
             states: vec![SubtaskState {
@@ -197,14 +213,33 @@ impl Harness {
                 max_seen: None,
                 state,
             }],
-        };
+        }))
+    }
+
+    /// A failure: drops the subtask (with whatever it held) and makes a fresh one restored
+    /// from `checkpoint`. Output not yet taken is kept: the test decides what a sink would
+    /// have committed.
+    pub fn restore(&mut self, checkpoint: &Checkpoint) {
+        self.attempts += 1;
+        self.watermark = checkpoint.0.states.first().and_then(|s| s.watermark);
         // A new attempt, as after a real failure: a RocksDB backend restores into a database
         // of its own beside the old one, still open until replaced.
-        let attempt = u32::try_from(self.snapshots).unwrap_or(u32::MAX);
-        self.op = (self.factory)(&context(&self.state, Some(Arc::new(restore)), attempt))
+        let attempt = self.attempts;
+        self.op = (self.factory)(&context(&self.state, Some(checkpoint.0.clone()), attempt))
             .unwrap_or_else(|e| panic!("restoring: {e}"));
     }
+
+    /// A checkpoint and a failure right after it ([`Harness::checkpoint`], then
+    /// [`Harness::restore`]).
+    pub fn restart(&mut self) {
+        let checkpoint = self.checkpoint();
+        self.restore(&checkpoint);
+    }
 }
+
+/// A checkpoint of the harness's subtask, to restore from.
+#[derive(Clone)]
+pub struct Checkpoint(Arc<SubtaskRestore>);
 
 /// Subtask 0 of 1, the job's state backend, no checkpointing.
 fn context(

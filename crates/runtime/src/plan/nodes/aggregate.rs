@@ -1,6 +1,7 @@
 //! `aggregate`: a running aggregate per key over a `key-by` node, emitted as an updating
 //! stream keyed by the key columns (the key columns, then one column per aggregate call).
 //! Over an updating input its accumulators take rows back, and it aggregates in one phase.
+//! Its `mini-batch`, or else the job's, makes it emit once per mini-batch.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use super::Explained;
 use super::{Compiled, Planned, Planner, QueryShape, Reads, columns_of_calls};
 use crate::changelog::ChangelogMode;
 use crate::operators::accumulators::Accumulators;
-use crate::operators::aggregate::{AggCall, Aggregate};
+use crate::operators::aggregate::{AggCall, Aggregate, MiniBatch};
 use crate::operators::keyed::KeyEncoder;
 use crate::query::StateShape;
 use crate::spec::AggregateSpec;
@@ -62,6 +63,10 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
     // The global phase of two phases addresses its state by the same keys over the partials.
     let encoded = local.as_ref().map_or(&keys, |l| &l.partial_keys).clone();
     let partials = local.is_some();
+    let mini_batch = a.mini_batch.or(p.mini_batch).map(|m| MiniBatch {
+        size: m.size as usize,
+        interval: m.interval.0,
+    });
     let mut planned = Planned::keyed(
         out,
         Arc::new(move |_, state| {
@@ -73,7 +78,8 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
                     state,
                     updating,
                 )?
-                .merging_partials(partials),
+                .merging_partials(partials)
+                .with_mini_batch(mini_batch),
             ))
         }),
     );
@@ -89,8 +95,13 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, a: &AggregateSpec) -> Option<Compile
     Some(Compiled::Operator(planned))
 }
 
-/// What `weir explain` says the node keeps and what fires it.
-pub(super) fn explain(_: &AggregateSpec, _: &JobSpec) -> Explained {
+/// What `weir explain` says the node keeps, what fires it and how it batches.
+pub(super) fn explain(a: &AggregateSpec, job: &JobSpec) -> Explained {
+    let mini_batch = match (&a.mini_batch, &job.mini_batch) {
+        (Some(m), _) => Some((m, "")),
+        (None, Some(m)) => Some((m, ", the job's")),
+        (None, None) => None,
+    };
     Explained {
         state: Some(
             "accumulators per key, kept until the key is idle for state.ttl (an updating \
@@ -99,5 +110,12 @@ pub(super) fn explain(_: &AggregateSpec, _: &JobSpec) -> Explained {
                 .into(),
         ),
         timers: None,
+        mini_batch: mini_batch.map(|(m, whose)| {
+            format!(
+                "every {} or {} input rows{whose}, and before each checkpoint barrier: one \
+                 update per key per mini-batch; holds one entry per key touched, at most {}",
+                m.interval, m.size, m.size
+            )
+        }),
     }
 }

@@ -60,6 +60,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &IntervalJoinSpec) -> Option<Comp
 /// What `weir explain` says the node keeps and what fires it.
 pub(super) fn explain(j: &IntervalJoinSpec, _: &JobSpec) -> Explained {
     Explained {
+        mini_batch: None,
         state: Some(format!(
             "both sides' rows within [{}, {}] of the other's time",
             j.lower, j.upper

@@ -170,6 +170,7 @@ pub(super) fn explain(j: &JoinSpec, _: &JobSpec) -> Explained {
         OuterMode::Full => " — a FULL join: rows of either side without a match padded with nulls",
     };
     Explained {
+        mini_batch: None,
         state: Some(format!(
             "{}; {}{}{outer}",
             side(&j.left_until, "left"),

@@ -39,7 +39,7 @@ use crate::operators::local_aggregate::{LocalPhase, LocalWindows};
 use crate::operators::window::Windowing;
 use crate::query::{QueryableNode, StateShape};
 use crate::spec::problems::{Problem, SpecSource};
-use crate::spec::{HumanDuration, JobSpec, TransformSpec, WindowSpec};
+use crate::spec::{HumanDuration, JobSpec, MiniBatchSpec, TransformSpec, WindowSpec};
 use weir_state::KeyedStateBackend;
 
 /// The registry of kinds: [`plan`] sends each transform to the `plan` of its kind's module,
@@ -88,6 +88,8 @@ pub(super) fn takes_changes(transform: &TransformSpec) -> bool {
 pub(super) struct Explained {
     pub(super) state: Option<String>,
     pub(super) timers: Option<String>,
+    /// How it batches its output (a running aggregate's mini-batch).
+    pub(super) mini_batch: Option<String>,
 }
 
 /// A window as `weir explain` names it.
@@ -267,6 +269,8 @@ pub(super) struct Planner<'a, 'd> {
     pub(super) two_phase: bool,
     /// The job's `window-slicing`.
     pub(super) window_slicing: bool,
+    /// The job's `mini-batch`: the default of running aggregates.
+    pub(super) mini_batch: Option<MiniBatchSpec>,
 }
 
 impl Planner<'_, '_> {

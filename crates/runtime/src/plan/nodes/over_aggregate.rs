@@ -67,6 +67,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, o: &OverAggregateSpec) -> Option<Com
 /// What `weir explain` says the node keeps and what fires it.
 pub(super) fn explain(o: &OverAggregateSpec, _: &JobSpec) -> Explained {
     Explained {
+        mini_batch: None,
         state: Some(format!(
             "the last {} rows per key, and rows waiting for the watermark",
             o.rows

@@ -133,6 +133,7 @@ pub(super) fn explain(t: &TopNSpec, _: &JobSpec) -> Explained {
     let ties = if t.with_ties { " (ties kept)" } else { "" };
     match &t.fire_at {
         Some(fire_at) => Explained {
+            mini_batch: None,
             state: Some(format!(
                 "the best {} rows per key and firing time{ties}",
                 t.n
@@ -142,6 +143,7 @@ pub(super) fn explain(t: &TopNSpec, _: &JobSpec) -> Explained {
             )),
         },
         None => Explained {
+            mini_batch: None,
             state: Some(format!(
                 "per key for good: the best {} rows{ties} (every live row, over an updating \
                  input); each change to them is emitted",

@@ -108,6 +108,7 @@ pub(super) fn explain(w: &WindowAggregateSpec, job: &JobSpec) -> Explained {
         "event time: each window's end (then its state is dropped)"
     };
     Explained {
+        mini_batch: None,
         state: Some(state),
         timers: Some(timers.into()),
     }

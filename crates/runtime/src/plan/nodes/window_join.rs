@@ -75,6 +75,7 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, j: &WindowJoinSpec) -> Option<Compil
 /// What `weir explain` says the node keeps and what fires it.
 pub(super) fn explain(w: &WindowJoinSpec, _: &JobSpec) -> Explained {
     Explained {
+        mini_batch: None,
         state: Some(format!(
             "both sides' rows per key and window ({})",
             super::describe_window(&w.window)

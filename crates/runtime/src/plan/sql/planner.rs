@@ -1065,6 +1065,8 @@ impl Lowering<'_> {
                 TransformSpec::Aggregate(AggregateSpec {
                     from: keyed,
                     aggregates: calls,
+                    // The job's `mini-batch`, as for its `state.ttl`, applies when planned.
+                    mini_batch: None,
                     state_ttl: None,
                     queryable: None,
                     parallelism: self.parallelism,

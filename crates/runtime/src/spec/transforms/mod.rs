@@ -17,7 +17,7 @@ mod window;
 mod window_aggregate;
 mod window_join;
 
-pub use aggregate::AggregateSpec;
+pub use aggregate::{AggregateSpec, MiniBatchSpec};
 pub use filter::FilterSpec;
 pub use interval_join::IntervalJoinSpec;
 pub use join::{JoinSpec, OuterMode};
