@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use crate::recovery::{run_through_kills, weir};
 use crate::support::{
-    assert_same_rows, free_port, golden_jsonl, job_file, multiset, nexmark_jsonl, out_dir, plan,
-    read_parts, run_job, script, script_quietly, try_run_plan,
+    assert_same_rows, changelog_table, counts_having, free_port, golden_jsonl, job_file, multiset,
+    nexmark_jsonl, out_dir, plan, read_parts, run_job, script, script_quietly, try_run_plan,
 };
 
 const SCRIPT: &str = "scripts/kafka-broker.sh";
@@ -867,25 +867,6 @@ fn send(producer: &ThreadedProducer<DefaultProducerContext>, mut record: BaseRec
     }
 }
 
-/// The table a changelog (rows with an `__op` or `op` field, in order) builds, by `id`,
-/// failing on a change a well-formed changelog cannot hold: an `+I` of a live key, a `-U` or
-/// `-D` of a row that is not live.
-pub(crate) fn changelog_table(rows: &[Value], key: &str) -> BTreeMap<String, Value> {
-    let mut table = BTreeMap::new();
-    for row in rows {
-        let mut data = row.as_object().unwrap().clone();
-        let op = data.remove("op").or_else(|| data.remove("__op")).unwrap();
-        let k = data[key].to_string();
-        let data = Value::Object(data);
-        match op.as_str().unwrap() {
-            "+I" | "+U" => assert!(table.insert(k, data).is_none(), "{row} adds a live key"),
-            "-U" | "-D" => assert_eq!(table.remove(&k), Some(data), "{row} takes back no row"),
-            other => panic!("unknown kind {other} in {row}"),
-        }
-    }
-    table
-}
-
 /// Random changes of a table `{id, v, s}` (keys reused after deletion), written to one topic as
 /// upserts (value: the row; tombstone: a delete) and to another as Debezium events (with the
 /// tombstone Debezium adds after a delete, one event inside `payload`, and one malformed event),
@@ -998,24 +979,7 @@ fn an_updating_query_written_as_upserts_and_debezium_events_reads_back_as_its_ta
     broker.create_topic("counts-upsert", 2);
     broker.create_topic("counts-debezium", 2);
     let dir = tempfile::tempdir().unwrap();
-    // Rows {k, x}: count and max of x per k, over rows that a filter keeps and drops as the
-    // running count moves, so keys come, change and go.
-    let input = dir.path().join("in.jsonl");
-    let mut naive: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
-    let mut lines = String::new();
-    for i in 0..4000i64 {
-        let (k, x) = ((i * 7919) % 37, (i * 31) % 1000);
-        lines.push_str(&format!("{}\n", json!({"k": k, "x": x})));
-        let e = naive.entry(k).or_insert((0, i64::MIN));
-        e.0 += 1;
-        e.1 = e.1.max(x);
-    }
-    std::fs::write(&input, lines).unwrap();
-    let expected: BTreeMap<String, Value> = naive
-        .iter()
-        .filter(|(_, (n, _))| n % 3 != 0)
-        .map(|(k, (n, m))| (k.to_string(), json!({"k": k, "n": n, "m": m})))
-        .collect();
+    let (input, query, expected) = counts_having(dir.path(), 4000, 37, 3);
     let write = job(
         dir.path(),
         "write.yaml",
@@ -1024,7 +988,7 @@ fn an_updating_query_written_as_upserts_and_debezium_events_reads_back_as_its_ta
              src: {{kind: jsonl, path: {}, schema: {{k: int, x: int}}}}\n\
              transforms:\n  \
              counts:\n    kind: sql\n    \
-             query: SELECT k, COUNT(*) AS n, MAX(x) AS m FROM src GROUP BY k HAVING COUNT(*) % 3 <> 0\n\
+             query: {query}\n\
              sinks:\n  \
              up:\n    kind: kafka\n    from: counts\n    bootstrap-servers: {servers}\n    \
              topic: counts-upsert\n    format: upsert-json\n    key: [k]\n  \

@@ -367,3 +367,54 @@ pub fn run_through_kills(
     }
     (logs, killed)
 }
+
+/// The table a changelog (rows with an `__op` or `op` field, in order) builds, by `key`,
+/// failing on a change a well-formed changelog cannot hold: an `+I` of a live key, a `-U` or
+/// `-D` of a row that is not live.
+pub fn changelog_table(rows: &[Value], key: &str) -> BTreeMap<String, Value> {
+    let mut table = BTreeMap::new();
+    for row in rows {
+        let mut data = row.as_object().unwrap().clone();
+        let op = data.remove("op").or_else(|| data.remove("__op")).unwrap();
+        let k = data[key].to_string();
+        let data = Value::Object(data);
+        match op.as_str().unwrap() {
+            "+I" | "+U" => assert!(table.insert(k, data).is_none(), "{row} adds a live key"),
+            "-U" | "-D" => assert_eq!(table.remove(&k), Some(data), "{row} takes back no row"),
+            other => panic!("unknown kind {other} in {row}"),
+        }
+    }
+    table
+}
+
+/// An input for an updating query whose keys come, change and go: `rows` rows `{k, x}` over
+/// `keys` keys written to `dir/in.jsonl`; the query, `SELECT k, COUNT(*) AS n, MAX(x) AS m
+/// FROM src GROUP BY k HAVING COUNT(*) % modulo <> 0` (the filter drops a key and takes it back
+/// as its count moves); and the table a plain loop says it ends with, by `k`.
+pub fn counts_having(
+    dir: &Path,
+    rows: i64,
+    keys: i64,
+    modulo: i64,
+) -> (PathBuf, String, BTreeMap<String, Value>) {
+    let input = dir.join("in.jsonl");
+    let mut naive: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let mut lines = String::new();
+    for i in 0..rows {
+        let (k, x) = ((i * 7919) % keys, (i * 31) % 1000);
+        lines.push_str(&format!("{}\n", serde_json::json!({"k": k, "x": x})));
+        let e = naive.entry(k).or_insert((0, i64::MIN));
+        e.0 += 1;
+        e.1 = e.1.max(x);
+    }
+    std::fs::write(&input, lines).unwrap();
+    let expected = naive
+        .iter()
+        .filter(|(_, (n, _))| n % modulo != 0)
+        .map(|(k, (n, m))| (k.to_string(), serde_json::json!({"k": k, "n": n, "m": m})))
+        .collect();
+    let query = format!(
+        "SELECT k, COUNT(*) AS n, MAX(x) AS m FROM src GROUP BY k HAVING COUNT(*) % {modulo} <> 0"
+    );
+    (input, query, expected)
+}
