@@ -10,7 +10,7 @@ whole-process wall time, and the peak memory (maximum resident set) of each.
 An updating result (a join, GROUP BY or Top-N with no window) is compared as the table it
 describes: Flink's changelog, written as debezium-json, folded into its final multiset of rows,
 and weir's the same way from `changelog-json` (q15-q19), or as the last row per key of its
-upsert stream (q4). WEIR_UPSERT_KEYS, WEIR_CHANGELOG and FLINK_ONLY_COLUMNS say how per query.
+upsert stream (q4). WEIR_UPSERT_KEYS and WEIR_CHANGELOG say how per query.
 
 Each engine runs at every parallelism it is given (`--flink-parallelism`, `--weir-parallelism`;
 Flink at 1 and weir at 1 and 2 by default), every one checked for the same rows and timed, and
@@ -70,13 +70,9 @@ WEIR_UPSERT_KEYS = {"q4": ["category"]}
 
 # weir's updating results written whole, each row with its kind (`format: changelog-json`, a
 # field "op": +I, -U, +U, -D), and folded into their final table as a multiset: the running
-# aggregates q15-q17 and deduplication q18 (keyed; -U/+U), and the running Top-N q19 (no key;
-# +I/-D). Folding checks the retractions too: each takes back a row that was there.
+# aggregates q15-q17 and deduplication q18 (keyed; -U/+U), and the running Top-N q19 (keyed
+# by auction and rank_number; -U/+U as bids move down a rank). Folding checks the retractions too: each takes back a row that was there.
 WEIR_CHANGELOG = {"q15", "q16", "q17", "q18", "q19"}
-
-# Columns of Flink's result that weir's has not, left out of the comparison: q19's
-# rank_number (weir's running Top-N has no rank column yet).
-FLINK_ONLY_COLUMNS = {"q19": ["rank_number"]}
 
 # Timestamps as engines write them in JSON: weir's file sink and Flink's debezium-json format
 # ("2023-11-14 22:13:20.123Z" or ISO 8601 with a T).
@@ -325,15 +321,14 @@ def without(row: dict, columns: list[str]) -> dict:
     return {name: value for name, value in row.items() if name not in columns}
 
 
-def flink_rows(directory: Path, drop: list[str]) -> collections.Counter:
-    """Flink's debezium-json changelog folded into its final multiset of rows, without the
-    columns `drop`."""
+def flink_rows(directory: Path) -> collections.Counter:
+    """Flink's debezium-json changelog folded into its final multiset of rows."""
     rows: collections.Counter = collections.Counter()
     for change in json_lines(directory):
         if change.get("before") is not None:
-            rows[row_key(without(change["before"], drop))] -= 1
+            rows[row_key(change["before"])] -= 1
         if change.get("after") is not None:
-            rows[row_key(without(change["after"], drop))] += 1
+            rows[row_key(change["after"])] += 1
     if any(n < 0 for n in rows.values()):
         raise BenchError(f"Flink's changelog in {directory} retracts rows it never inserted")
     return +rows
@@ -378,7 +373,7 @@ def check_rows(engines: Engines, query: str, scratch: Path) -> str:
         shutil.rmtree(out, ignore_errors=True)
         if engine == "Flink":
             run_flink(engines, query, out, parallelism)
-            rows = flink_rows(out, FLINK_ONLY_COLUMNS.get(query, []))
+            rows = flink_rows(out)
         else:
             run_weir(engines, query, out, parallelism)
             rows = weir_rows(out, query)

@@ -469,7 +469,7 @@ fn bids(events: &[Event]) -> impl Iterator<Item = &weir_runtime::connectors::nex
     })
 }
 
-const Q18: &str = "SELECT * FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC) AS rank_number\n  FROM nexmark.bid\n) WHERE rank_number <= 1";
+const Q18: &str = "SELECT auction, bidder, price, channel, url, dateTime, extra FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC) AS rank_number\n  FROM nexmark.bid\n) WHERE rank_number <= 1";
 const Q19: &str = "SELECT * FROM (\n  SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number\n  FROM nexmark.bid\n) WHERE rank_number <= 10";
 
 #[test]
@@ -502,38 +502,101 @@ fn q18_deduplication_keeps_each_bidders_last_bid_per_auction() {
     }
 }
 
+/// q19 as Flink writes it: `SELECT *` reads the rank, so each auction's ten highest bids come
+/// with their `rank_number`, an upsert stream keyed by auction and rank whose `-U`/`+U` move
+/// the bids below a new one down a rank. At p=1 bids arrive in time order, so the final table
+/// equals the reference's (ties of price go to the earlier bid); at p=2 two generators'
+/// bids interleave, so which of two equal prices ranks first is not fixed: the prices per
+/// auction and rank are.
 #[test]
-fn q19_running_top_10_keeps_each_auctions_highest_bids() {
+fn q19_running_top_10_numbers_each_auctions_highest_bids() {
     let events = events();
-    // Per auction: its ten highest prices (which bid of equal prices ranks first depends on
-    // arrival, which differs at p=2: the prices are what is certain).
-    let mut prices: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for b in bids(&events) {
-        prices.entry(b.auction).or_default().push(b.price);
-    }
-    for p in prices.values_mut() {
-        p.sort_unstable_by(|a, b| b.cmp(a));
-        p.truncate(10);
-    }
+    let reference = crate::nexmark_reference::q19(&events);
+    let price_at = |rows: &mut dyn Iterator<Item = &Value>| -> BTreeMap<(i64, i64), i64> {
+        rows.map(|r| {
+            let n = |c: &str| r[c].as_i64().unwrap();
+            ((n("auction"), n("rank_number")), n("price"))
+        })
+        .collect()
+    };
+    let expected = price_at(&mut reference.iter());
     assert!(
-        prices.values().any(|p| p.len() == 10),
-        "some auction has more than ten bids"
+        expected.keys().any(|(_, rank)| *rank == 10),
+        "some auction has ten bids"
     );
     for (config, rows) in changelogs(Q19) {
-        let deletes = rows.iter().filter(|r| r["op"] == "-D").count();
-        assert!(deletes > 100, "{config}: {deletes} bids left a top 10");
-        let mut got: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-        for (text, copies) in fold(&rows) {
-            let row: Value = serde_json::from_str(&text).unwrap();
-            let entry = got.entry(row["auction"].as_i64().unwrap()).or_default();
-            for _ in 0..copies {
-                entry.push(row["price"].as_i64().unwrap());
-            }
+        let moved = rows.iter().filter(|r| r["op"] == "-U").count();
+        assert!(moved > 100, "{config}: {moved} bids moved down a rank");
+        let table = apply(&rows, &["auction", "rank_number"]);
+        assert_eq!(price_at(&mut table.values()), expected, "{config}");
+        if config.starts_with("p=1") {
+            assert_same_rows(
+                &format!("q19 vs the reference, {config}"),
+                &multiset(table.values().cloned()),
+                &multiset(reference.clone()),
+            );
         }
-        for p in got.values_mut() {
-            p.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        assert_eq!(got, prices, "{config}");
+    }
+}
+
+/// Bids of one bidder on one auction at equal times, in SQL: Flink's q18 (the rank not read,
+/// ordered by the time attribute `DESC`) is a deduplication that keeps the last row, so the
+/// last of equal times wins; ordered `ASC` it keeps the first row, and with the rank read
+/// (`SELECT *`) it is a Top-1 whose first-ranked of equal rows is the first to arrive.
+#[test]
+fn a_deduplication_by_time_keeps_the_last_of_equal_times_as_flinks() {
+    let dir = out_dir();
+    let input = dir.path().join("bids.jsonl");
+    let mut lines = String::new();
+    // (bidder, auction, dateTime, price): two ties on (1, 1) at t=2000, one at (2, 1) at 1000.
+    for (bidder, auction, time, price) in [
+        (1, 1, 1000, 10),
+        (1, 1, 2000, 20),
+        (2, 1, 1000, 30),
+        (1, 1, 2000, 21),
+        (2, 1, 1000, 31),
+        (1, 1, 2000, 22),
+        (1, 1, 1500, 23),
+    ] {
+        lines.push_str(&format!(
+            "{{\"bidder\": {bidder}, \"auction\": {auction}, \"dateTime\": {time}, \"price\": {price}}}\n"
+        ));
+    }
+    std::fs::write(&input, lines).unwrap();
+    for (select, order, expected) in [
+        ("bidder, auction, price", "DESC", [22, 31]),
+        ("bidder, auction, price", "ASC", [10, 30]),
+        ("*", "DESC", [20, 30]),
+    ] {
+        let out = dir.path().join(format!("out-{}-{order}", select.len()));
+        let job = format!(
+            "name: dedup-ties\nsources:\n  bids:\n    kind: jsonl\n    path: {}\n    \
+             schema: {{bidder: int, auction: int, dateTime: timestamp, price: int}}\n    \
+             event-time: {{column: dateTime, max-out-of-orderness: 1s}}\n\
+             transforms:\n  q:\n    kind: sql\n    inputs: {{bid: bids}}\n    query: |\n      \
+             SELECT {select} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction \
+             ORDER BY dateTime {order}) AS rn FROM bid) WHERE rn <= 1\n\
+             sinks:\n  out:\n    kind: file\n    from: q\n    format: changelog-json\n    \
+             path: {}\n",
+            input.display(),
+            out.display()
+        );
+        let file = dir.path().join("job.yaml");
+        std::fs::write(&file, job).unwrap();
+        run_job(&file, &[]);
+        let table = apply(&read_parts(&out), &["bidder", "auction"]);
+        let prices: Vec<i64> = table
+            .values()
+            .map(|r| r["price"].as_i64().unwrap())
+            .collect();
+        assert_eq!(
+            prices, expected,
+            "SELECT {select} ... ORDER BY dateTime {order}"
+        );
+        let ranked = table
+            .values()
+            .all(|r| r.get("rn") == Some(&serde_json::json!(1)));
+        assert_eq!(ranked, select == "*", "the rank is a column only when read");
     }
 }
 
@@ -543,7 +606,10 @@ fn explain_shows_a_running_top_ns_changes() {
     let file = dir.path().join("job.yaml");
     for (query, changes) in [
         (Q18, "changes: updating (+I -U +U), key [bidder, auction]"),
-        (Q19, "changes: updating (+I -D)"),
+        (
+            Q19,
+            "changes: updating (+I -U +U), key [auction, rank_number]",
+        ),
     ] {
         let sink = "    kind: stdout\n    from: q\n    format: changelog-json\n";
         std::fs::write(&file, job(query, sink)).unwrap();

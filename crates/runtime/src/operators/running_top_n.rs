@@ -3,15 +3,20 @@
 //! partition).
 //!
 //! Each batch changes the first rows of the keys it holds; the operator emits, per key, the
-//! change of that set of rows ([`crate::changelog`]): a row that enters is `+I`, a row that
-//! leaves is `-D`. With `n: 1` and no ties (deduplication, "the latest row per key") a key
-//! has at most one row, so the stream is keyed by the partition's columns and a replaced row
-//! is `-U` of the old row and `+U` of the new one. The rank itself is not a column: as Flink
-//! does without the rank number, only the rows' set changes, so a row that merely moves up
-//! or down within the first `n` emits nothing.
+//! change of those rows ([`crate::changelog`]):
+//! - **without a rank column**, the change of their set: a row that enters is `+I`, a row
+//!   that leaves is `-D`, and a row that merely moves up or down emits nothing (Flink without
+//!   the rank number). With `n: 1` and no ties (deduplication, "the latest row per key") a key
+//!   has at most one row, so the stream is keyed by the partition's columns and a replaced row
+//!   is `-U` of the old row and `+U` of the new one.
+//! - **with a rank column** (`rank-column`, SQL's rank selected), the change per rank: without
+//!   ties each rank holds one row, so the stream is keyed by the partition's columns and the
+//!   rank, and a rank whose row changes (a new row entered above it) is `-U`/`+U`, as Flink's
+//!   Top-N with the rank number emits; with ties (`RANK()`), rows with their ranks as a set.
 //!
-//! Rows order by their memcomparable sort key, then by arrival (`ROW_NUMBER`: of rows equal
-//! in the order, the one that came first ranks first); `with-ties` (`RANK`) also keeps every
+//! Rows order by their memcomparable sort key, then by arrival: of rows equal in the order,
+//! the one that came first ranks first (`ROW_NUMBER`), or with `tie-break: latest` the one
+//! that came last (a deduplication keeping the last row). `with-ties` (`RANK`) also keeps every
 //! row tied with the `n`-th. What a key keeps depends on its input:
 //! - **append-only** input: only the first rows (the `n` best, and their ties), since a row
 //!   that fell out can never come back; `n: 1` keeps one row per key. Each batch is first
@@ -19,8 +24,8 @@
 //!   state update per batch.
 //! - **updating** input: every live row of the key (so that when a first row is taken back,
 //!   the next one moves up), in an ordered map from (sort key, arrival number) to the row. A
-//!   `-U`/`-D` takes back the earliest live row equal to it; one that matches no live row is
-//!   a malformed changelog, and fails the job.
+//!   `-U`/`-D` takes back the first-ranked live row equal to it; one that matches no live row
+//!   is a malformed changelog, and fails the job.
 //!
 //! Per key and batch that the batch changes, the key's first rows are compared before and
 //! after: O(`n`) work and copies per changed key and batch, whatever the number of rows.
@@ -28,13 +33,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, UInt32Array};
+use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
 use weir_state::{KeyedStateBackend, NO_NAMESPACE, ValueId};
 
 use super::keyed::{KeyEncoder, RowCodec, SortKeyEncoder};
-use super::top_n::{admits, insert};
+use super::top_n::Keep;
 use crate::api::{Operator, OperatorError};
 use crate::changelog::{self, ChangelogMode, RowKind};
 use crate::expr::Expr;
@@ -43,47 +48,58 @@ use crate::expr::Expr;
 type Best = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// An updating input's key: its live rows, by sort key and then arrival number (8 bytes,
-/// big-endian, appended to the sort key), to the encoded row.
+/// big-endian, appended to the sort key; with `tie-break: latest` the number's complement,
+/// so that the last of equal rows comes first), to the encoded row.
 type Live = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// A key's rows of one append-only batch: its first row there, and its best rows there (sort
 /// key, row number), best first.
 type Candidates<'b> = (usize, Vec<(&'b [u8], usize)>);
 
+/// A change to emit: its kind, the encoded row and its rank (0 without a rank column).
+type Change = (RowKind, Vec<u8>, i64);
+
 /// What a running top-n is, shared by its subtasks.
 pub struct RunningTopNDef {
     pub order: Vec<(Expr, bool)>,
-    pub n: usize,
-    pub with_ties: bool,
+    pub keep: Keep,
     /// The input's data columns (without [`changelog::OP`]): what a kept row holds.
     pub input: SchemaRef,
     /// Whether the input is an updating stream (see the module's text).
     pub updating_input: bool,
     /// Input column indices to emit, in order.
     pub columns: Vec<usize>,
-    /// The output: the emitted columns and the row kind.
+    /// Whether the output has a rank column (after `columns`).
+    pub rank: bool,
+    /// The output: the emitted columns, the rank and the row kind.
     pub schema: SchemaRef,
 }
 
 impl RunningTopNDef {
-    /// Whether a key has at most one row, replaced in place (`-U`/`+U`).
-    fn replaces(&self) -> bool {
-        self.n == 1 && !self.with_ties
+    /// Whether a key's changes are told per rank, each rank holding one row that is replaced
+    /// in place (`-U`/`+U`): without ties, with one row per key or with a rank column.
+    fn positional(keep: Keep, rank: bool) -> bool {
+        !keep.with_ties && (keep.n == 1 || rank)
     }
 
     /// The output's changelog mode: `key` (the partition's columns, by their output names,
-    /// when they are all emitted) identifies a row only when a key keeps one row.
+    /// when they are all emitted) and the rank column, if any, identify a row when changes
+    /// are told per rank.
     pub fn output_mode(
-        n: usize,
-        with_ties: bool,
+        keep: Keep,
+        rank: Option<&str>,
         updating_input: bool,
         key: Option<Vec<String>>,
     ) -> ChangelogMode {
-        if n == 1 && !with_ties {
+        if Self::positional(keep, rank.is_some()) {
             let mut kinds = vec![RowKind::UpdateBefore, RowKind::UpdateAfter];
             if updating_input {
                 kinds.push(RowKind::Delete);
             }
+            let key = key.map(|mut k| {
+                k.extend(rank.map(str::to_string));
+                k
+            });
             ChangelogMode::updating(&kinds, key)
         } else {
             ChangelogMode::updating(&[RowKind::Delete], None)
@@ -131,63 +147,91 @@ impl RunningTopN {
     }
 }
 
-/// The rows of a key's first rows that left (`-D`) and entered (`+I`) between `before` and
-/// `after`, as multisets; with `replaces` (at most one row each), a replaced row is `-U` and
-/// `+U`. Nothing for a row in both.
-fn diff(before: &[&[u8]], after: &[&[u8]], replaces: bool, out: &mut Vec<(RowKind, Vec<u8>)>) {
-    if replaces {
-        match (before.first(), after.first()) {
-            (None, Some(a)) => out.push((RowKind::Insert, a.to_vec())),
-            (Some(b), Some(a)) if b != a => {
-                out.push((RowKind::UpdateBefore, b.to_vec()));
-                out.push((RowKind::UpdateAfter, a.to_vec()));
+/// A key's first rows: (sort key, encoded row), in rank order.
+type Firsts<'a> = Vec<(&'a [u8], &'a [u8])>;
+
+/// The changes between a key's first rows `before` and `after`. Told per rank
+/// ([`RunningTopNDef::positional`]): a rank whose row differs is `-U` of the old and `+U` of
+/// the new, a rank newly filled `+I`, one emptied `-D`. Otherwise as multisets of rows (with
+/// their ranks, when emitted): a row that left is `-D`, one that entered `+I`.
+fn diff(def: &RunningTopNDef, before: &Firsts<'_>, after: &Firsts<'_>, out: &mut Vec<Change>) {
+    let (before, after) = (ranked(def, before), ranked(def, after));
+    if RunningTopNDef::positional(def.keep, def.rank) {
+        for i in 0..before.len().max(after.len()) {
+            match (before.get(i), after.get(i)) {
+                (None, Some(&(r, a))) => out.push((RowKind::Insert, a.to_vec(), r)),
+                (Some(&(rb, b)), Some(&(ra, a))) if b != a => {
+                    out.push((RowKind::UpdateBefore, b.to_vec(), rb));
+                    out.push((RowKind::UpdateAfter, a.to_vec(), ra));
+                }
+                (Some(&(r, b)), None) => out.push((RowKind::Delete, b.to_vec(), r)),
+                _ => {}
             }
-            (Some(b), None) => out.push((RowKind::Delete, b.to_vec())),
-            _ => {}
         }
         return;
     }
-    let mut count: HashMap<&[u8], i64> = HashMap::with_capacity(before.len());
-    for b in before {
-        *count.entry(b).or_default() += 1;
+    let mut count: HashMap<(i64, &[u8]), i64> = HashMap::with_capacity(before.len());
+    for b in &before {
+        *count.entry(*b).or_default() += 1;
     }
-    for a in after {
-        *count.entry(a).or_default() -= 1;
+    for a in &after {
+        *count.entry(*a).or_default() -= 1;
     }
     // Left: the copies of `before` not in `after` (count > 0), each taken once.
-    for b in before {
+    for b in &before {
         if let Some(c) = count.get_mut(b)
             && *c > 0
         {
             *c -= 1;
-            out.push((RowKind::Delete, b.to_vec()));
+            out.push((RowKind::Delete, b.1.to_vec(), b.0));
         }
     }
-    for a in after {
+    for a in &after {
         if let Some(c) = count.get_mut(a)
             && *c < 0
         {
             *c += 1;
-            out.push((RowKind::Insert, a.to_vec()));
+            out.push((RowKind::Insert, a.1.to_vec(), a.0));
         }
     }
 }
 
-/// The first rows of `live`: `n`, and with `ties` every row whose sort key equals the
-/// `n`-th's.
-fn first_rows(live: &Live, n: usize, ties: bool) -> Vec<&[u8]> {
+/// A key's first rows with their ranks (0 without a rank column).
+fn ranked<'a>(def: &RunningTopNDef, rows: &Firsts<'a>) -> Vec<(i64, &'a [u8])> {
+    let ranks = if def.rank {
+        let sorts: Vec<&[u8]> = rows.iter().map(|(s, _)| *s).collect();
+        def.keep.ranks(&sorts)
+    } else {
+        vec![0; rows.len()]
+    };
+    ranks
+        .into_iter()
+        .zip(rows.iter().map(|(_, r)| *r))
+        .collect()
+}
+
+/// A key's rows as [`Firsts`].
+fn firsts(rows: &[(Vec<u8>, Vec<u8>)]) -> Firsts<'_> {
+    rows.iter()
+        .map(|(s, r)| (s.as_slice(), r.as_slice()))
+        .collect()
+}
+
+/// The first rows of `live`: `n`, and with ties every row whose sort key equals the `n`-th's.
+fn first_rows(live: &Live, keep: Keep) -> Firsts<'_> {
+    let n = keep.n;
     let mut out = Vec::with_capacity(n.min(live.len()));
     let mut nth: Option<&[u8]> = None;
     for (k, row) in live {
         let sort = &k[..k.len() - 8];
         match nth {
             None if out.len() < n => {
-                out.push(row.as_slice());
+                out.push((sort, row.as_slice()));
                 if out.len() == n {
                     nth = Some(sort);
                 }
             }
-            Some(last) if ties && sort == last => out.push(row.as_slice()),
+            Some(last) if keep.with_ties && sort == last => out.push((sort, row.as_slice())),
             _ => break,
         }
     }
@@ -209,19 +253,32 @@ fn tied<'l>(
         .filter(move |(k, _)| k.len() == sort.len() + 8)
 }
 
-/// Adds `row` after every live row with its sort key.
-fn add_live(live: &mut Live, sort: &[u8], row: &[u8]) {
-    let next = tied(live, sort).next_back().map_or(0, |(k, _)| {
-        let mut seq = [0u8; 8];
-        seq.copy_from_slice(&k[k.len() - 8..]);
-        u64::from_be_bytes(seq) + 1
+/// An arrival number as it is stored after the sort key: big-endian, complemented with
+/// `latest` so that later arrivals come first.
+fn arrival(seq: u64, latest: bool) -> [u8; 8] {
+    if latest { !seq } else { seq }.to_be_bytes()
+}
+
+/// Adds `row` as the last arrival among the live rows with its sort key.
+fn add_live(live: &mut Live, sort: &[u8], row: &[u8], latest: bool) {
+    let mut equal = tied(live, sort);
+    let last = if latest {
+        equal.next()
+    } else {
+        equal.next_back()
+    };
+    let next = last.map_or(0, |(k, _)| {
+        let mut stored = [0u8; 8];
+        stored.copy_from_slice(&k[k.len() - 8..]);
+        u64::from_be_bytes(arrival(u64::from_be_bytes(stored), latest)) + 1
     });
+    drop(equal);
     let mut key = sort.to_vec();
-    key.extend_from_slice(&next.to_be_bytes());
+    key.extend_from_slice(&arrival(next, latest));
     live.insert(key, row.to_vec());
 }
 
-/// Takes back the earliest live row equal to `row`; says whether there was one.
+/// Takes back the first-ranked live row equal to `row`; says whether there was one.
 fn take_live(live: &mut Live, sort: &[u8], row: &[u8]) -> bool {
     let found = tied(live, sort)
         .find(|(_, r)| r.as_slice() == row)
@@ -249,9 +306,14 @@ impl Operator for RunningTopN {
         }
         let decoded = self
             .rows
-            .decode(changes.iter().map(|(_, r)| r.as_slice()))?;
+            .decode(changes.iter().map(|(_, r, _)| r.as_slice()))?;
         let mut columns = decoded.project(&self.def.columns)?.columns().to_vec();
-        columns.push(changelog::op_array(changes.iter().map(|(k, _)| *k)));
+        if self.def.rank {
+            columns.push(Arc::new(Int64Array::from_iter_values(
+                changes.iter().map(|(_, _, rank)| *rank),
+            )));
+        }
+        columns.push(changelog::op_array(changes.iter().map(|(k, _, _)| *k)));
         out.push(RecordBatch::try_new(self.def.schema.clone(), columns)?);
         Ok(())
     }
@@ -259,16 +321,13 @@ impl Operator for RunningTopN {
 
 impl RunningTopN {
     /// An append-only batch: each key's best rows of the batch offered to its kept rows.
-    fn add_appended(
-        &mut self,
-        batch: &RecordBatch,
-    ) -> Result<Vec<(RowKind, Vec<u8>)>, OperatorError> {
+    fn add_appended(&mut self, batch: &RecordBatch) -> Result<Vec<Change>, OperatorError> {
         let Kept::Best(best) = &self.kept else {
             return Ok(Vec::new());
         };
         let keys = self.keys.encode(batch)?;
         let sort = self.sort.encode(batch)?;
-        let (n, ties, replaces) = (self.def.n, self.def.with_ties, self.def.replaces());
+        let keep = self.def.keep;
 
         // Per key, in order of first appearance: its first row in the batch and its best rows
         // of the batch (sort key, row number), best first. A row behind them stays out once
@@ -282,8 +341,8 @@ impl RunningTopN {
             });
             let candidates = &mut groups[slot].1;
             let s = sort.row(i).data();
-            if admits(candidates, s, n, ties) {
-                insert(candidates, s, i, n, ties);
+            if keep.admits(candidates, s) {
+                keep.insert(candidates, s, i);
             }
         }
 
@@ -305,38 +364,35 @@ impl RunningTopN {
         };
 
         let mut changes = Vec::new();
-        for (first, candidates) in &groups {
+        let def = &self.def;
+        for (first, candidates) in &mut groups {
             self.state
                 .value(best)
                 .modify(keys.key(*first), NO_NAMESPACE, Vec::new, |kept| {
                     // Candidates come best first: if the best stays out, so do the rest.
                     if !candidates
                         .first()
-                        .is_some_and(|(s, _)| admits(kept, s, n, ties))
+                        .is_some_and(|(s, _)| keep.admits(kept, s))
                     {
                         return;
                     }
                     let before: Best = kept.clone();
-                    for &(s, i) in candidates {
-                        if !admits(kept, s, n, ties) {
-                            break;
-                        }
-                        let row = rows.row(position[i]).data().to_vec();
-                        insert(kept, s.to_vec(), row, n, ties);
-                    }
-                    let before: Vec<&[u8]> = before.iter().map(|(_, r)| r.as_slice()).collect();
-                    let after: Vec<&[u8]> = kept.iter().map(|(_, r)| r.as_slice()).collect();
-                    diff(&before, &after, replaces, &mut changes);
+                    // In the order they arrived, so that equal rows rank as one by one.
+                    candidates.sort_unstable_by_key(|&(_, i)| i);
+                    keep.offer(
+                        kept,
+                        candidates
+                            .iter()
+                            .map(|&(s, i)| (s.to_vec(), rows.row(position[i]).data().to_vec())),
+                    );
+                    diff(def, &firsts(&before), &firsts(kept), &mut changes);
                 })?;
         }
         Ok(changes)
     }
 
     /// An updating batch: each key's rows added and taken back, in order.
-    fn apply_changes(
-        &mut self,
-        batch: &RecordBatch,
-    ) -> Result<Vec<(RowKind, Vec<u8>)>, OperatorError> {
+    fn apply_changes(&mut self, batch: &RecordBatch) -> Result<Vec<Change>, OperatorError> {
         let Kept::Live(live) = &self.kept else {
             return Ok(Vec::new());
         };
@@ -344,7 +400,8 @@ impl RunningTopN {
         let sort = self.sort.encode(batch)?;
         let rows = self.rows.encode(&batch.project(&self.data)?)?;
         let ops = changelog::kinds(batch);
-        let (n, ties, replaces) = (self.def.n, self.def.with_ties, self.def.replaces());
+        let def = &self.def;
+        let keep = def.keep;
 
         // Per key, in order of first appearance: its rows of the batch, in order.
         let mut index: HashMap<&[u8], usize> = HashMap::new();
@@ -362,23 +419,22 @@ impl RunningTopN {
             let key = keys.key(group[0]);
             let missing = self.state.value(live).update(key, NO_NAMESPACE, |slot| {
                 let map = slot.get_or_insert_with(BTreeMap::new);
-                let before: Vec<Vec<u8>> = first_rows(map, n, ties)
+                let before: Vec<(Vec<u8>, Vec<u8>)> = first_rows(map, keep)
                     .into_iter()
-                    .map(<[u8]>::to_vec)
+                    .map(|(s, r)| (s.to_vec(), r.to_vec()))
                     .collect();
                 let mut missing = None;
                 for &i in group {
                     let kind = ops.map_or(RowKind::Insert, |o| changelog::kind_at(o, i));
                     let (s, row) = (sort.row(i).data(), rows.row(i).data());
                     if kind.is_addition() {
-                        add_live(map, s, row);
+                        add_live(map, s, row, keep.latest);
                     } else if !take_live(map, s, row) {
                         missing = Some(i);
                         break;
                     }
                 }
-                let before: Vec<&[u8]> = before.iter().map(Vec::as_slice).collect();
-                diff(&before, &first_rows(map, n, ties), replaces, &mut changes);
+                diff(def, &firsts(&before), &first_rows(map, keep), &mut changes);
                 if map.is_empty() {
                     *slot = None;
                 }
@@ -405,11 +461,30 @@ mod tests {
     use super::*;
     use crate::testing::{Harness, Random, canonical};
 
+    /// What a running top-n under test keeps and emits.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        n: usize,
+        ties: bool,
+        /// A rank column `rank`.
+        rank: bool,
+        /// `tie-break: latest`.
+        latest: bool,
+    }
+
     /// A job over rows `{id, k, v}` whose node `top` is a running top-n per `k` by `v DESC`:
     /// over the rows as they come (append-only), or over a running aggregate's updates of
     /// them (`updating`; the harness feeds the top-n, so the aggregate only gives the input
     /// its schema), on the heap or in RocksDB under `dir`.
-    fn job(n: usize, ties: bool, updating: bool, dir: Option<&std::path::Path>) -> String {
+    fn job(c: Case, updating: bool, dir: Option<&std::path::Path>) -> String {
+        let Case { n, ties, .. } = c;
+        let mut options = format!("n: {n}, with-ties: {ties}");
+        if c.rank {
+            options.push_str(", rank-column: rank");
+        }
+        if c.latest {
+            options.push_str(", tie-break: latest");
+        }
         let state = match dir {
             Some(d) => format!("state: {{backend: rocksdb, path: {}}}\n", d.display()),
             None => String::new(),
@@ -425,7 +500,7 @@ mod tests {
             "name: running-top-n\n{state}sources:\n  \
              s: {{kind: jsonl, path: unused.jsonl, schema: {{id: int, k: int, v: int}}}}\n\
              transforms:\n{input}  \
-             top: {{kind: top-n, from: by-k, order-by: [v DESC], n: {n}, with-ties: {ties}}}\n\
+             top: {{kind: top-n, from: by-k, order-by: [v DESC], {options}}}\n\
              sinks:\n  out: {{kind: blackhole, from: top}}\n"
         )
     }
@@ -437,17 +512,27 @@ mod tests {
         json!({"id": row.0, "k": row.1, "v": row.2})
     }
 
-    /// The naive top-n: per key, the live rows in arrival order, sorted stably by `v`
-    /// descending; the first `n`, and with `ties` every row equal in `v` to the `n`-th.
-    fn naive(live: &BTreeMap<i64, Vec<Row>>, n: usize, ties: bool) -> BTreeMap<String, i64> {
+    /// The naive top-n: per key, the live rows in arrival order (reversed with `latest`),
+    /// sorted stably by `v` descending; the first `n`, and with `ties` every row equal in `v`
+    /// to the `n`-th; with `rank`, each with its position from 1 (with ties, one more than the
+    /// rows of a greater `v`).
+    fn naive(live: &BTreeMap<i64, Vec<Row>>, c: Case) -> BTreeMap<String, i64> {
         let mut out = BTreeMap::new();
         for rows in live.values() {
             let mut sorted = rows.clone();
+            if c.latest {
+                sorted.reverse();
+            }
             sorted.sort_by_key(|r| std::cmp::Reverse(r.2));
-            let nth = sorted.get(n - 1).map(|r| r.2);
+            let nth = sorted.get(c.n - 1).map(|r| r.2);
             for (i, r) in sorted.iter().enumerate() {
-                if i < n || (ties && Some(r.2) == nth) {
-                    *out.entry(canonical(&as_json(r))).or_default() += 1;
+                if i < c.n || (c.ties && Some(r.2) == nth) {
+                    let mut row = as_json(r);
+                    if c.rank {
+                        let before = sorted.iter().filter(|o| o.2 > r.2).count();
+                        row["rank"] = json!(if c.ties { before + 1 } else { i + 1 });
+                    }
+                    *out.entry(canonical(&row)).or_default() += 1;
                 }
             }
         }
@@ -455,7 +540,8 @@ mod tests {
     }
 
     /// Folds an output changelog into `table` (rows → copies), checking that it is well
-    /// formed: a `-U`/`-D` takes back a live row, and a `-U` is followed by its `+U`.
+    /// formed: a `-U`/`-D` takes back a live row, and a `-U` is followed by its `+U`, of the
+    /// same key and rank.
     fn fold(table: &mut BTreeMap<String, i64>, rows: &[Value]) {
         for (at, row) in rows.iter().enumerate() {
             let mut row = row.clone();
@@ -480,12 +566,14 @@ mod tests {
                 table.remove(&text);
             }
             if op == RowKind::UpdateBefore {
-                let next = rows.get(at + 1).map(|r| r[changelog::OP].clone());
+                let next = rows.get(at + 1);
                 assert_eq!(
-                    next,
+                    next.map(|r| r[changelog::OP].clone()),
                     Some(json!(RowKind::UpdateAfter.short())),
                     "-U without its +U"
                 );
+                let id = |r: &Value| (r["k"].clone(), r.get("rank").cloned());
+                assert_eq!(next.map(id), Some(id(&row)), "a +U of another key or rank");
             }
         }
     }
@@ -496,23 +584,42 @@ mod tests {
     /// tie, repeat exactly, and (over updates) keys empty and come back.
     #[test]
     fn a_running_top_n_keeps_the_table_of_a_naive_sort_over_random_inputs_and_restarts() {
+        let mut cases = Vec::new();
+        for (n, ties) in [(1, false), (1, true), (3, false), (3, true)] {
+            for (rank, latest) in [(false, false), (true, false), (false, true), (true, true)] {
+                cases.push(Case {
+                    n,
+                    ties,
+                    rank,
+                    latest,
+                });
+            }
+        }
         for updating in [false, true] {
-            for (n, ties) in [(1, false), (1, true), (3, false), (3, true)] {
+            for &c in &cases {
                 for rocksdb in [false, true] {
                     let dir = tempfile::tempdir().unwrap();
-                    let at = format!("n {n}, ties {ties}, updating {updating}, rocksdb {rocksdb}");
-                    let mut h = Harness::new(
-                        &job(n, ties, updating, rocksdb.then_some(dir.path())),
-                        "top",
-                    );
-                    check(&mut h, n, ties, updating, &at);
+                    let at = format!("{c:?}, updating {updating}, rocksdb {rocksdb}");
+                    let mut h =
+                        Harness::new(&job(c, updating, rocksdb.then_some(dir.path())), "top");
+                    check(&mut h, c, updating, &at);
                 }
             }
         }
     }
 
-    fn check(h: &mut Harness, n: usize, ties: bool, updating: bool, at: &str) {
+    fn check(h: &mut Harness, c: Case, updating: bool, at: &str) {
+        let Case { n, ties, .. } = c;
         let mut random = Random(0x7095_5eed_0000_0001 ^ (n as u64) << 8 ^ u64::from(ties));
+        // Which of equal live rows a `-U`/`-D` takes back: the first ranked.
+        let taken = |rows: &[Row], old: &Row| {
+            if c.latest {
+                rows.iter().rposition(|r| r == old)
+            } else {
+                rows.iter().position(|r| r == old)
+            }
+            .unwrap()
+        };
         // Per key, the live rows in arrival order.
         let mut live: BTreeMap<i64, Vec<Row>> = BTreeMap::new();
         let mut table = BTreeMap::new();
@@ -548,7 +655,7 @@ mod tests {
                     (1, Some((k, i))) => {
                         // An update: the old row out (its earliest copy), a new one in.
                         let old = live[&k][i];
-                        let first = live[&k].iter().position(|r| *r == old).unwrap();
+                        let first = taken(&live[&k], &old);
                         live.get_mut(&k).unwrap().remove(first);
                         let mut new = new_row(&mut random);
                         new.0 = old.0;
@@ -561,7 +668,7 @@ mod tests {
                     }
                     (2, Some((k, i))) => {
                         let old = live[&k][i];
-                        let first = live[&k].iter().position(|r| *r == old).unwrap();
+                        let first = taken(&live[&k], &old);
                         live.get_mut(&k).unwrap().remove(first);
                         let mut row = as_json(&old);
                         row[changelog::OP] = json!(RowKind::Delete as i8);
@@ -586,21 +693,28 @@ mod tests {
             emitted += out.len();
             taken_back += out
                 .iter()
-                .filter(|r| r[changelog::OP] == json!(RowKind::Delete.short()))
+                .filter(|r| r[changelog::OP] != json!(RowKind::Insert.short()))
+                .filter(|r| r[changelog::OP] != json!(RowKind::UpdateAfter.short()))
                 .count();
             fold(&mut table, &out);
-            assert_eq!(table, naive(&live, n, ties), "{at}, after batch {batch}");
+            assert_eq!(table, naive(&live, c), "{at}, after batch {batch}");
         }
         assert!(emitted > 100, "{at}: {emitted} changes");
         if updating || n > 1 || ties {
-            assert!(taken_back > 10, "{at}: {taken_back} rows deleted");
+            assert!(taken_back > 10, "{at}: {taken_back} rows taken back");
         }
     }
 
     #[test]
     #[should_panic(expected = "a row was taken back that the top-n never received")]
     fn taking_back_a_row_never_received_is_a_clear_error() {
-        let mut h = Harness::new(&job(2, false, true, None), "top");
+        let case = Case {
+            n: 2,
+            ties: false,
+            rank: false,
+            latest: false,
+        };
+        let mut h = Harness::new(&job(case, true, None), "top");
         let row = |v: i64, kind: RowKind| json!({"id": 1, "k": 1, "v": v, "__op": kind as i8});
         h.push(0, &[row(1, RowKind::Insert)]);
         h.push(0, &[row(2, RowKind::Delete)]);

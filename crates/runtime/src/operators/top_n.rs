@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use arrow_array::{RecordBatch, UInt32Array};
+use arrow_array::{Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use arrow_select::take::take_record_batch;
 use hashbrown::HashMap;
@@ -32,12 +32,13 @@ type Group = Vec<(Vec<u8>, Vec<u8>)>;
 /// What a top-n is, shared by its subtasks.
 pub struct TopNDef {
     pub order: Vec<(Expr, bool)>,
-    pub n: usize,
-    pub with_ties: bool,
+    pub keep: Keep,
     pub fire_at: Expr,
     pub input: SchemaRef,
     /// Input column indices to emit, in order.
     pub columns: Vec<usize>,
+    /// Whether the output ends with each row's rank (`rank-column`).
+    pub rank: bool,
     pub schema: SchemaRef,
 }
 
@@ -73,37 +74,74 @@ impl TopN {
     }
 }
 
-/// Whether a row with `sort` would enter `group` (rows by sort key, in order).
-pub(super) fn admits<K: AsRef<[u8]>, R>(
-    group: &[(K, R)],
-    sort: &[u8],
-    n: usize,
-    with_ties: bool,
-) -> bool {
-    match group.get(n.saturating_sub(1)) {
-        None => true,
-        Some((last, _)) if with_ties => sort <= last.as_ref(),
-        Some((last, _)) => sort < last.as_ref(),
-    }
+/// What a group keeps: `n` rows, or with ties also every row tied with the `n`-th; of rows
+/// equal in the order the earliest to arrive ranks first, or with `latest` the last.
+#[derive(Clone, Copy, Debug)]
+pub struct Keep {
+    pub n: usize,
+    pub with_ties: bool,
+    pub latest: bool,
 }
 
-/// Inserts after rows with an equal key (earlier arrivals rank first), then trims.
-pub(super) fn insert<K: AsRef<[u8]> + Clone, R>(
-    group: &mut Vec<(K, R)>,
-    sort: K,
-    row: R,
-    n: usize,
-    with_ties: bool,
-) {
-    let at = group.partition_point(|(k, _)| k.as_ref() <= sort.as_ref());
-    group.insert(at, (sort, row));
-    if group.len() > n {
-        if with_ties {
-            let cutoff = group[n - 1].0.clone();
-            group.retain(|(k, _)| k.as_ref() <= cutoff.as_ref());
-        } else {
-            group.truncate(n);
+impl Keep {
+    /// Whether a row with `sort`, arriving now, would enter `group` (rows by sort key, in
+    /// rank order).
+    pub(crate) fn admits<K: AsRef<[u8]>, R>(&self, group: &[(K, R)], sort: &[u8]) -> bool {
+        match group.get(self.n.saturating_sub(1)) {
+            None => true,
+            // A tie of the n-th stays; the latest of equal rows goes before them.
+            Some((last, _)) if self.with_ties || self.latest => sort <= last.as_ref(),
+            Some((last, _)) => sort < last.as_ref(),
         }
+    }
+
+    /// Inserts a row arriving now among rows with an equal key (after them, or before them
+    /// with `latest`), then trims.
+    pub(crate) fn insert<K: AsRef<[u8]> + Clone, R>(
+        &self,
+        group: &mut Vec<(K, R)>,
+        sort: K,
+        row: R,
+    ) {
+        let at = if self.latest {
+            group.partition_point(|(k, _)| k.as_ref() < sort.as_ref())
+        } else {
+            group.partition_point(|(k, _)| k.as_ref() <= sort.as_ref())
+        };
+        group.insert(at, (sort, row));
+        let n = self.n;
+        if group.len() > n {
+            if self.with_ties {
+                let cutoff = group[n - 1].0.clone();
+                group.retain(|(k, _)| k.as_ref() <= cutoff.as_ref());
+            } else {
+                group.truncate(n);
+            }
+        }
+    }
+
+    /// Offers rows to `group`, in the order they arrived.
+    pub(crate) fn offer<K: AsRef<[u8]> + Clone, R>(
+        &self,
+        group: &mut Vec<(K, R)>,
+        rows: impl IntoIterator<Item = (K, R)>,
+    ) {
+        for (sort, row) in rows {
+            if self.admits(group, sort.as_ref()) {
+                self.insert(group, sort, row);
+            }
+        }
+    }
+
+    /// The ranks of a group's rows, in order: positions from 1, or with ties one more than
+    /// the number of rows strictly before (`RANK()`).
+    pub(crate) fn ranks<K: AsRef<[u8]>>(&self, sorts: &[K]) -> Vec<i64> {
+        let mut ranks = Vec::with_capacity(sorts.len());
+        for (i, s) in sorts.iter().enumerate() {
+            let tied = self.with_ties && i > 0 && sorts[i - 1].as_ref() == s.as_ref();
+            ranks.push(if tied { ranks[i - 1] } else { i as i64 + 1 });
+        }
+        ranks
     }
 }
 
@@ -130,7 +168,7 @@ impl Operator for TopN {
         let keys = self.keys.encode(&batch)?;
         let sort = self.sort.encode(&batch)?;
         let fire = event_times(&self.def.fire_at.evaluate(&batch)?)?;
-        let (n, ties) = (self.def.n, self.def.with_ties);
+        let keep = self.def.keep;
 
         // First the batch's own best rows per group (key and time), groups in order of first
         // appearance. A row outside the first `n` of its group within the batch (or, with
@@ -164,8 +202,8 @@ impl Operator for TopN {
             };
             let candidates = &mut groups[slot].rows;
             let sort_key = sort.row(i).data();
-            if admits(candidates, sort_key, n, ties) {
-                insert(candidates, sort_key, i, n, ties);
+            if keep.admits(candidates, sort_key) {
+                keep.insert(candidates, sort_key, i);
             }
         }
         if late > 0 {
@@ -203,13 +241,14 @@ impl Operator for TopN {
                 self.state
                     .value(&self.groups)
                     .modify_or_init(key, &ns, Vec::new, |stored| {
-                        for &(sort_key, i) in &group.rows {
-                            // Candidates come best first: once one stays out, so do the rest.
-                            if !admits(stored, sort_key, n, ties) {
-                                break;
-                            }
-                            insert(stored, sort_key.to_vec(), row(i), n, ties);
-                        }
+                        // In the order they arrived, so that equal rows rank as they would
+                        // one by one.
+                        let mut arrived = group.rows.clone();
+                        arrived.sort_unstable_by_key(|&(_, i)| i);
+                        keep.offer(
+                            stored,
+                            arrived.into_iter().map(|(s, i)| (s.to_vec(), row(i))),
+                        );
                     })?;
             if created {
                 self.state
@@ -227,6 +266,7 @@ impl Operator for TopN {
     ) -> Result<i64, OperatorError> {
         self.watermark = watermark;
         let mut ready: Vec<Vec<u8>> = Vec::new();
+        let mut ranks: Vec<i64> = Vec::new();
         while let Some(timer) = self
             .state
             .timers()
@@ -235,26 +275,35 @@ impl Operator for TopN {
             let group = self
                 .state
                 .value(&self.groups)
-                .remove(timer.key(), &timer.namespace)?;
-            ready.extend(group.into_iter().flatten().map(|(_, row)| row));
+                .remove(timer.key(), &timer.namespace)?
+                .unwrap_or_default();
+            if self.def.rank {
+                let sorts: Vec<&[u8]> = group.iter().map(|(s, _)| s.as_slice()).collect();
+                ranks.extend(self.def.keep.ranks(&sorts));
+            }
+            ready.extend(group.into_iter().map(|(_, row)| row));
             if ready.len() >= 4096 {
-                out.push(self.project(&ready)?);
+                out.push(self.project(&ready, &ranks)?);
                 ready.clear();
+                ranks.clear();
             }
         }
         if !ready.is_empty() {
-            out.push(self.project(&ready)?);
+            out.push(self.project(&ready, &ranks)?);
         }
         Ok(watermark)
     }
 }
 
 impl TopN {
-    fn project(&self, rows: &[Vec<u8>]) -> Result<RecordBatch, OperatorError> {
+    /// The emitted columns of `rows`, and their `ranks` when the output has a rank column.
+    fn project(&self, rows: &[Vec<u8>], ranks: &[i64]) -> Result<RecordBatch, OperatorError> {
         let batch = self.rows.decode(rows.iter().map(Vec::as_slice))?;
-        Ok(batch
-            .project(&self.def.columns)?
-            .with_schema(self.def.schema.clone())?)
+        let mut columns = batch.project(&self.def.columns)?.columns().to_vec();
+        if self.def.rank {
+            columns.push(Arc::new(Int64Array::from(ranks.to_vec())));
+        }
+        Ok(RecordBatch::try_new(self.def.schema.clone(), columns)?)
     }
 }
 
@@ -268,36 +317,46 @@ mod tests {
 
     #[test]
     fn groups_keep_n_rows_or_every_tie_of_the_nth() {
+        let keep = |n, with_ties| Keep {
+            n,
+            with_ties,
+            latest: false,
+        };
+        let rows = |ks: &[u8]| ks.iter().map(|&k| (vec![k], vec![])).collect::<Vec<_>>();
         let mut g: Group = Vec::new();
-        for k in [5u8, 3, 3, 9, 1, 3] {
-            if admits(&g, &[k], 2, false) {
-                insert(&mut g, vec![k], vec![], 2, false);
-            }
-        }
+        keep(2, false).offer(&mut g, rows(&[5, 3, 3, 9, 1, 3]));
         assert_eq!(keys(&g), vec![1, 3]);
         let mut g: Group = Vec::new();
-        for k in [5u8, 3, 3, 9, 3, 1] {
-            if admits(&g, &[k], 1, true) {
-                insert(&mut g, vec![k], vec![], 1, true);
-            }
-        }
+        keep(1, true).offer(&mut g, rows(&[5, 3, 3, 9, 3, 1]));
         assert_eq!(keys(&g), vec![1], "a new best drops the old ties");
         let mut g: Group = Vec::new();
-        for k in [5u8, 3, 3, 9, 3] {
-            if admits(&g, &[k], 1, true) {
-                insert(&mut g, vec![k], vec![], 1, true);
-            }
-        }
+        keep(1, true).offer(&mut g, rows(&[5, 3, 3, 9, 3]));
         assert_eq!(keys(&g), vec![3, 3, 3]);
+        assert_eq!(keep(1, true).ranks(&[[1], [3], [3], [4]]), vec![1, 2, 2, 4]);
+        assert_eq!(
+            keep(1, false).ranks(&[[1], [3], [3], [4]]),
+            vec![1, 2, 3, 4]
+        );
     }
 
     #[test]
-    fn equal_keys_keep_arrival_order() {
-        let mut g: Group = Vec::new();
-        for (k, r) in [(2u8, 1u8), (2, 2), (1, 3), (2, 4)] {
-            insert(&mut g, vec![k], vec![r], 10, false);
+    fn equal_keys_rank_by_arrival_earliest_or_latest_first() {
+        let arrivals = [(2u8, 1u8), (2, 2), (1, 3), (2, 4)];
+        for (latest, n, expected) in [
+            (false, 10, vec![3, 1, 2, 4]),
+            (true, 10, vec![3, 4, 2, 1]),
+            (false, 2, vec![3, 1]),
+            (true, 2, vec![3, 4]),
+        ] {
+            let keep = Keep {
+                n,
+                with_ties: false,
+                latest,
+            };
+            let mut g: Group = Vec::new();
+            keep.offer(&mut g, arrivals.iter().map(|&(k, r)| (vec![k], vec![r])));
+            let rows: Vec<u8> = g.iter().map(|(_, r)| r[0]).collect();
+            assert_eq!(rows, expected, "latest {latest}, n {n}");
         }
-        let rows: Vec<u8> = g.iter().map(|(_, r)| r[0]).collect();
-        assert_eq!(rows, vec![3, 1, 2, 4]);
     }
 }

@@ -527,14 +527,22 @@ mod tests {
 
     /// Top-n per key and time, over batches where one hot key has most rows and
     /// values repeat (ties), restored mid-stream: each group's rows are what sorting all of
-    /// its rows gives, for `n: 2` with ties and for `n: 1` with a tie-breaker.
+    /// its rows gives, for `n: 2` with ties and for `n: 1` with a tie-breaker, and with a rank
+    /// column, their ranks (`ROW_NUMBER()`'s, or with ties `RANK()`'s).
     #[test]
     fn top_n_keeps_exactly_each_groups_first_rows_of_hot_keys_and_ties() {
-        for (n, ties) in [(2usize, true), (1, false), (3, false)] {
+        for (n, ties, rank) in [
+            (2usize, true, false),
+            (1, false, false),
+            (3, false, false),
+            (2, true, true),
+            (3, false, true),
+        ] {
+            let rank_column = if rank { "\n    rank-column: r" } else { "" };
             let mut h = Harness::new(
                 &job(&format!(
                     "    kind: top-n\n    from: lk\n    order-by: [v DESC, t ASC]\n    \
-                     n: {n}\n    with-ties: {ties}\n    fire-at: t"
+                     n: {n}\n    with-ties: {ties}\n    fire-at: t{rank_column}"
                 )),
                 "op",
             );
@@ -578,12 +586,22 @@ mod tests {
                 let nth = g.get(n - 1).map(|&(v, t, _)| (v, t));
                 for (i, &(v, t, _)) in g.iter().enumerate() {
                     if i < n || (ties && Some((v, t)) == nth) {
-                        expected.push(json!({"k": k, "t": t, "v": v}));
+                        let mut row = json!({"k": k, "t": t, "v": v});
+                        if rank {
+                            let before = g[..i].iter().filter(|o| (o.0, o.1) != (v, t));
+                            let r = if ties { before.count() + 1 } else { i + 1 };
+                            row["r"] = json!(r);
+                        }
+                        expected.push(row);
                     }
                 }
             }
             assert!(expected.len() > 60, "{} rows", expected.len());
-            assert_eq!(multiset(got), multiset(expected), "n {n}, ties {ties}");
+            assert_eq!(
+                multiset(got),
+                multiset(expected),
+                "n {n}, ties {ties}, rank {rank}"
+            );
         }
     }
 

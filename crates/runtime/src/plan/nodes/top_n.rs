@@ -8,10 +8,11 @@ use super::{Compiled, Planned, Planner, Reads, columns_of};
 use crate::changelog::{self, ChangelogMode};
 use crate::keys::KeySelector;
 use crate::operators::keyed::KeyEncoder;
+use arrow_schema::{DataType, Field, Schema};
+
 use crate::operators::running_top_n::{RunningTopN, RunningTopNDef};
-use crate::operators::top_n::{TopN, TopNDef};
-use crate::spec::JobSpec;
-use crate::spec::TopNSpec;
+use crate::operators::top_n::{Keep, TopN, TopNDef};
+use crate::spec::{JobSpec, TieBreak, TopNSpec};
 
 pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     let (keys, schema) = p.keyed_input(0, "from")?;
@@ -44,12 +45,27 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
             idx
         }
     };
-    let projected = schema.project(&columns).ok()?;
+    let mut projected = schema.project(&columns).ok()?;
+    if let Some(rank) = &t.rank_column {
+        if projected.index_of(rank).is_ok() {
+            p.problem(
+                "rank-column",
+                format!("`{rank}` is already an emitted column: name the rank otherwise"),
+            );
+        }
+        let mut fields: Vec<_> = projected.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(rank, DataType::Int64, false)));
+        projected = Schema::new_with_metadata(fields, projected.metadata().clone());
+    }
     let read = columns_of(order.iter().map(|(e, _)| e));
-    let n = t.n.max(1) as usize;
+    let keep = Keep {
+        n: t.n.max(1) as usize,
+        with_ties: t.with_ties,
+        latest: t.tie_break == TieBreak::Latest,
+    };
     let Some(fire_at) = fire_at else {
         let reads = Reads::through(read, columns.iter().copied());
-        return running(t, keys, schema, order, reads, columns, &projected);
+        return running(t, keep, keys, schema, order, reads, columns, &projected);
     };
     let out = Arc::new(projected);
     let mut read = read;
@@ -57,11 +73,11 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
     let reads = Reads::through(read, columns.iter().copied());
     let def = Arc::new(TopNDef {
         order,
-        n,
-        with_ties: t.with_ties,
+        keep,
         fire_at: fire_at?,
         input: schema,
         columns,
+        rank: t.rank_column.is_some(),
         schema: out.clone(),
     });
     let mut planned = Planned::keyed(
@@ -80,8 +96,10 @@ pub(super) fn plan(p: &mut Planner<'_, '_>, t: &TopNSpec) -> Option<Compiled> {
 }
 
 /// A top-n without `fire-at`: a [`RunningTopN`] over an append-only or updating input.
+#[allow(clippy::too_many_arguments)]
 fn running(
     t: &TopNSpec,
+    keep: Keep,
     keys: Arc<KeySelector>,
     schema: arrow_schema::SchemaRef,
     order: Vec<(crate::expr::Expr, bool)>,
@@ -101,17 +119,17 @@ fn running(
             Some(projected.field(j).name().clone())
         })
         .collect();
-    let n = t.n.max(1) as usize;
-    let mode = RunningTopNDef::output_mode(n, t.with_ties, updating_input, key);
+    let rank = t.rank_column.as_deref();
+    let mode = RunningTopNDef::output_mode(keep, rank, updating_input, key);
     let out = mode.apply(projected);
     let input = Arc::new(schema.project(&(0..data).collect::<Vec<_>>()).ok()?);
     let def = Arc::new(RunningTopNDef {
         order,
-        n,
-        with_ties: t.with_ties,
+        keep,
         input,
         updating_input,
         columns,
+        rank: rank.is_some(),
         schema: out.clone(),
     });
     let mut planned = Planned::keyed(
@@ -130,7 +148,16 @@ fn running(
 
 /// What `weir explain` says the node keeps and what fires it.
 pub(super) fn explain(t: &TopNSpec, _: &JobSpec) -> Explained {
-    let ties = if t.with_ties { " (ties kept)" } else { "" };
+    let mut ties = String::new();
+    if t.with_ties {
+        ties.push_str(" (ties kept)");
+    }
+    if t.tie_break == TieBreak::Latest {
+        ties.push_str(" (of equal rows, the last to arrive first)");
+    }
+    if let Some(rank) = &t.rank_column {
+        ties.push_str(&format!(", ranked in `{rank}`"));
+    }
     match &t.fire_at {
         Some(fire_at) => Explained {
             mini_batch: None,

@@ -16,9 +16,9 @@
 //! | `SELECT DISTINCT a, b` | `key-by`, `aggregate` with no aggregate (an updating stream) |
 //! | WHERE, SELECT, GROUP BY over a running GROUP BY | `filter`, `map`, `aggregate` taking its updates back |
 //! | `FROM TABLE(TUMBLE/HOP/SESSION(TABLE t, DESCRIPTOR(time), ...)) GROUP BY window_start, window_end, k` | `key-by`, `window-aggregate` |
-//! | `ROW_NUMBER()`/`RANK() OVER (PARTITION BY window_start, window_end ... ORDER BY ...)` filtered `rn <= N` outside | `key-by`, `top-n` fired at the window's end |
+//! | `ROW_NUMBER()`/`RANK() OVER (PARTITION BY window_start, window_end ... ORDER BY ...)` filtered `rn <= N` outside | `key-by`, `top-n` fired at the window's end (with `rank-column` when the query reads `rn`, as `SELECT *` does) |
 //! | the same over a time-bounded join, partitioned by the bounded side's key | `top-n` fired at that side's bound |
-//! | the same partitioned by anything else (Nexmark q18, q19), over any stream | `key-by`, a running `top-n` (no `fire-at`: an updating stream) |
+//! | the same partitioned by anything else (Nexmark q18, q19), over any stream | `key-by`, a running `top-n` (no `fire-at`: an updating stream; with the rank read, keyed by the partition and the rank; `ROW_NUMBER() ... ORDER BY` the time attribute `DESC` `<= 1` with the rank not read, Flink's deduplication: `tie-break: latest`) |
 //! | `a JOIN b ON a.k = b.k [AND b.t BETWEEN a.t AND a.x]` | `filter`s, `key-by`s, `join` (with `left-until`/`right-until` from the bounds) |
 //! | `a LEFT/RIGHT/FULL JOIN b ON ...`, or a regular join of an updating input | `filter`s, `key-by`s, `join` with `mode` (an updating stream of `+I`/`-D`) |
 //! | two window TVFs joined on `window_start` and `window_end` | `window-join` |
@@ -28,7 +28,7 @@
 //!
 //! Anything else is refused with what and where: ORDER BY and LIMIT on a stream, time-bounded
 //! and window joins, windows and OVER over an updating stream, a WHERE over an outer join's
-//! padded side, a Top-N's rank column read past its filter, cross joins. A regular join (no time bound) keeps both sides in
+//! padded side, cross joins. A regular join (no time bound) keeps both sides in
 //! state for good, as Flink's does (`state.ttl` bounds it); `weir explain` says so.
 //!
 //! # Layout

@@ -16,13 +16,14 @@ use sqlparser::ast::{self, Expr, Spanned};
 use sqlparser::tokenizer::Span;
 
 use super::rel::{
-    Bound, HIDDEN, PendingRank, Rel, Scope, Side, Tvf, WindowCols, is_window_col, plain_columns,
+    Bound, HIDDEN, PendingRank, Rel, Scope, Side, Tvf, WindowCols, is_window_col, plain,
+    plain_columns,
 };
 use super::text::{self, call_args, call_name, column, conjuncts, same_name};
 use super::{Lowering, SqlError};
 use crate::spec::{
     AggregateSpec, FilterSpec, HumanDuration, KeyBySpec, MapSpec, OuterMode, OverAggregateSpec,
-    TopNSpec, TransformSpec, WindowAggregateSpec, WindowSpec,
+    TieBreak, TopNSpec, TransformSpec, WindowAggregateSpec, WindowSpec,
 };
 
 /// The most rows a Top-N keeps per partition.
@@ -184,11 +185,7 @@ impl Lowering<'_> {
                     Done::Planned(rel) => return Ok(rel),
                     Done::Side(side) => side,
                 };
-                let rank = side.rel.rank.as_ref().map(|r| r.column.clone());
-                let side = self.rank_filter(side, &mut wheres)?;
-                if let Some(rank) = rank {
-                    refuse_rank_column(&side.rel, &rank, &wheres, &analysis)?;
-                }
+                let side = self.rank_filter(side, &mut wheres, &analysis)?;
                 let side = self.filter(side, wheres)?;
                 self.after_from(side, &group_by, &analysis, s)
             }
@@ -842,19 +839,37 @@ impl Lowering<'_> {
         if call.spec.window_frame.is_some() {
             return Err(SqlError::at(span, "a rank takes no frame (ROWS/RANGE)"));
         }
+        let by_time_desc = match (&call.spec.order_by[..], &order[..]) {
+            ([by], [_]) => {
+                matches!(by.options.sort, Some(ast::OrderBySort::Desc))
+                    && side.rel.time.is_some()
+                    && side.rel.time == plain(&scope, &by.expr)?.map(|(_, c)| c)
+            }
+            _ => false,
+        };
         Ok(PendingRank {
             column,
             partition,
             order,
             with_ties: call.with_ties,
+            by_time_desc,
             span,
         })
     }
 
     /// `WHERE rn <= N` over a relation with a pending rank: a `top-n` fired when the window
     /// (or the time bound) of its partition closes, or, for any other partition, a running
-    /// `top-n` that emits its rows' changes (over an append-only or an updating input).
-    fn rank_filter(&mut self, side: Side, wheres: &mut Vec<Expr>) -> Result<Side, SqlError> {
+    /// `top-n` that emits its rows' changes (over an append-only or an updating input). The
+    /// rank is a column of its rows when the query reads it (`SELECT *` does), as Flink emits
+    /// the rank number only then; a `ROW_NUMBER() ... <= 1` by the time attribute `DESC` whose
+    /// rank is not read is Flink's deduplication keeping the last row, where of rows with equal
+    /// times the last to arrive wins.
+    fn rank_filter(
+        &mut self,
+        side: Side,
+        wheres: &mut Vec<Expr>,
+        p: &Projection,
+    ) -> Result<Side, SqlError> {
         let Some(rank) = side.rel.rank.clone() else {
             return Ok(side);
         };
@@ -906,6 +921,12 @@ impl Lowering<'_> {
                 .map(|bound| column(&bound.column))
         };
         let running = fire_at.is_none();
+        let emit_rank = reads_rank(&rank.column, wheres, p);
+        let tie_break = if !emit_rank && !rank.with_ties && n == 1 && rank.by_time_desc {
+            TieBreak::Latest
+        } else {
+            TieBreak::Earliest
+        };
         let keyed = self.key_by(&side.rel, &rank.partition, rank.span)?;
         let visible: Vec<String> = side.rel.visible().map(str::to_string).collect();
         let hidden = visible.len() != side.rel.cols.len();
@@ -918,6 +939,8 @@ impl Lowering<'_> {
                 with_ties: rank.with_ties,
                 fire_at,
                 columns: hidden.then_some(visible.clone()),
+                rank_column: emit_rank.then(|| rank.column.clone()),
+                tie_break,
                 parallelism: self.parallelism,
             }),
             rank.span,
@@ -1367,48 +1390,30 @@ fn rank_needs(rel: &Rel, rank: &PendingRank) -> Vec<String> {
     out
 }
 
-/// A Top-N emits its rows, not their rank numbers: a query that reads the rank column `rank`
-/// past its filter is refused, saying to leave it out (Flink emits it only when selected, and
-/// then updates every row whose rank shifts, which weir does not do).
-fn refuse_rank_column(
-    rel: &Rel,
-    rank: &str,
-    wheres: &[Expr],
-    p: &Projection,
-) -> Result<(), SqlError> {
-    if rel.column(rank).is_some() {
-        return Ok(());
+/// Whether the query reads the rank column `rank` past its filter: `*` or a mention in the
+/// projection or the rest of `WHERE`.
+fn reads_rank(rank: &str, wheres: &[Expr], p: &Projection) -> bool {
+    let mut exprs = Vec::new();
+    for item in &p.items {
+        match item {
+            Item::Expr { expr, .. } => exprs.push(expr),
+            Item::Star(_) => return true,
+        }
     }
-    let exprs = p.items.iter().filter_map(|i| match i {
-        Item::Expr { expr, .. } => Some(expr),
-        Item::Star(_) => None,
-    });
-    for expr in exprs.chain(wheres) {
-        let mut at = None;
-        let _ = ast::visit_expressions(expr, |e| {
+    exprs.into_iter().chain(wheres).any(|expr| {
+        ast::visit_expressions(expr, |e| {
             let named = match e {
                 Expr::Identifier(i) => Some(i),
                 Expr::CompoundIdentifier(parts) => parts.last(),
                 _ => None,
             };
-            if let Some(i) = named.filter(|i| same_name(&i.value, rank)) {
-                at = Some(i.span);
+            if named.is_some_and(|i| same_name(&i.value, rank)) {
                 return std::ops::ControlFlow::Break(());
             }
             std::ops::ControlFlow::Continue(())
-        });
-        if let Some(span) = at {
-            return Err(SqlError::at(
-                span,
-                format!(
-                    "the rank `{rank}` is not a column of the Top-N's rows: weir emits the rows \
-                     of each partition's first N, not their rank numbers; leave `{rank}` out \
-                     (`SELECT *` already does)"
-                ),
-            ));
-        }
-    }
-    Ok(())
+        })
+        .is_break()
+    })
 }
 
 /// `rn <= 3`, `rn < 4`, `rn = 1`, `3 >= rn`: the number of rows kept.

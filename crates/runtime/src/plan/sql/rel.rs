@@ -86,6 +86,8 @@ pub(super) struct PendingRank {
     pub order: Vec<String>,
     /// RANK() keeps ties; ROW_NUMBER() does not.
     pub with_ties: bool,
+    /// Whether the order is the time attribute alone, descending (the latest row first).
+    pub by_time_desc: bool,
     pub span: Span,
 }
 

@@ -26,7 +26,7 @@ pub use map::MapSpec;
 pub use over_aggregate::OverAggregateSpec;
 pub use queryable::{QueryPath, QueryableSpec, QueryableStateSpec};
 pub use sql::SqlSpec;
-pub use top_n::TopNSpec;
+pub use top_n::{TieBreak, TopNSpec};
 pub use union::UnionSpec;
 pub use window::WindowSpec;
 pub use window_aggregate::WindowAggregateSpec;

@@ -32,6 +32,18 @@ pub struct TopNSpec {
     /// Input columns to emit, in order (default: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<Vec<String>>,
+    /// A column to add after the emitted ones holding each row's rank (a BIGINT from 1):
+    /// its position, or with `with-ties` one more than the number of rows ranked strictly
+    /// before it (SQL's `ROW_NUMBER()` and `RANK()`). A running top-n then emits every row
+    /// whose rank changes: without ties as an update of its rank's row (`-U`/`+U`, keyed by
+    /// the key and the rank), with ties as `-D` and `+I`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank_column: Option<String>,
+    /// Of rows equal in the order, which ranks first: `earliest` (the first to arrive, as
+    /// SQL's `ROW_NUMBER()` numbers them) or `latest` (the last to arrive: a deduplication
+    /// that keeps each key's last row, as Flink's does for `ORDER BY` a time `DESC`).
+    #[serde(default, skip_serializing_if = "TieBreak::is_earliest")]
+    pub tie_break: TieBreak,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
@@ -44,6 +56,23 @@ impl TransformNode for TopNSpec {
 
     fn parallelism(&self) -> Option<u32> {
         self.parallelism
+    }
+}
+
+/// Which of rows equal in the order ranks first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TieBreak {
+    /// The first to arrive.
+    #[default]
+    Earliest,
+    /// The last to arrive.
+    Latest,
+}
+
+impl TieBreak {
+    fn is_earliest(&self) -> bool {
+        *self == TieBreak::Earliest
     }
 }
 
