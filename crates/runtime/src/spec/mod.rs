@@ -81,7 +81,8 @@ pub struct JobSpec {
     /// Aggregate in two phases: a partial aggregate per batch chained before the exchange of
     /// every `aggregate` and tumbling or sliding `window-aggregate`, merged by the keyed
     /// operator, so a hot key costs one partial per batch rather than a record per event.
-    /// Results are the same either way; turn off to compare.
+    /// Not for an aggregate with `count(DISTINCT x)`, whose partial sets of values would be
+    /// inserted again where they merge. Results are the same either way; turn off to compare.
     #[serde(default = "default_true")]
     pub two_phase_aggregation: bool,
     /// Keep the sliding windows of a `window-aggregate` without allowed lateness (and not
