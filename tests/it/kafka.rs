@@ -1067,8 +1067,6 @@ fn an_updating_query_written_as_upserts_and_debezium_events_reads_back_as_its_ta
 /// live key or a `-U` of a row that is not live, and it must build the naive table.
 #[test]
 fn an_upsert_topic_is_read_exactly_once_through_kills_and_a_broker_restart() {
-    let broker = Broker::start();
-    broker.create_topic("upserts", 3);
     let mut table: BTreeMap<i64, Value> = BTreeMap::new();
     let mut records = Vec::new();
     let mut rng = crate::recovery::Rng(0xfee1);
@@ -1083,16 +1081,56 @@ fn an_upsert_topic_is_read_exactly_once_through_kills_and_a_broker_restart() {
             table.insert(id, row);
         }
     }
-    produce_records(&broker, "upserts", 3, &records);
+    read_changes_through_kills("upsert-json", &records, table);
+}
+
+/// The same with Debezium's change events: `c`, `u` (with `before`), `d` and the tombstone
+/// Debezium writes after each delete, keyed by id as Debezium keys a table's topic.
+#[test]
+fn debezium_events_are_read_exactly_once_through_kills_and_a_broker_restart() {
+    let mut table: BTreeMap<i64, Value> = BTreeMap::new();
+    let mut records = Vec::new();
+    let mut rng = crate::recovery::Rng(0xdeb1);
+    for i in 0..60_000 {
+        let id = rng.between(0, 500) as i64;
+        let row = json!({"id": id, "v": i});
+        let event = match table.get(&id) {
+            Some(old) if rng.between(0, 4) == 0 => {
+                let event = json!({"before": old, "after": null, "op": "d"});
+                table.remove(&id);
+                records.push((id, Some(event.to_string())));
+                records.push((id, None));
+                continue;
+            }
+            Some(old) => json!({"before": old, "after": row, "op": "u"}),
+            None => json!({"before": null, "after": row, "op": "c"}),
+        };
+        table.insert(id, row);
+        records.push((id, Some(event.to_string())));
+    }
+    read_changes_through_kills("debezium-json", &records, table);
+}
+
+/// Produces `records` (key, value) to a 3-partition topic and reads it in `format` through
+/// kill -9s and a broker restart into a changelog file; the committed changelog must build
+/// `table`.
+fn read_changes_through_kills(
+    format: &str,
+    records: &[(i64, Option<String>)],
+    table: BTreeMap<i64, Value>,
+) {
+    let broker = Broker::start();
+    broker.create_topic("changes", 3);
+    produce_records(&broker, "changes", 3, records);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let file = job(
         dir.path(),
-        "upserts.yaml",
+        "changes.yaml",
         &format!(
-            "name: kafka-upserts-eo\nsources:\n  \
-             u:\n    kind: kafka\n    bootstrap-servers: {}\n    topic: upserts\n    \
-             stop-at: latest\n    format: upsert-json\n    key: [id]\n    \
+            "name: kafka-changes-eo\nsources:\n  \
+             u:\n    kind: kafka\n    bootstrap-servers: {}\n    topic: changes\n    \
+             stop-at: latest\n    format: {format}\n    key: [id]\n    \
              schema: {{id: int, v: int}}\n\
              checkpoint: {{interval: 100ms}}\n\
              restart: {{strategy: fixed-delay, delay: 200ms, max-attempts: 1000}}\n\
@@ -1103,7 +1141,7 @@ fn an_upsert_topic_is_read_exactly_once_through_kills_and_a_broker_restart() {
     );
     let data = dir.path().join("data");
     let (logs, killed) = crate::support::run_through_kills(
-        "an upsert topic through kills and a broker restart",
+        &format!("{format} through kills and a broker restart"),
         31,
         3,
         Duration::from_millis(150)..Duration::from_millis(900),
@@ -1130,6 +1168,7 @@ fn an_upsert_topic_is_read_exactly_once_through_kills_and_a_broker_restart() {
         table.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     assert_eq!(
         changelog_table(&crate::recovery::committed_rows(&out), "id"),
-        expected
+        expected,
+        "{format}"
     );
 }
