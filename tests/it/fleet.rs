@@ -494,7 +494,16 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     let second = Server::start(dir.path(), 1, &catalog_url(proxy.port), &allow, &[]);
 
     // One job on each server: the first by its `placement` (else it would stay on the server
-    // it was submitted to, on a tie), the second on the emptier server, the first.
+    // it was submitted to, on a tie), the second on the emptier server, the first. A placement
+    // names a live server of the fleet, so first the second must be one in the first's view
+    // (on a loaded machine its first heartbeat may come after its HTTP port opens).
+    first.wait("/api/v1/fleet", Duration::from_secs(60), |v| {
+        v["servers"].as_array().is_some_and(|servers| {
+            servers
+                .iter()
+                .any(|s| s["url"] == second.base.as_str() && s["alive"] == true)
+        })
+    });
     let mut names = Vec::new();
     for n in 0..2 {
         let name = format!("paused_{n}");
