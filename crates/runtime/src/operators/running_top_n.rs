@@ -377,14 +377,7 @@ impl RunningTopN {
                         return;
                     }
                     let before: Best = kept.clone();
-                    // In the order they arrived, so that equal rows rank as one by one.
-                    candidates.sort_unstable_by_key(|&(_, i)| i);
-                    keep.offer(
-                        kept,
-                        candidates
-                            .iter()
-                            .map(|&(s, i)| (s.to_vec(), rows.row(position[i]).data().to_vec())),
-                    );
+                    keep.offer(kept, candidates, |i| rows.row(position[i]).data().to_vec());
                     diff(def, &firsts(&before), &firsts(kept), &mut changes);
                 })?;
         }

@@ -120,15 +120,19 @@ impl Keep {
         }
     }
 
-    /// Offers rows to `group`, in the order they arrived.
-    pub(crate) fn offer<K: AsRef<[u8]> + Clone, R>(
+    /// Offers a batch's candidates (sort key, row number) to `group` in the order they arrived,
+    /// so that equal rows rank as they would one by one; `row` copies a row out of the batch,
+    /// only for one that enters.
+    pub(crate) fn offer<R>(
         &self,
-        group: &mut Vec<(K, R)>,
-        rows: impl IntoIterator<Item = (K, R)>,
+        group: &mut Vec<(Vec<u8>, R)>,
+        candidates: &mut [(&[u8], usize)],
+        row: impl Fn(usize) -> R,
     ) {
-        for (sort, row) in rows {
-            if self.admits(group, sort.as_ref()) {
-                self.insert(group, sort, row);
+        candidates.sort_unstable_by_key(|&(_, i)| i);
+        for &mut (sort, i) in candidates {
+            if self.admits(group, sort) {
+                self.insert(group, sort.to_vec(), row(i));
             }
         }
     }
@@ -233,7 +237,7 @@ impl Operator for TopN {
         let row = |i: usize| rows.row(position[i]).data().to_vec();
 
         let mut ns = Vec::with_capacity(8);
-        for group in &groups {
+        for group in &mut groups {
             ns.clear();
             put_ordered_i64(&mut ns, group.fire);
             let key = keys.key(group.first);
@@ -241,14 +245,7 @@ impl Operator for TopN {
                 self.state
                     .value(&self.groups)
                     .modify_or_init(key, &ns, Vec::new, |stored| {
-                        // In the order they arrived, so that equal rows rank as they would
-                        // one by one.
-                        let mut arrived = group.rows.clone();
-                        arrived.sort_unstable_by_key(|&(_, i)| i);
-                        keep.offer(
-                            stored,
-                            arrived.into_iter().map(|(s, i)| (s.to_vec(), row(i))),
-                        );
+                        keep.offer(stored, &mut group.rows, row)
                     })?;
             if created {
                 self.state
@@ -322,15 +319,19 @@ mod tests {
             with_ties,
             latest: false,
         };
-        let rows = |ks: &[u8]| ks.iter().map(|&k| (vec![k], vec![])).collect::<Vec<_>>();
-        let mut g: Group = Vec::new();
-        keep(2, false).offer(&mut g, rows(&[5, 3, 3, 9, 1, 3]));
+        let offer = |keep: Keep, ks: &[u8]| {
+            let sorts: Vec<[u8; 1]> = ks.iter().map(|&k| [k]).collect();
+            let mut candidates: Vec<(&[u8], usize)> =
+                sorts.iter().enumerate().map(|(i, s)| (&s[..], i)).collect();
+            let mut g: Group = Vec::new();
+            keep.offer(&mut g, &mut candidates, |_| vec![]);
+            g
+        };
+        let g = offer(keep(2, false), &[5, 3, 3, 9, 1, 3]);
         assert_eq!(keys(&g), vec![1, 3]);
-        let mut g: Group = Vec::new();
-        keep(1, true).offer(&mut g, rows(&[5, 3, 3, 9, 3, 1]));
+        let g = offer(keep(1, true), &[5, 3, 3, 9, 3, 1]);
         assert_eq!(keys(&g), vec![1], "a new best drops the old ties");
-        let mut g: Group = Vec::new();
-        keep(1, true).offer(&mut g, rows(&[5, 3, 3, 9, 3]));
+        let g = offer(keep(1, true), &[5, 3, 3, 9, 3]);
         assert_eq!(keys(&g), vec![3, 3, 3]);
         assert_eq!(keep(1, true).ranks(&[[1], [3], [3], [4]]), vec![1, 2, 2, 4]);
         assert_eq!(
@@ -353,8 +354,11 @@ mod tests {
                 with_ties: false,
                 latest,
             };
+            let sorts: Vec<[u8; 1]> = arrivals.iter().map(|&(k, _)| [k]).collect();
+            let mut candidates: Vec<(&[u8], usize)> =
+                sorts.iter().enumerate().map(|(i, s)| (&s[..], i)).collect();
             let mut g: Group = Vec::new();
-            keep.offer(&mut g, arrivals.iter().map(|&(k, r)| (vec![k], vec![r])));
+            keep.offer(&mut g, &mut candidates, |i| vec![arrivals[i].1]);
             let rows: Vec<u8> = g.iter().map(|(_, r)| r[0]).collect();
             assert_eq!(rows, expected, "latest {latest}, n {n}");
         }
