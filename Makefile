@@ -26,7 +26,8 @@ BUILD_PACKAGES := gcc g++ libc6-dev libclang-dev libsqlite3-dev pkg-config
 # TLS test's throwaway certificate authority), Chromium with
 # its WebDriver (the dashboard's end-to-end test drives a headless browser), and Python with
 # venv (the checkpoint-storage tests start S3-compatible moto_server instances with
-# scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing).
+# scripts/s3-server.sh, which installs moto[server] from PyPI into a virtualenv if missing, and
+# the API fuzzer schemathesis runs from one of its own, scripts/schemathesis.sh).
 # The Kafka tests start Apache Kafka's own broker (KRaft, one JVM per test) with
 # scripts/kafka-broker.sh, which fetches its JARs from Maven Central with Maven into
 # ~/.cache/weir/kafka-4.4.0 once (in the background while weir compiles): hence a JDK 17 and
@@ -57,16 +58,22 @@ build-bench: deps
 run: build
 	$(WEIR) serve $(JOB) $(SERVE_SET)
 
-## Formatting, lints (warnings are errors), every test, and the book's checks (scripts/docs.sh:
-## the generated reference is current, links resolve, job files in the docs validate, it builds).
+## Formatting, lints (warnings are errors), every test, the API fuzzer, and the book's checks
+## (scripts/docs.sh: the generated reference is current, links resolve, job files in the docs
+## validate, it builds). The API fuzzer is schemathesis (PyPI, pinned; installed into
+## ~/.cache/weir/schemathesis-<version> the first time) against a live `weir serve` on a free
+## port with a throwaway data directory, zero failures required, under a minute:
+## `scripts/schemathesis.sh run $(WEIR)` (settings in scripts/schemathesis.toml).
 test: deps
 	@scripts/ensure-packages.sh $(TEST_PACKAGES)
 	@scripts/s3-server.sh install
+	@scripts/schemathesis.sh install
 	@scripts/kafka-broker.sh install-background
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	@scripts/kafka-broker.sh install
 	$(CARGO) test --release --workspace
+	scripts/schemathesis.sh run $(WEIR)
 	@$(MAKE) --no-print-directory loom
 	@scripts/docs.sh check $(WEIR)
 

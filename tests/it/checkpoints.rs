@@ -46,6 +46,11 @@ fn golden(dir: &Path) -> BTreeMap<String, usize> {
 
 /// `weir run q5` as a child with checkpoints every 150 ms; `extra` are more arguments.
 fn run_child(data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    wait_limited(child_command(data, out, extra), extra)
+}
+
+/// The command [`run_child`] runs.
+fn child_command(data: &Path, out: &Path, extra: &[&str]) -> std::process::Command {
     let mut cmd = weir(data);
     cmd.arg("run").arg(q5()).arg("--quiet");
     for o in base_overrides(out) {
@@ -61,6 +66,11 @@ fn run_child(data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
         "checkpoint.retained=10",
     ]);
     cmd.args(extra);
+    cmd
+}
+
+/// Runs `cmd` (made by [`child_command`] with `extra`) to its end, within [`RUN_LIMIT`].
+fn wait_limited(mut cmd: std::process::Command, extra: &[&str]) -> std::process::Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -295,6 +305,139 @@ fn corrupt_snapshots_are_reported_and_the_one_before_is_used() {
         // What was damaged is left for a person to look at, not deleted.
         assert!(broken.exists(), "{what}: {} is kept", broken.display());
     }
+}
+
+/// The user `weir` children run as in [`unreadable_snapshots_are_passed_over_and_an_unreadable_job_folder_is_named`]:
+/// `nobody` when the test runs as root, which ignores permission bits, else the test's own.
+struct Unprivileged {
+    /// `nobody`'s uid and gid when the test runs as root.
+    drop_to: Option<u32>,
+    /// Where the children find RocksDB's library when the one beside the binary is out of
+    /// `nobody`'s reach (a link into root's home, see `scripts/cargo.sh`): a copy in the
+    /// test's folder.
+    library_path: Option<PathBuf>,
+}
+
+impl Unprivileged {
+    /// Hands `dir` (the test's folder, where every child writes) to the children's user.
+    fn new(dir: &Path) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        // A folder the test made is owned by its effective user.
+        let root = std::fs::metadata(dir).unwrap().uid() == 0;
+        let drop_to = root.then_some(65534);
+        let mut library_path = None;
+        if let Some(id) = drop_to {
+            let beside = Path::new(env!("CARGO_BIN_EXE_weir")).with_file_name("librocksdb.so");
+            if beside.exists() {
+                let lib = dir.join("lib");
+                std::fs::create_dir(&lib).unwrap();
+                std::fs::copy(&beside, lib.join("librocksdb.so")).unwrap();
+                library_path = Some(lib);
+            }
+            std::os::unix::fs::chown(dir, Some(id), Some(id)).unwrap();
+        }
+        Self {
+            drop_to,
+            library_path,
+        }
+    }
+
+    fn run(&self, data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = child_command(data, out, extra);
+        if let Some(id) = self.drop_to {
+            cmd.uid(id).gid(id);
+        }
+        if let Some(lib) = &self.library_path {
+            cmd.env("LD_LIBRARY_PATH", lib);
+        }
+        wait_limited(cmd, extra)
+    }
+}
+
+/// Sets the permission bits of `path` (a folder) to `mode`.
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `--from latest` when the folders of the newest snapshots may not be read (mode 000): each
+/// is passed over with a warning naming it, as a corrupt one is, and the checkpoint before
+/// them is restored, the output still exactly the golden one; the folders are kept. When the
+/// job's checkpoint folder itself may not be read, the run fails naming it and what to fix,
+/// and touches no output. Root ignores permission bits, so when the test runs as root (as
+/// `make test` does) every `weir` child runs as `nobody`, owning the test's folder: the
+/// permission errors are the kernel's, not a simulation (the checkpoint crate's unit tests
+/// cover the folders even root cannot enter: a file or a link loop in a folder's place).
+#[test]
+fn unreadable_snapshots_are_passed_over_and_an_unreadable_job_folder_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden(dir.path());
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    let user = Unprivileged::new(dir.path());
+
+    let first = user.run(&data, &out, &[]);
+    assert!(first.status.success(), "{}", printed(&first));
+    let listed = snapshots(&data);
+    let (final_name, final_dir) = listed.last().expect("a snapshot").clone();
+    assert!(final_name.starts_with("final-"), "{listed:?}");
+    let broken = newest_checkpoint(&data);
+    let broken_name = broken.file_name().unwrap().to_str().unwrap().to_string();
+    let fallback = listed
+        .iter()
+        .rev()
+        .filter(|(n, _)| n.starts_with("chk-"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("a second checkpoint: {listed:?}"))
+        .1
+        .clone();
+    for unreadable in [&final_dir, &broken] {
+        chmod(unreadable, 0o000);
+    }
+
+    let resumed = user.run(&data, &out, &["--from", "latest"]);
+    let text = printed(&resumed);
+    assert!(resumed.status.success(), "{text}");
+    for skipped in [&final_name, &broken_name] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains("skipping") && l.contains(skipped.as_str())),
+            "a warning names {skipped}: {text}"
+        );
+    }
+    assert!(text.contains("Permission denied"), "says why: {text}");
+    let fallback_name = fallback.file_name().unwrap().to_str().unwrap();
+    assert!(
+        text.contains(fallback_name),
+        "the run says it restored {fallback_name}: {text}"
+    );
+    assert_same_rows(
+        "restored past unreadable snapshots",
+        &multiset(committed_rows(&out)),
+        &expected,
+    );
+    for kept in [&final_dir, &broken] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(kept).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0, "{} is kept as it was", kept.display());
+        chmod(kept, 0o755);
+    }
+
+    // The job's own folder: nothing in it can be found, so the run refuses to start.
+    let job_dir = data.join("checkpoints").join("nexmark-q5");
+    chmod(&job_dir, 0o000);
+    let before = listing(&out);
+    let refused = user.run(&data, &out, &["--from", "latest"]);
+    chmod(&job_dir, 0o755);
+    let text = printed(&refused);
+    assert!(!refused.status.success(), "{text}");
+    assert!(
+        text.contains(&job_dir.display().to_string()),
+        "names the folder: {text}"
+    );
+    assert!(text.contains("chmod"), "says what to fix: {text}");
+    assert_eq!(listing(&out), before, "the output is untouched");
 }
 
 #[test]

@@ -26,6 +26,17 @@ pub struct Listed {
     pub id: u64,
     /// Whether its metadata exists (it may still be corrupt).
     pub has_metadata: bool,
+    /// Whether its directory cannot be looked into: not permitted, or something other than a
+    /// directory is at its name. It may be complete, so "the latest" tries it and reports why
+    /// it cannot be used rather than pass over it in silence; retention leaves it to a person.
+    pub unreadable: bool,
+}
+
+impl Listed {
+    /// Whether the snapshot may be complete: a candidate for "the latest".
+    pub fn may_be_complete(&self) -> bool {
+        self.has_metadata || self.unreadable
+    }
 }
 
 /// Where one snapshot lives: a storage and the key of its directory.
@@ -146,7 +157,7 @@ impl JobCheckpoints {
         for object in self.storage.list(&prefix).await? {
             let rest = &object.key[prefix.len()..];
             let mut parts = rest.splitn(2, '/');
-            let (Some(dir), Some(file)) = (parts.next(), parts.next()) else {
+            let (Some(dir), file) = (parts.next(), parts.next()) else {
                 continue;
             };
             let Some((kind, id)) = parse_dir(dir) else {
@@ -156,7 +167,14 @@ impl JobCheckpoints {
                 kind,
                 id,
                 has_metadata: false,
+                unreadable: false,
             });
+            // The snapshot's name itself as an object: a folder storage may not read, or a
+            // file where its folder belongs.
+            let Some(file) = file else {
+                entry.unreadable = true;
+                continue;
+            };
             // Something under `_metadata/` means the metadata's name is taken by a directory
             // (object storage lists what is inside it): the snapshot claims to be complete and
             // its metadata cannot be read, which a restore must say rather than pass over.
@@ -173,14 +191,15 @@ impl JobCheckpoints {
         Ok(self.list().await?.iter().map(|l| l.id).max().unwrap_or(0))
     }
 
-    /// Snapshots with metadata, newest first: the candidates for "latest". Final snapshots
-    /// count: restoring one just finishes the commit of a completed run.
+    /// Snapshots with metadata, and those that cannot be looked into, newest first: the
+    /// candidates for "latest". Final snapshots count: restoring one just finishes the commit
+    /// of a completed run.
     pub async fn complete_newest_first(&self) -> Result<Vec<SnapshotRef>, StorageError> {
         let mut listed: Vec<Listed> = self
             .list()
             .await?
             .into_iter()
-            .filter(|l| l.has_metadata)
+            .filter(Listed::may_be_complete)
             .collect();
         listed.sort_by_key(|l| std::cmp::Reverse(l.id));
         Ok(listed
@@ -213,13 +232,14 @@ impl JobCheckpoints {
 
     /// Keeps the `retained` newest complete checkpoints and removes older ones, incomplete
     /// checkpoints older than `newest`, and shared files no kept snapshot refers to.
-    /// Savepoints are the user's and are never removed. Call only when no checkpoint is in
-    /// flight: the files of one being written are not referred to by any metadata yet.
+    /// Savepoints are the user's and are never removed, nor are snapshots that cannot be looked
+    /// into (a person has to). Call only when no checkpoint is in flight: the files of one
+    /// being written are not referred to by any metadata yet.
     pub async fn retain(&self, retained: usize, newest: u64) -> Result<Retention, StorageError> {
         let listed = self.list().await?;
         let mut complete: Vec<u64> = listed
             .iter()
-            .filter(|l| l.kind == SnapshotKind::Checkpoint && l.has_metadata)
+            .filter(|l| l.kind == SnapshotKind::Checkpoint && l.has_metadata && !l.unreadable)
             .map(|l| l.id)
             .collect();
         complete.sort_unstable();
@@ -230,14 +250,14 @@ impl JobCheckpoints {
             result.removed.push(*id);
         }
         for l in &listed {
-            if !l.has_metadata && l.id < newest {
+            if !l.may_be_complete() && l.id < newest {
                 self.remove(l.kind, l.id).await?;
                 result.removed_incomplete.push(l.id);
             }
         }
         // Shared files: keep those any remaining snapshot refers to.
         let mut referenced: HashSet<String> = HashSet::new();
-        for l in self.list().await?.iter().filter(|l| l.has_metadata) {
+        for l in self.list().await?.iter().filter(|l| l.may_be_complete()) {
             let snapshot = self.snapshot(l.kind, l.id);
             match snapshot.metadata().await {
                 Ok(m) => referenced.extend(m.files().map(|f| snapshot.key(&f.path))),
@@ -294,6 +314,81 @@ mod tests {
             Some((SnapshotKind::Checkpoint, 12))
         );
         assert_eq!(parse_dir("shared"), None);
+    }
+
+    /// Running as root, the tests cannot take away a folder's permissions, which root ignores;
+    /// a folder replaced by a file (`ENOTDIR`) or by a link to itself (`ELOOP`) cannot be
+    /// looked into by root either, and local storage lists them as it lists a folder it may
+    /// not read (the integration test `an_unreadable_newest_snapshot_is_passed_over` drops
+    /// privileges to take the permissions away for real).
+    #[tokio::test]
+    async fn snapshots_that_cannot_be_looked_into_are_candidates_reported_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = JobCheckpoints::new(Arc::new(LocalStorage::new(dir.path())), "j");
+        for id in 1..=3 {
+            catalog
+                .publish(&crate::fixtures::metadata(
+                    "j",
+                    id,
+                    SnapshotKind::Checkpoint,
+                ))
+                .await
+                .unwrap();
+        }
+        let folder = |id: u64| {
+            dir.path()
+                .join(catalog.dir_key(SnapshotKind::Checkpoint, id))
+        };
+        std::fs::remove_dir_all(folder(2)).unwrap();
+        std::fs::write(folder(2), b"not a folder").unwrap();
+        std::fs::remove_dir_all(folder(3)).unwrap();
+        std::os::unix::fs::symlink(folder(3), folder(3)).unwrap();
+
+        let candidates = catalog.complete_newest_first().await.unwrap();
+        let ids: Vec<Option<u64>> = candidates.iter().map(SnapshotRef::id).collect();
+        assert_eq!(ids, [Some(3), Some(2), Some(1)]);
+        for (candidate, why) in candidates[..2]
+            .iter()
+            .zip(["symbolic links", "Not a directory"])
+        {
+            let e = candidate.metadata().await.unwrap_err();
+            assert!(e.is_unusable_snapshot(), "{e:?}");
+            let text = e.to_string();
+            assert!(text.starts_with(&candidate.location()), "names it: {text}");
+            assert!(text.contains(why), "says why: {text}");
+        }
+        candidates[2].metadata().await.unwrap();
+        assert_eq!(catalog.highest_id().await.unwrap(), 3, "ids are not reused");
+
+        // Retention leaves them for a person to look at.
+        let retention = catalog.retain(1, 4).await.unwrap();
+        assert!(retention.removed.is_empty(), "{retention:?}");
+        assert!(retention.removed_incomplete.is_empty(), "{retention:?}");
+        assert!(std::fs::symlink_metadata(folder(2)).unwrap().is_file());
+        assert!(std::fs::symlink_metadata(folder(3)).unwrap().is_symlink());
+    }
+
+    #[tokio::test]
+    async fn a_job_folder_that_cannot_be_listed_is_named_with_what_to_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Arc::new(LocalStorage::new(dir.path()));
+        let catalog = JobCheckpoints::new(storage.clone(), "j");
+        std::fs::write(dir.path().join("j"), b"a file where the folder belongs").unwrap();
+        let e = catalog.complete_newest_first().await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotADirectory, "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&storage.location("j/")), "names it: {text}");
+        assert!(
+            text.contains("move the file away"),
+            "says what to do: {text}"
+        );
+
+        std::fs::remove_file(dir.path().join("j")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("j"), dir.path().join("j")).unwrap();
+        let e = catalog.highest_id().await.unwrap_err();
+        assert_eq!(e.source.raw_os_error(), Some(libc::ELOOP), "{e}");
+        assert!(e.is_unreadable(), "{e}");
+        assert!(e.to_string().contains(&storage.location("j/")), "{e}");
     }
 
     #[tokio::test]

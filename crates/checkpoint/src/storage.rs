@@ -72,7 +72,11 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         size: u64,
     ) -> BoxFuture<'_, Result<Placed, StorageError>>;
 
-    /// Every object whose key starts with `prefix`, in key order.
+    /// Every object whose key starts with `prefix`, in key order. Where local storage finds a
+    /// folder below the prefix's that it may not read (its permissions), it lists the
+    /// folder's own key as one object, as it lists a file at that key: something is there,
+    /// and reading what is under it fails with the reason. The folder the prefix names being
+    /// unreadable fails the listing, with an error of the same kind that says what to fix.
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<Vec<ObjectInfo>, StorageError>>;
 
     /// Removes `key`; removing what does not exist is not an error.
@@ -459,11 +463,24 @@ impl CheckpointStorage for LocalStorage {
                 start.push(part);
             }
             let mut out = Vec::new();
-            let mut stack = vec![(start, dir_part.to_string())];
+            let mut stack = vec![(start.clone(), dir_part.to_string())];
             while let Some((dir, key_prefix)) = stack.pop() {
                 let entries = match std::fs::read_dir(&dir) {
                     Ok(entries) => entries,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    // The folder the listing is of: nothing in it can be found.
+                    Err(e) if dir == start => return Err(cannot_list(e)),
+                    // A folder inside it that cannot be looked into stands for itself, as
+                    // one object a reader will fail to read (see `CheckpointStorage::list`).
+                    Err(e) if cannot_enter(&e) => {
+                        if key_prefix.starts_with(&prefix) {
+                            out.push(ObjectInfo {
+                                key: key_prefix,
+                                size: 0,
+                            });
+                        }
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 };
                 for entry in entries {
@@ -526,6 +543,34 @@ impl CheckpointStorage for LocalStorage {
             Ok(())
         })
     }
+}
+
+/// Whether reading a directory failed because of the directory itself (its permissions, or
+/// something other than a directory now at its path), not because of an outage.
+fn cannot_enter(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::NotADirectory
+    ) || e.raw_os_error() == Some(libc::ELOOP)
+}
+
+/// The error for a listed directory that cannot be read, saying what to fix when its
+/// permissions or a file in its path are at fault. The kind is kept, for callers' decisions
+/// (other errors, a loop of links among them, keep their OS error number and message).
+fn cannot_list(e: std::io::Error) -> std::io::Error {
+    let fix = match e.kind() {
+        std::io::ErrorKind::PermissionDenied => {
+            "the user weir runs as must be allowed to read, enter and write this folder and to \
+             enter the folders above it: change their permissions (`chmod u+rwx`) or owner \
+             (`chown`)"
+        }
+        std::io::ErrorKind::NotADirectory => {
+            "a file stands where this folder or one above it belongs: move the file away, or \
+             choose another checkpoint directory"
+        }
+        _ => return e,
+    };
+    std::io::Error::new(e.kind(), format!("{e}; {fix}"))
 }
 
 /// Whether `key` names a snapshot's metadata (`<job>/chk-0000000007/_metadata`).

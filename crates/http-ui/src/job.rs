@@ -638,6 +638,16 @@ impl HostedJob {
                 self.id
             )));
         }
+        // A job already ending (a stop, a rescale or a cancel under way) takes no savepoint:
+        // its coordinator would skip it, and a failed stop would wrongly mark the job running
+        // again while the first stop goes on.
+        if s.ending.is_some() {
+            return Err(ApiError::Conflict(format!(
+                "job {} is {}: it takes no more savepoints",
+                self.id,
+                s.state.name()
+            )));
+        }
         let control = live.control.clone();
         let in_flight = s
             .savepoints

@@ -35,6 +35,11 @@ pub fn document() -> &'static str {
 /// Where the components' schemas live in the document, as `$ref`s name them.
 const SCHEMAS: &str = "#/components/schemas/";
 
+/// What an override is (`weir_runtime::spec::load::Override`): a key path of non-empty
+/// parts, `=`, a value. Stricter than the server where it does not matter (no blank around a
+/// part); a key the job does not have, or a value it cannot take, is the job file's problem.
+const OVERRIDE_PATTERN: &str = r"^[^.=\s]+(\.[^.=\s]+)*=";
+
 /// Builds the document (see the module docs).
 pub fn build() -> Value {
     let mut doc = Builder::new();
@@ -179,6 +184,7 @@ impl Builder {
             .iter()
             .map(|(name, property)| {
                 let mut property = property.clone();
+                bound_integers(&mut property);
                 let description = property
                     .as_object_mut()
                     .and_then(|p| p.remove("description"))
@@ -285,6 +291,7 @@ impl Builder {
         // Paths refer to these (their own schemas are strings and numbers).
         for schema in schemas.values_mut() {
             close_objects(schema, false);
+            bound_integers(schema);
         }
         let paths = self.paths;
         json!({
@@ -386,6 +393,38 @@ fn close_objects(schema: &mut Value, part_of_object: bool) {
     }
 }
 
+/// Gives every integer schema the range of its Rust type, from the `format` schemars writes
+/// (`uint64`: 0 to 2^64-1), where it states none of its own: a number beyond it is refused
+/// by the server (it does not fit), so the document must say so.
+fn bound_integers(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            let range = match object.get("format").and_then(Value::as_str) {
+                Some("uint8") => Some((json!(0), json!(u8::MAX))),
+                Some("uint16") => Some((json!(0), json!(u16::MAX))),
+                Some("uint32") => Some((json!(0), json!(u32::MAX))),
+                Some("uint64") => Some((json!(0), json!(u64::MAX))),
+                Some("uint") => Some((json!(0), json!(usize::MAX))),
+                Some("int8") => Some((json!(i8::MIN), json!(i8::MAX))),
+                Some("int16") => Some((json!(i16::MIN), json!(i16::MAX))),
+                Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
+                Some("int64") => Some((json!(i64::MIN), json!(i64::MAX))),
+                Some("int") => Some((json!(isize::MIN), json!(isize::MAX))),
+                _ => None,
+            };
+            if let Some((min, max)) = range {
+                object.entry("minimum").or_insert(min);
+                object.entry("maximum").or_insert(max);
+            }
+            for value in object.values_mut() {
+                bound_integers(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integers),
+        _ => {}
+    }
+}
+
 /// Every route of [`crate::api::router_with`] but the dashboard's files.
 fn routes(doc: &mut Builder) {
     let id = || path_param("id", "The job's id (a number, as the jobs list gives it).");
@@ -463,8 +502,9 @@ fn routes(doc: &mut Builder) {
         .answers(
             200,
             json!({
-                "description": "The job file (YAML).",
-                "content": { "application/yaml": { "schema": { "type": "string" } } },
+                "description": "The job file: YAML text, a mapping once parsed (the \
+                    `submitted` view keeps the file's comments and layout).",
+                "content": { "application/yaml": { "schema": { "type": "object" } } },
             }),
         )
         .answers(
@@ -806,7 +846,10 @@ fn submit_params() -> Vec<Value> {
             "in": "query",
             "required": false,
             "description": "An override, `key.path=value` (repeatable): as `weir run --set`.",
-            "schema": { "type": "array", "items": { "type": "string" } },
+            "schema": {
+                "type": "array",
+                "items": { "type": "string", "pattern": OVERRIDE_PATTERN },
+            },
             "style": "form",
             "explode": true,
         }),
@@ -814,8 +857,9 @@ fn submit_params() -> Vec<Value> {
             "name": "parallelism",
             "in": "query",
             "required": false,
-            "description": "The job's parallelism, instead of the file's.",
-            "schema": { "type": "integer", "minimum": 1 },
+            "description": "The job's parallelism, instead of the file's (the server's limits \
+                may allow less than 1024).",
+            "schema": { "type": "integer", "minimum": 1, "maximum": 1024 },
         }),
         json!({
             "name": "from",
@@ -823,7 +867,7 @@ fn submit_params() -> Vec<Value> {
             "required": false,
             "description": "A snapshot of this job to start from: `latest`, `none`, `sp-<id>`, \
                 `chk-<id>` or `final-<id>`.",
-            "schema": { "type": "string" },
+            "schema": { "type": "string", "pattern": crate::host::SNAPSHOT_PATTERN },
         }),
     ]
 }

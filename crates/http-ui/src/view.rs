@@ -865,6 +865,7 @@ pub struct DrainedJob {
 #[serde(deny_unknown_fields)]
 pub(crate) struct SpecParams {
     /// `submitted` (the default) or `effective`.
+    #[schemars(extend("enum" = ["submitted", "effective"]))]
     pub view: Option<String>,
 }
 
@@ -894,6 +895,7 @@ pub(crate) struct SavepointRequest {
 pub(crate) struct RestartRequest {
     /// `latest`, `none`, `sp-<id>`, `chk-<id>` or `final-<id>`.
     #[serde(default)]
+    #[schemars(extend("pattern" = crate::host::SNAPSHOT_PATTERN))]
     pub from: Option<String>,
 }
 
@@ -901,7 +903,10 @@ pub(crate) struct RestartRequest {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RescaleRequest {
-    /// The job's new parallelism (of every node that does not set its own), at least 1.
+    /// The job's new parallelism (of every node that does not set its own), at least 1. The
+    /// server's limits (`--max-job-subtasks`) may allow less than the maximum a job file may
+    /// ask (1024): asking for more is a 400.
+    #[schemars(range(min = 1, max = 1024))]
     pub parallelism: u32,
 }
 
@@ -917,6 +922,7 @@ pub(crate) struct LookupParams {
     /// Most entries to answer with.
     pub limit: Option<usize>,
     /// `direct` or `ordered`, instead of the state's declared path.
+    #[schemars(extend("enum" = ["direct", "ordered"]))]
     pub path: Option<String>,
 }
 

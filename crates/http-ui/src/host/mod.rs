@@ -940,6 +940,11 @@ pub async fn list_snapshots(
         .collect())
 }
 
+/// What [`resolve_snapshot`] takes as a snapshot's name, as the API's document states it:
+/// `latest`, `none`, or a kind and an id of [`parse_snapshot_name`] (19 digits always fit 64
+/// bits; more, zero-padded, are taken too, but need not be documented).
+pub const SNAPSHOT_PATTERN: &str = "^(latest|none|(sp|chk|final)-[0-9]{1,19})$";
+
 /// `sp-3` → (savepoint, 3); `chk-12`, `final-2` likewise.
 pub fn parse_snapshot_name(name: &str) -> Result<(SnapshotKind, u64), ApiError> {
     let bad = || {
