@@ -430,18 +430,7 @@ fn utc(ms: i64) -> String {
         .unwrap_or_else(|| format!("{ms} ms"))
 }
 
-/// 1234567 → "1,234,567".
-pub fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use weir_runtime::config::units::group;
 
 pub fn render_summary(s: &JobSummary) -> String {
     let secs = s.elapsed.as_secs_f64();

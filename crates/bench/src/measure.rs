@@ -84,14 +84,4 @@ pub(crate) fn ensure_jsonl(dir: &Path, events: u64) -> anyhow::Result<PathBuf> {
 }
 
 /// 1234567 → "1,234,567": the tables' number format (as `weir run`'s summary prints counts).
-pub(crate) fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub(crate) use weir_runtime::config::units::group;

@@ -219,6 +219,20 @@ impl JsonSchema for ByteSize {
     }
 }
 
+/// 1234567 → "1,234,567": how counts are printed (`weir run`'s summary, `weir bench`'s
+/// tables, messages that name a count).
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
