@@ -402,3 +402,111 @@ fn a_line_far_longer_than_the_limit_fails_or_is_skipped_promptly() {
         }
     }
 }
+
+/// A generator job of 1,000 events at `parallelism`, with `exchanges` keyed aggregates (each an
+/// exchange of `parallelism` into `parallelism` subtasks).
+fn wide_job(parallelism: u32, exchanges: usize) -> String {
+    let mut text = format!(
+        "name: wide\nparallelism: {parallelism}\n\
+         sources:\n  gen: {{kind: nexmark, events: 1000}}\ntransforms:\n"
+    );
+    for i in 0..exchanges {
+        text.push_str(&format!(
+            "  by{i}: {{kind: key-by, from: gen.bid, keys: [auction]}}\n  \
+             n{i}: {{kind: aggregate, from: by{i}, aggregates: {{n: count(*)}}}}\n"
+        ));
+    }
+    text.push_str("sinks:\n");
+    for i in 0..exchanges {
+        text.push_str(&format!("  out{i}: {{kind: blackhole, from: n{i}}}\n"));
+    }
+    text
+}
+
+/// The largest parallelism a job file may ask (1,024) with a keyed exchange runs in bounded
+/// memory and time (it went past 3 GB in three seconds; its million channels now take about
+/// 1.8 GB); a job whose exchanges would take more than a quarter of the machine's memory is
+/// refused before it starts, at its `parallelism`, naming the widest exchange.
+#[test]
+fn the_widest_job_a_file_may_ask_runs_bounded_or_is_refused_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.yaml");
+    std::fs::write(&one, wide_job(1024, 1)).unwrap();
+    let started = Instant::now();
+    let mut child = weir()
+        .args(["run", "--quiet"])
+        .arg(&one)
+        .env("WEIR_DATA_DIR", dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The peak resident size, read while it runs (the kernel's high-water mark).
+    let mut peak_kb = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
+            let hwm = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+            peak_kb = peak_kb.max(hwm.unwrap_or(0));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "parallelism 1024 still running after 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        peak_kb > 0 && peak_kb < 2_600_000,
+        "parallelism 1024 peaked at {peak_kb} kB"
+    );
+
+    // Enough exchanges of a million channels each (at least 1,200 bytes a channel) to pass a
+    // quarter of this machine's memory.
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok());
+    let memory = cgroup.map_or(memory, |c| c.min(memory));
+    let exchanges = (memory / 4 / (1_200 << 20)) as usize + 1;
+    let many = dir.path().join("many.yaml");
+    std::fs::write(&many, wide_job(1024, exchanges)).unwrap();
+    for command in ["validate", "run"] {
+        let started = Instant::now();
+        let out = weir()
+            .arg(command)
+            .arg(&many)
+            .env("WEIR_DATA_DIR", dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{command} of {exchanges} exchanges: {stderr}"
+        );
+        assert!(
+            stderr.contains("many.yaml:2:14")
+                && stderr.contains("1024 subtasks into 1024")
+                && stderr.contains("a quarter of this machine's"),
+            "{command}: {stderr}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{command} took {:?}",
+            started.elapsed()
+        );
+    }
+}

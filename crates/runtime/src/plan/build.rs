@@ -136,6 +136,12 @@ fn build_spec(
         }
     }
     let mut plan = assemble(spec, &defs, compiled, &order, reads);
+    // A job whose channels would take the machine's memory is refused before it starts.
+    if let Some(why) =
+        super::footprint::machine_memory().and_then(|m| super::footprint::refusal(&plan, m))
+    {
+        return Err(src.error(vec![src.at_value("/parallelism", why)]));
+    }
     plan.env_values = env_values.to_vec();
     Ok(plan)
 }

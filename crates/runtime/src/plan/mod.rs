@@ -26,6 +26,7 @@
 pub mod build;
 pub mod chaining;
 mod explain;
+pub mod footprint;
 mod nodes;
 mod projection;
 mod sql;

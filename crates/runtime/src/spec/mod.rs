@@ -70,7 +70,10 @@ pub struct JobSpec {
     /// A sentence on what the job computes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Subtasks per operator unless the operator says otherwise.
+    /// Subtasks per operator unless the operator says otherwise. An exchange (a `key-by`, or a
+    /// change of parallelism) links every subtask of one side to every subtask of the other by
+    /// a channel of about 1.7 KiB: a job whose channels would take more than a quarter of the
+    /// machine's memory is refused before it starts.
     #[serde(default = "default_parallelism")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: u32,
