@@ -12,12 +12,18 @@ impl Plan {
     /// The plan as text (see the module docs).
     pub fn explain(&self) -> String {
         let mut out = String::new();
+        let channels = super::footprint::channels(self);
         let _ = writeln!(
             out,
-            "job `{}`: {} nodes, {} tasks after chaining",
+            "job `{}`: {} nodes, {} tasks after chaining, {} channels between subtasks (about {})",
             self.name(),
             self.nodes.len(),
-            self.chains.members.len()
+            self.chains.members.len(),
+            crate::config::units::group(channels.count),
+            super::footprint::size(super::footprint::channel_bytes(
+                channels.count,
+                self.spec.channel_capacity
+            ))
         );
         for node in &self.nodes {
             let _ = writeln!(out);

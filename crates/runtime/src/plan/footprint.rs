@@ -107,6 +107,15 @@ fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// `bytes` in the unit that reads best: KiB, MiB or GiB.
+pub fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => gib(b),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{:.1} KiB", b as f64 / 1024.0),
+    }
+}
+
 /// The memory this process may use: the machine's (`MemTotal`), or its control group's limit
 /// when that is lower. `None` where neither can be read (not Linux): nothing is refused then.
 pub fn machine_memory() -> Option<u64> {
@@ -177,6 +186,17 @@ sinks:
         assert!(why.contains("64 subtasks into 64 at `counts`"), "{why}");
         assert!(why.contains("`parallelism`"), "{why}");
         assert!(why.contains("4,352 channels"), "{why}");
+        let explained = p.explain();
+        let header = explained.lines().next().unwrap_or_default();
+        assert!(
+            header.ends_with(&format!(
+                "after chaining, 4,352 channels between subtasks (about {})",
+                size(channel_bytes(4352, 8))
+            )),
+            "{header}"
+        );
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(3 << 20), "3.0 MiB");
     }
 
     #[test]
