@@ -146,7 +146,8 @@ pub fn instantiate(
     }
 
     // Channels of every unchained edge: senders[(v, k)][from subtask] lists one sender per
-    // receiving subtask; receivers[v][subtask] collects (receiver, logical input).
+    // receiving subtask; receivers[v][subtask] collects (receiver, logical input). The plan's
+    // footprint check counts them the same way (`plan::footprint::channels`).
     let mut senders: HashMap<(usize, usize), Vec<Vec<Sender<Message>>>> = HashMap::new();
     let mut receivers: Vec<Vec<Vec<GateInput>>> = nodes
         .iter()

@@ -30,12 +30,13 @@ const MEMORY_SHARE: u64 = 4;
 pub struct Channels {
     /// Every channel between two subtasks.
     pub count: u64,
-    /// The exchange with the most: the consuming node, its parallelism and its producer's.
+    /// The exchange with the most: the consuming node, its producer's parallelism and its own.
     pub widest: Option<(String, usize, usize)>,
 }
 
 /// Counts the channels `plan` makes when it starts: one per subtask on a forward edge, the
-/// product of the two sides' parallelisms on an exchange, none on a chained edge.
+/// product of the two sides' parallelisms on an exchange, none on a chained edge (as
+/// `exec::instantiate` makes them: the two must change together).
 pub fn channels(plan: &Plan) -> Channels {
     let mut count = 0u64;
     let mut widest: Option<(String, usize, usize, u64)> = None;
