@@ -470,17 +470,7 @@ fn the_widest_job_a_file_may_ask_runs_bounded_or_is_refused_before_it_starts() {
 
     // Enough exchanges of a million channels each (at least 1,200 bytes a channel) to pass a
     // quarter of this machine's memory.
-    let memory = std::fs::read_to_string("/proc/meminfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap()
-        * 1024;
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok());
-    let memory = cgroup.map_or(memory, |c| c.min(memory));
+    let memory = weir_runtime::plan::footprint::machine_memory().expect("Linux");
     let exchanges = (memory / 4 / (1_200 << 20)) as usize + 1;
     let many = dir.path().join("many.yaml");
     std::fs::write(&many, wide_job(1024, exchanges)).unwrap();

@@ -20,7 +20,7 @@ impl Plan {
             self.nodes.len(),
             self.chains.members.len(),
             crate::config::units::group(channels.count),
-            super::footprint::size(super::footprint::channel_bytes(
+            crate::config::units::ByteSize(super::footprint::channel_bytes(
                 channels.count,
                 self.spec.channel_capacity
             ))

@@ -15,7 +15,7 @@
 
 use super::Plan;
 use crate::api::Message;
-use crate::config::units::group;
+use crate::config::units::{ByteSize, group};
 
 /// What one channel takes beyond its slots: the queue's shared state (its head and tail on
 /// cache lines of their own, the wakers of both ends) and the receiving gate's entry.
@@ -99,22 +99,9 @@ pub fn refusal(plan: &Plan, memory: u64) -> Option<String> {
          every subtask of the other, so its channels are the product of the two), or \
          `channel-capacity`",
         group(channels.count),
-        gib(bytes),
-        gib(memory)
+        ByteSize(bytes),
+        ByteSize(memory)
     ))
-}
-
-fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
-}
-
-/// `bytes` in the unit that reads best: KiB, MiB or GiB.
-pub fn size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 => gib(b),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b => format!("{:.1} KiB", b as f64 / 1024.0),
-    }
 }
 
 /// The memory this process may use: the machine's (`MemTotal`), or its control group's limit
@@ -192,12 +179,10 @@ sinks:
         assert!(
             header.ends_with(&format!(
                 "after chaining, 4,352 channels between subtasks (about {})",
-                size(channel_bytes(4352, 8))
+                ByteSize(channel_bytes(4352, 8))
             )),
             "{header}"
         );
-        assert_eq!(size(1536), "1.5 KiB");
-        assert_eq!(size(3 << 20), "3.0 MiB");
     }
 
     #[test]
