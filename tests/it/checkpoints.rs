@@ -46,13 +46,28 @@ fn golden(dir: &Path) -> BTreeMap<String, usize> {
 
 /// `weir run q5` as a child with checkpoints every 150 ms; `extra` are more arguments.
 fn run_child(data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
-    wait_limited(child_command(data, out, extra), extra)
+    let cmd = child_command(
+        Path::new(env!("CARGO_BIN_EXE_weir")),
+        &q5(),
+        data,
+        out,
+        extra,
+    );
+    wait_limited(cmd, extra)
 }
 
 /// The command [`run_child`] runs.
-fn child_command(data: &Path, out: &Path, extra: &[&str]) -> std::process::Command {
-    let mut cmd = weir(data);
-    cmd.arg("run").arg(q5()).arg("--quiet");
+fn child_command(
+    program: &Path,
+    job: &Path,
+    data: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    cmd.env("WEIR_DATA_DIR", data)
+        .env("RUST_LOG", "warn,weir_checkpoint=info,weir_runtime=info");
+    cmd.arg("run").arg(job).arg("--quiet");
     for o in base_overrides(out) {
         cmd.args(["--set", &o]);
     }
@@ -316,6 +331,13 @@ struct Unprivileged {
     /// `nobody`'s reach (a link into root's home, see `scripts/cargo.sh`): a copy in the
     /// test's folder.
     library_path: Option<PathBuf>,
+    /// The `weir` binary and q5's job file the children run: as root, copies in the test's
+    /// folder, since the build's and the clone's folders may be root's own (CI's target
+    /// directory is in root's home, mode 700, where `nobody` may not execute).
+    program: PathBuf,
+    job: PathBuf,
+    /// The children's working folder: one `nobody` may enter.
+    cwd: PathBuf,
 }
 
 impl Unprivileged {
@@ -326,7 +348,15 @@ impl Unprivileged {
         let root = std::fs::metadata(dir).unwrap().uid() == 0;
         let drop_to = root.then_some(65534);
         let mut library_path = None;
+        let mut program = PathBuf::from(env!("CARGO_BIN_EXE_weir"));
+        let mut job = q5();
         if let Some(id) = drop_to {
+            let bin = dir.join("bin");
+            std::fs::create_dir(&bin).unwrap();
+            std::fs::copy(&program, bin.join("weir")).unwrap();
+            std::fs::copy(&job, bin.join("q5.yaml")).unwrap();
+            program = bin.join("weir");
+            job = bin.join("q5.yaml");
             let beside = Path::new(env!("CARGO_BIN_EXE_weir")).with_file_name("librocksdb.so");
             if beside.exists() {
                 let lib = dir.join("lib");
@@ -339,12 +369,16 @@ impl Unprivileged {
         Self {
             drop_to,
             library_path,
+            program,
+            job,
+            cwd: dir.to_path_buf(),
         }
     }
 
     fn run(&self, data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
         use std::os::unix::process::CommandExt;
-        let mut cmd = child_command(data, out, extra);
+        let mut cmd = child_command(&self.program, &self.job, data, out, extra);
+        cmd.current_dir(&self.cwd);
         if let Some(id) = self.drop_to {
             cmd.uid(id).gid(id);
         }
