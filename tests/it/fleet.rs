@@ -8,7 +8,7 @@
 //!   uninterrupted run's: nothing lost, nothing twice. Every server's jobs list is the
 //!   fleet's, each job with the server running it.
 //! - A server SIGSTOPped past its lease, then SIGCONTinued, finds its job taken over, stops
-//!   its copy and commits nothing more; a server cut off from the catalog (a proxy that drops
+//!   its copy and commits nothing more, nor leaves rows in its PostgreSQL sink's staging table; a server cut off from the catalog (a proxy that drops
 //!   its connections) stops its copies by itself and the other server resumes them. Outputs
 //!   again equal an uninterrupted run's.
 //! - A server whose runtime is blocked for three lease times still renews its lease (the
@@ -505,14 +505,18 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
         })
     });
     let mut names = Vec::new();
+    let connection = sink_connection(cluster.port());
     for n in 0..2 {
         let name = format!("paused_{n}");
-        let (job, mut overrides) = q5(&name, None, "ck", EVENTS);
+        // The paused server's job writes to PostgreSQL: woken, its copy must stage nothing
+        // (the staging table's fence), not only commit nothing.
+        let table = (n == 0).then_some(connection.as_str());
+        let (job, mut overrides) = q5(&name, table, "ck", EVENTS);
         if n == 0 {
             overrides.push(format!("placement.server={}", second.base));
         }
         first.submit(&job, &overrides);
-        names.push((name, false));
+        names.push((name, n == 0));
     }
     // A placement on no server of the fleet is refused.
     let (job, mut overrides) = q5("nowhere", None, "ck", EVENTS);
@@ -609,6 +613,11 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
         jobs(v).values().all(|j| j.1 == "finished")
     });
     assert_outputs(dir.path(), &cluster, &names, &expected);
+    assert_eq!(
+        cluster.psql("SELECT count(*) FROM paused_0__weir_stage"),
+        ["0"],
+        "the paused copy left no staged rows behind"
+    );
 }
 
 /// A server whose runtime is saturated (a large restore on two cores) must still renew its

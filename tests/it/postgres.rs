@@ -294,6 +294,89 @@ fn a_database_that_goes_away_restarts_the_job_with_backoff_until_it_is_back() {
     assert_eq!(cluster.q5_rows("nexmark_q5"), expected);
 }
 
+/// A copy of a job that another run replaced (a server paused past its lease, a process
+/// taken for dead) stages nothing once the newer run has started. The older copy, a child
+/// process, is SIGSTOPped mid-run; a newer run of the job on the same table runs to its end
+/// (in this process, from scratch); woken, the older copy's next write breaks the staging
+/// table's fence: it stops with an error saying it was fenced, commits nothing more (the
+/// table is as the newer run left it) and leaves no row in the staging table. Paused in
+/// the middle of a write, the older copy would hold the staging table's lock: the newer run
+/// ends its sessions instead of waiting for it.
+#[test]
+fn an_older_copy_of_the_job_is_fenced_and_leaves_nothing_staged() {
+    use nix::sys::signal::{Signal, kill};
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let connection = cluster.connection();
+    let mut older = weir(&dir.path().join("older"));
+    older.arg("run").arg(q5_postgres()).arg("--quiet");
+    for o in [
+        // 30 s of input: it still runs when woken.
+        "sources.nexmark.events=600000".to_string(),
+        "sources.nexmark.rate=20000".into(),
+        "checkpoint.interval=200ms".into(),
+        format!("sinks.out.connection={connection}"),
+        "sinks.out.batch-size=200".into(),
+        "sinks.out.flush-interval=50ms".into(),
+    ] {
+        older.args(["--set", &o]);
+    }
+    let older = older
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(older.id() as i32);
+    // Running, committing: rows in the table.
+    let committed = || {
+        cluster.psql("SELECT to_regclass('nexmark_q5') IS NOT NULL") == ["t"]
+            && cluster.psql("SELECT count(*) > 0 FROM nexmark_q5") == ["t"]
+    };
+    let started = std::time::Instant::now();
+    while !committed() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the older copy commits rows"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    kill(pid, Signal::SIGSTOP).unwrap();
+    run_q5(
+        &dir.path().join("newer"),
+        &[
+            "sources.nexmark.events=40000".into(),
+            format!("sinks.out.connection={connection}"),
+            "checkpoint.interval=200ms".into(),
+        ],
+    )
+    .unwrap();
+    let after_newer = cluster.q5_rows("nexmark_q5");
+    kill(pid, Signal::SIGCONT).unwrap();
+    let (done, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(older.wait_with_output()));
+    let Ok(output) = output.recv_timeout(Duration::from_secs(120)) else {
+        let _ = kill(pid, Signal::SIGKILL);
+        panic!("the older copy did not stop within 120 s of waking");
+    };
+    let output = output.unwrap();
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the older copy fails: {text}");
+    assert!(
+        text.contains("fenced: a newer run of this job has taken over the staging table"),
+        "the older copy says it was fenced: {text}"
+    );
+    assert_eq!(
+        cluster.q5_rows("nexmark_q5"),
+        after_newer,
+        "the older copy committed nothing after the newer run"
+    );
+    assert_eq!(
+        cluster.psql("SELECT count(*) FROM nexmark_q5__weir_stage"),
+        ["0"],
+        "the older copy staged nothing"
+    );
+}
+
 #[test]
 fn rows_with_a_key_are_upserted() {
     const EVENTS: u64 = 60_000;

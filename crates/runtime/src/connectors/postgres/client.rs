@@ -65,6 +65,12 @@ pub struct PgFailure {
 impl PgFailure {
     /// Describes `e` for an action on `table` (`what` says which).
     pub fn of(e: &tokio_postgres::Error, what: &str, table: &str) -> Self {
+        if let Some(db) = e.as_db_error()
+            && *db.code() == SqlState::CHECK_VIOLATION
+            && db.constraint() == Some(super::RUN_FENCE)
+        {
+            return Self::fenced(table);
+        }
         let transient = is_transient(e);
         let message = match e.as_db_error() {
             Some(db) => {
@@ -108,6 +114,17 @@ impl PgFailure {
                 message: format!("connecting to write `{table}`: {other}"),
             },
         }
+    }
+
+    /// A newer run of the job recreated the staging table of `table` under its own fence
+    /// (see the module's "Fencing an older copy of the job"): this copy must stop, and a
+    /// restart would only fence the newer run in turn.
+    pub fn fenced(table: &str) -> Self {
+        Self::permanent(format!(
+            "fenced: a newer run of this job has taken over the staging table of `{table}` \
+             (the job was restarted elsewhere: by another server of the fleet, or in another \
+             process); this copy stops and stages nothing more"
+        ))
     }
 
     pub fn permanent(message: String) -> Self {

@@ -49,6 +49,19 @@
 //!
 //! One job writes through a staging table: two jobs writing the same table need different
 //! tables (or `staging-table` names).
+//!
+//! # Fencing an older copy of the job
+//! Each run (a job's attempt, after every restart and takeover) recreates the staging table
+//! with a constraint of its own, [`RUN_FENCE`]: every tag must start with the run's token, a
+//! random number drawn by the run's `recover`. A copy of the job that no longer owns it (a
+//! server of a fleet paused past its lease, a process thought dead) can then stage nothing
+//! once the newer run has started: its `COPY` violates the constraint, and the copy stops
+//! with an error saying it was fenced ([`PgFailure::fenced`]), never retried. Without the
+//! constraint its rows would land under tags nobody commits and stay in the staging table
+//! for good. A copy's transaction in flight holds the staging table's lock: the newer run
+//! ends that copy's sessions before it recreates the table (else a paused copy would hold
+//! it up for as long as it is paused), so rows staged before the fence are dropped with the
+//! old table or moved by the restored snapshot's commit, never left behind.
 
 mod client;
 mod encode;
@@ -186,6 +199,15 @@ impl Hosted for PostgresSinkSpec {
 /// Batches a subtask may queue for its writer while a write is in flight.
 pub const QUEUED_BATCHES: usize = 4;
 
+/// The staging table's constraint that admits only the current run's tags (see the module's
+/// "Fencing an older copy of the job").
+pub const RUN_FENCE: &str = "weir_stage_run";
+
+/// How long recreating the staging table waits for the lock an older copy's transaction in
+/// flight holds before it is retried (with the sink's backoff, and logged), rather than
+/// waiting silently for a copy that may be paused.
+const STAGE_LOCK_TIMEOUT: &str = "10s";
+
 /// What the sink needs to know, shared by its factory, subtasks and writers.
 struct Shared {
     /// `"schema"."table"` or `"table"`, quoted.
@@ -206,6 +228,9 @@ struct Shared {
     connect_timeout: Duration,
     /// The pool of the current run, made by `prepare`.
     pool: Mutex<Option<Pool<PgManager>>>,
+    /// The current run's token (16 hex digits), drawn by `recover`: every tag it stages
+    /// starts with it, and the staging table's [`RUN_FENCE`] admits no other.
+    run: Mutex<String>,
     sql: Statements,
 }
 
@@ -336,6 +361,7 @@ impl PostgresSinkFactory {
                 acquire_timeout: spec.pool.acquire_timeout.0,
                 connect_timeout: spec.pool.connect_timeout.0,
                 pool: Mutex::new(None),
+                run: Mutex::new(String::new()),
                 sql,
             }),
         })
@@ -449,6 +475,7 @@ impl Shared {
     }
 
     async fn prepare_tables_on(&self, conn: &mut PgConnection) -> Result<(), PgFailure> {
+        let run = self.run()?;
         let name = &self.table_name;
         let db = |e: tokio_postgres::Error| PgFailure::of(&e, "preparing", name);
         if self.create_table {
@@ -507,18 +534,81 @@ impl Shared {
             };
             stage_columns.push(format!("{} {ty}", ident(column)));
         }
-        conn.client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {stage}; CREATE TABLE {stage} ({}, \
-                 \"_weir_delete\" boolean NOT NULL DEFAULT false, \
-                 \"_weir_txn\" text NOT NULL, \"_weir_batch\" bigint NOT NULL, \
-                 \"_weir_seq\" bigserial)",
-                stage_columns.join(", "),
-                stage = self.stage
-            ))
+        // An older copy of the job (a server paused past its lease) may be in the middle of
+        // a write: its transaction holds the staging table's lock, and the `DROP` below would
+        // wait for it for as long as the copy is paused. Its sessions are ended instead: what
+        // they were writing comes after the snapshot this run restored, and is produced again
+        // (every row of a sealed transaction was written before its barrier completed). One
+        // job writes through a staging table, so no other sessions hold it.
+        match conn
+            .client
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM (SELECT DISTINCT l.pid FROM pg_locks l \
+                 JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.relation = to_regclass($1) AND l.pid <> pg_backend_pid() \
+                 AND a.backend_type = 'client backend') older",
+                &[&self.stage],
+            )
             .await
-            .map_err(db)
+        {
+            Ok(ended) if !ended.is_empty() => tracing::warn!(
+                table = %name,
+                sessions = ended.len(),
+                "ended the sessions of an older copy of the job that held the staging table"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                table = %name,
+                error = %PgFailure::of(&e, "ending older sessions writing", name).message,
+                "cannot end the sessions of an older copy of the job: waiting for its locks"
+            ),
+        }
+        // `run` is 16 hex digits (`draw_run`): nothing to quote in the literal.
+        let tx = conn.client.transaction().await.map_err(db)?;
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{STAGE_LOCK_TIMEOUT}'; \
+             DROP TABLE IF EXISTS {stage}; CREATE TABLE {stage} ({}, \
+             \"_weir_delete\" boolean NOT NULL DEFAULT false, \
+             \"_weir_txn\" text NOT NULL, \"_weir_batch\" bigint NOT NULL, \
+             \"_weir_seq\" bigserial, \
+             CONSTRAINT {fence} CHECK (left(\"_weir_txn\", {len}) = '{run}-'))",
+            stage_columns.join(", "),
+            stage = self.stage,
+            fence = ident(RUN_FENCE),
+            len = run.len() + 1,
+        ))
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)
     }
+
+    /// The current run's token.
+    fn run(&self) -> Result<String, PgFailure> {
+        let run = self
+            .run
+            .lock()
+            .map_err(|_| PgFailure::permanent("postgres run token lock poisoned".into()))?
+            .clone();
+        if run.is_empty() {
+            return Err(PgFailure::permanent(
+                "postgres sink used before prepare drew its run token".into(),
+            ));
+        }
+        Ok(run)
+    }
+}
+
+/// A token for a run: 16 hex digits, different for every run of every process (the process,
+/// the time to the nanosecond and a counter, hashed).
+fn draw_run() -> String {
+    static DRAWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = DRAWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let token = xxhash_rust::xxh3::xxh3_64(format!("{}-{now}-{n}", std::process::id()).as_bytes());
+    format!("{token:016x}")
 }
 
 impl SnapshotTransaction for Transaction {
@@ -553,6 +643,9 @@ impl Committer for PostgresSinkFactory {
             if let Some(old) = old {
                 old.close().await;
             }
+            *shared.run.lock().map_err(|_| {
+                OperatorError::Internal("postgres run token lock poisoned".into())
+            })? = draw_run();
             if let Some(r) = restored {
                 let tags = r.transactions.into_iter().map(|t| t.tag).collect();
                 let moved = shared
@@ -569,21 +662,14 @@ impl Committer for PostgresSinkFactory {
         let shared = self.shared.clone();
         // Fails if `prepare` has not made the run's pool.
         shared.pool()?;
+        let run = shared.run().map_err(PgFailure::into_error)?;
         let (tx, rx) = mpsc::channel(QUEUED_BATCHES);
-        let nonce = xxhash_rust::xxh3::xxh3_64(
-            format!(
-                "{}-{:?}-{}",
-                std::process::id(),
-                std::time::SystemTime::now(),
-                ctx.attempt
-            )
-            .as_bytes(),
-        );
         let writer = Writer {
             staged: ctx.checkpointing || !shared.key.is_empty(),
             per_batch_move: !ctx.checkpointing && !shared.key.is_empty(),
             shared,
-            tag_prefix: format!("{nonce:016x}-{}", ctx.subtask),
+            // The run's token first: the staging table's fence checks it.
+            tag_prefix: format!("{run}-{}-{}", ctx.subtask, ctx.attempt),
             epoch: 0,
             batch: 0,
             rows_in_epoch: 0,
