@@ -51,7 +51,7 @@ use crate::metadata::{FileRef, KeyedHandle, SnapshotKind, StoredSubtask, now_ms}
 use crate::protocol::{
     Barrier, BarrierKind, Completed, JobHooks, NodeInfo, SubtaskSnapshot, TaskReport,
 };
-use crate::publish::{Publish, Upload};
+use crate::publish::{Publish, Unpublished, Upload};
 
 /// The coordinator's statistics, re-exported where its callers have always found them.
 pub use crate::stats::{CheckpointStats, HISTORY, Outcome, Record, StatsSnapshot, SubtaskAck};
@@ -200,7 +200,7 @@ enum Done {
     },
     Published {
         id: u64,
-        result: Result<Arc<Completed>, String>,
+        result: Result<Arc<Completed>, Unpublished>,
     },
     /// A snapshot's commit ended; `replies` wait for it (the final snapshot's).
     Committed {
@@ -576,7 +576,8 @@ impl Coordinator {
                 match result {
                     Ok(first) => self.spare = Some(first..first.saturating_add(ID_BLOCK)),
                     Err(fenced) if fenced.is_taken() => {
-                        tracing::warn!(job = %self.job, reason = %fenced, "no more snapshots: the job's lease is another server's");
+                        // The fleet stops this copy and says so, once.
+                        tracing::debug!(job = %self.job, reason = %fenced, "no more snapshots: the job's lease is another server's");
                         self.closed
                             .get_or_insert(format!("the job's lease is lost: {fenced}"));
                     }
@@ -614,9 +615,26 @@ impl Coordinator {
                 };
                 match result {
                     Ok(completed) => self.completed(pending, completed),
-                    Err(reason) => {
+                    Err(Unpublished::Failed(reason)) => {
                         self.pending.insert(id, pending);
                         self.fail(id, CheckpointError::Failed { id, reason });
+                    }
+                    Err(Unpublished::Fenced(fenced)) => {
+                        self.pending.insert(id, pending);
+                        if fenced.is_taken() {
+                            // The fleet stops this copy and says so, once: a copy whose
+                            // lease is gone takes no more snapshots meanwhile.
+                            self.closed
+                                .get_or_insert(format!("the job's lease is lost: {fenced}"));
+                        }
+                        self.fail(
+                            id,
+                            CheckpointError::Fenced {
+                                id,
+                                taken: fenced.is_taken(),
+                                reason: fenced.to_string(),
+                            },
+                        );
                     }
                 }
             }
@@ -821,7 +839,12 @@ impl Coordinator {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
-        tracing::warn!(job = %self.job, checkpoint = id, error = %error, "snapshot abandoned");
+        if matches!(error, CheckpointError::Fenced { taken: true, .. }) {
+            // The fleet stops this copy and says so, once.
+            tracing::debug!(job = %self.job, checkpoint = id, error = %error, "snapshot abandoned");
+        } else {
+            tracing::warn!(job = %self.job, checkpoint = id, error = %error, "snapshot abandoned");
+        }
         self.stats.record(Record {
             id,
             kind: pending.kind,

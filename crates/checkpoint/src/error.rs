@@ -105,6 +105,15 @@ pub enum CheckpointError {
     },
     #[error("checkpoint {id} failed: {reason}")]
     Failed { id: u64, reason: String },
+    /// Written, but its fence refused to record it ([`crate::fence`]): `taken` when the job's
+    /// lease is another copy's (this copy is fenced and stops), else the catalog could not
+    /// say. Never restored.
+    #[error("checkpoint {id} not published: {reason}")]
+    Fenced {
+        id: u64,
+        taken: bool,
+        reason: String,
+    },
     /// The snapshot is complete (its metadata is durable), but committing the sinks' output
     /// failed: a restore of it commits again.
     #[error("committing the output of snapshot {id} failed: {reason}")]

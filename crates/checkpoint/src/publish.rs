@@ -12,6 +12,7 @@ use weir_state::snapshot::{KeyedSnapshot, SnapshotFormat};
 
 use crate::catalog::{JobCheckpoints, join};
 use crate::error::StorageError;
+use crate::fence::Fenced;
 use crate::metadata::{
     CheckpointMetadata, FileRef, KeyedFormat, KeyedHandle, NodeState, SnapshotKind, StateInfo,
     StateRange, StoredSubtask, VERSION, checksum, now_ms,
@@ -143,7 +144,26 @@ pub fn merge_operator_states(
 }
 
 impl Publish {
-    pub(crate) async fn run(mut self) -> Result<Arc<Completed>, String> {
+    pub(crate) async fn run(self) -> Result<Arc<Completed>, Unpublished> {
+        let (fence, catalog, id) = (self.fence.clone(), self.catalog.clone(), self.id);
+        let (dir, completed) = self.write().await.map_err(Unpublished::Failed)?;
+        if let Some(fence) = &fence
+            && let Err(fenced) = fence.publish(id, completed.location.clone()).await
+        {
+            // Never restored (restores go by what the fence recorded): its metadata goes, so
+            // that nothing listing storage mistakes it for a snapshot either.
+            let _ = catalog
+                .storage()
+                .delete(&join(&dir, crate::metadata::METADATA))
+                .await;
+            return Err(Unpublished::Fenced(fenced));
+        }
+        Ok(completed)
+    }
+
+    /// Writes the snapshot's operator state and metadata: its folder, and the snapshot it
+    /// is once the fence (if any) records it.
+    async fn write(mut self) -> Result<(String, Arc<Completed>), String> {
         let dir = self.catalog.dir_key(self.kind, self.id);
         // Few files for every subtask's operator state, in (node, subtask) order, so a
         // restore reads each front to back in one request.
@@ -209,22 +229,22 @@ impl Publish {
             .await
             .map_err(|e| e.to_string())?;
         let location = self.catalog.storage().location(&dir);
-        if let Some(fence) = &self.fence
-            && let Err(fenced) = fence.publish(self.id, location.clone()).await
-        {
-            // Never restored (restores go by what the fence recorded): its metadata goes, so
-            // that nothing listing storage mistakes it for a snapshot either.
-            let _ = self
-                .catalog
-                .storage()
-                .delete(&join(&dir, crate::metadata::METADATA))
-                .await;
-            return Err(format!("not published: {fenced}"));
-        }
-        Ok(Arc::new(Completed {
-            location,
-            metadata,
-            operator_states: self.operator_states,
-        }))
+        Ok((
+            dir,
+            Arc::new(Completed {
+                location,
+                metadata,
+                operator_states: self.operator_states,
+            }),
+        ))
     }
+}
+
+/// Why a snapshot was not published.
+#[derive(Debug)]
+pub(crate) enum Unpublished {
+    /// The fence refused it: the lease is another copy's, or the catalog cannot say.
+    Fenced(Fenced),
+    /// Writing its state or metadata failed.
+    Failed(String),
 }

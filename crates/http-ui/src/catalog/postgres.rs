@@ -248,10 +248,11 @@ impl PgCatalog {
         match written {
             Ok(true) => Ok(()),
             Ok(false) => {
-                tracing::info!(
+                // A fenced copy's document: the fleet said so when it stopped the copy.
+                tracing::debug!(
                     job = row.id,
                     epoch,
-                    "not written: the job's lease is no longer this server's"
+                    "not written: fenced (the job's lease is no longer this server's)"
                 );
                 Ok(())
             }

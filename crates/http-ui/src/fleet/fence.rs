@@ -23,7 +23,7 @@ type Answer<T> = Pin<Box<dyn Future<Output = Result<T, Fenced>> + Send + 'static
 impl JobFence {
     fn refused(&self) -> Fenced {
         Fenced::Taken(format!(
-            "job {}'s lease (epoch {}) is no longer this server's: another server of the fleet runs the job",
+            "fenced: job {}'s lease (epoch {}) was taken over by another server of the fleet, which runs the job now",
             self.job, self.epoch
         ))
     }

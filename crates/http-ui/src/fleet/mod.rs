@@ -836,7 +836,9 @@ impl Fleet {
                     if renewed.elapsed() > self.config.lease_ttl / 2 {
                         let lost: Vec<u64> = self.held().keys().copied().collect();
                         if !lost.is_empty() {
-                            tracing::error!(jobs = ?lost, "the fleet's catalog has not renewed this server's leases for half the lease time: stopping their jobs here");
+                            // The fencing of these copies, said once (at the level every
+                            // fencing is said at).
+                            tracing::warn!(jobs = ?lost, "fenced: the fleet's catalog has not renewed this server's leases for half the lease time; their copies here stop, and another server may take the jobs over");
                         }
                         for job in lost {
                             self.unhold(job);
@@ -933,12 +935,13 @@ impl Fleet {
             .map(|(job, _)| *job)
             .collect();
         for job in lost {
-            tracing::warn!(
-                job,
-                "another server holds this job's lease now: stopping its copy here"
-            );
             self.unhold(job);
-            host.lost(job);
+            if host.lost(job) {
+                tracing::warn!(
+                    job,
+                    "fenced: another server holds this job's lease now; the copy here stops"
+                );
+            }
         }
         let stray: Vec<(u64, u64)> = {
             let held = self.held();

@@ -86,11 +86,13 @@ impl Host {
     /// The fleet gave job `id` to another server (or this one can no longer tell it holds
     /// it): its copy here stops, without writing its end, and the job is no longer listed
     /// here (requests for it go to its new server).
-    pub fn lost(&self, id: u64) {
+    /// Whether a copy was still running here (a copy whose run met the fence itself has
+    /// left already, and said so).
+    pub fn lost(&self, id: u64) -> bool {
         let Some(job) = self.remove(id) else {
-            return;
+            return false;
         };
         job.set_moving();
-        let _ = job.cancel();
+        job.cancel().is_ok()
     }
 }

@@ -94,7 +94,7 @@ const CHECK_STACK_BYTES: usize = 32 << 20;
 pub struct Host {
     config: HostConfig,
     scheduler: Arc<Scheduler>,
-    jobs: RwLock<BTreeMap<u64, Arc<HostedJob>>>,
+    jobs: Arc<RwLock<BTreeMap<u64, Arc<HostedJob>>>>,
     next_id: AtomicU64,
     /// Serialises starts: the checks of [`Self::admit`] and the start they allow cannot
     /// interleave with another start (two running copies of one checkpointed job would share
@@ -183,7 +183,7 @@ impl Host {
             lookups,
             config,
             scheduler,
-            jobs: RwLock::new(BTreeMap::new()),
+            jobs: Arc::new(RwLock::new(BTreeMap::new())),
             next_id: AtomicU64::new(0),
             starting: tokio::sync::Mutex::new(()),
             tasks: Mutex::new(JoinSet::new()),
@@ -455,8 +455,27 @@ impl Host {
         let persister = self.persister.clone();
         let closing = self.closing.clone();
         let leases = self.leases.clone();
+        let jobs = self.jobs.clone();
         self.spawn(async move {
-            job.ended(running.wait().await);
+            let result = running.wait().await;
+            let fenced = leases.is_some() && matches!(&result, Err(e) if e.is_fenced());
+            job.ended(result);
+            if fenced {
+                // Another server runs the job now (the run said so, once): this copy leaves
+                // as one the fleet finds lost does, without writing its end, and its lease
+                // is not this server's to renew or end.
+                job.set_moving();
+                if let Some(leases) = &leases {
+                    leases.lease_ended(job.id);
+                }
+                if let Ok(mut listed) = jobs.write()
+                    && listed.get(&job.id).is_some_and(|j| Arc::ptr_eq(j, &job))
+                {
+                    listed.remove(&job.id);
+                }
+                job.run_ended.notify_waiters();
+                return;
+            }
             persist(persister.as_ref(), &closing, &job);
             if let Some(leases) = &leases
                 && !job.is_moving()
@@ -734,6 +753,11 @@ impl Host {
         // resumes them. The cancellations below are this server's, not the jobs' ends.
         if let Some(persister) = &self.persister {
             for job in self.jobs() {
+                // In a fleet a job that ended was written when it did, and its lease went
+                // with that document: nothing is left to write (nor allowed).
+                if self.leases.is_some() && !job.state().is_live() {
+                    continue;
+                }
                 persister.save(job.stored());
             }
             let writer = self

@@ -37,6 +37,11 @@ pub enum OperatorError {
     /// Stopped because another part of the job failed or went away; not a cause of its own.
     #[error("stopped because another part of the job stopped: {0}")]
     Cancelled(String),
+    /// A newer run of the job took over what this copy writes (a sink's fence: the PostgreSQL
+    /// sink's staging table): this copy must stop for good, and restarting it would fence
+    /// the newer run in turn. The message starts with `fenced:`.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 /// What to do about a failure.
@@ -82,7 +87,7 @@ impl OperatorError {
     /// Whether the job should restart after this failure.
     pub fn retry(&self) -> Retry {
         match self {
-            OperatorError::Data(_) => Retry::Never,
+            OperatorError::Data(_) | OperatorError::Fenced(_) => Retry::Never,
             OperatorError::External { retry, .. } => *retry,
             // A bug may depend on timing or on state that a restore resets: restart (the
             // supervisor logs it as a bug), within the job's budget.
@@ -95,7 +100,7 @@ impl OperatorError {
     pub fn category(&self) -> &'static str {
         match self {
             OperatorError::Data(_) => "data",
-            OperatorError::External { .. } => "external",
+            OperatorError::External { .. } | OperatorError::Fenced(_) => "external",
             OperatorError::Internal(_) => "internal",
             OperatorError::Cancelled(_) => "cancelled",
         }
@@ -117,6 +122,7 @@ impl OperatorError {
             },
             OperatorError::Internal(m) => OperatorError::Internal(format!("{what}: {m}")),
             OperatorError::Cancelled(m) => OperatorError::Cancelled(format!("{what}: {m}")),
+            OperatorError::Fenced(m) => OperatorError::Fenced(format!("{what}: {m}")),
         }
     }
 }

@@ -177,7 +177,10 @@ impl Attempt {
                 secondary.get_or_insert(failure);
                 continue;
             }
-            tracing::error!(error = %failure, "job failed");
+            // A fenced copy is no failure of the job's: the supervisor says so, once.
+            if !matches!(failure.error, OperatorError::Fenced(_)) {
+                tracing::error!(error = %failure, "job failed");
+            }
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
             return Err(failure.into());

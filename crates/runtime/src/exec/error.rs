@@ -76,6 +76,17 @@ impl RunError {
         }
     }
 
+    /// Whether this copy of the job was fenced: another run took over its lease (in a fleet)
+    /// or what one of its sinks writes. It stops for good; the other runs the job.
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            RunError::Fenced(f) => f.is_taken(),
+            RunError::Task(e) => matches!(e.error, OperatorError::Fenced(_)),
+            RunError::Commit { error, .. } => matches!(error, OperatorError::Fenced(_)),
+            _ => false,
+        }
+    }
+
     /// What kind of failure it is, for logs and the exceptions the API lists: `data` (the job
     /// or its input), `external` (a system outside weir), `internal` (a bug in weir), or
     /// `cancelled`.

@@ -184,6 +184,16 @@ impl Run {
                 return Err(failure);
             }
             let category = failure.category();
+            if failure.is_fenced() {
+                // Not this copy's failure: another run of the job took over. One message,
+                // at one level, wherever the fence was met.
+                tracing::warn!(
+                    job = %self.plan.spec.name,
+                    error = %failure,
+                    "fenced: another run of the job took over; this copy stops"
+                );
+                return Err(failure);
+            }
             if failure.retry() == Retry::Never {
                 tracing::error!(
                     job = %self.plan.spec.name,

@@ -60,6 +60,8 @@ impl Manager for PgManager {
 pub struct PgFailure {
     pub message: String,
     pub transient: bool,
+    /// A newer run of the job took over the staging table ([`Self::fenced`]).
+    pub fenced: bool,
 }
 
 impl PgFailure {
@@ -103,7 +105,11 @@ impl PgFailure {
                 m
             }
         };
-        Self { message, transient }
+        Self {
+            message,
+            transient,
+            fenced: false,
+        }
     }
 
     pub fn pool(e: PoolError<tokio_postgres::Error>, table: &str) -> Self {
@@ -112,6 +118,7 @@ impl PgFailure {
             other => Self {
                 transient: other.is_transient().unwrap_or(false),
                 message: format!("connecting to write `{table}`: {other}"),
+                fenced: false,
             },
         }
     }
@@ -120,23 +127,30 @@ impl PgFailure {
     /// (see the module's "Fencing an older copy of the job"): this copy must stop, and a
     /// restart would only fence the newer run in turn.
     pub fn fenced(table: &str) -> Self {
-        Self::permanent(format!(
-            "fenced: a newer run of this job has taken over the staging table of `{table}` \
-             (the job was restarted elsewhere: by another server of the fleet, or in another \
-             process); this copy stops and stages nothing more"
-        ))
+        Self {
+            fenced: true,
+            ..Self::permanent(format!(
+                "fenced: a newer run of this job has taken over the staging table of `{table}` \
+                 (the job was restarted elsewhere: by another server of the fleet, or in \
+                 another process); this copy stops and stages nothing more"
+            ))
+        }
     }
 
     pub fn permanent(message: String) -> Self {
         Self {
             message,
             transient: false,
+            fenced: false,
         }
     }
 
     pub fn into_error(self) -> OperatorError {
         let message = format!("postgres sink: {}", self.message);
-        if self.transient {
+        if self.fenced {
+            // `fenced:` first, as every fencing message starts.
+            OperatorError::Fenced(self.message)
+        } else if self.transient {
             OperatorError::external_message(message)
         } else {
             OperatorError::refused(message, None)

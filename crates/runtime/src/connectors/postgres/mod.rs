@@ -420,6 +420,7 @@ impl Shared {
                                 f.message
                             ),
                             transient: true,
+                            fenced: false,
                         });
                     };
                     tracing::warn!(
