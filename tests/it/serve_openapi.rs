@@ -77,7 +77,7 @@ impl Checker {
 
     /// The document's path template that `uri` is an instance of (the one with the most
     /// literal segments: `/jobs/validate` before `/jobs/{id}`).
-    fn template_of(&self, uri: &str) -> String {
+    pub(crate) fn template_of(&self, uri: &str) -> String {
         let path = uri.split('?').next().unwrap_or(uri);
         let segments: Vec<&str> = path.split('/').collect();
         let mut best: Option<(usize, &String)> = None;

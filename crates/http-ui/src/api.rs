@@ -263,7 +263,21 @@ async fn list_jobs(
             .other_servers_jobs(headers.get(header::AUTHORIZATION))
             .await;
         if let Some(list) = value.get_mut("jobs").and_then(|v| v.as_array_mut()) {
-            list.extend(others);
+            // Once each: an ended job kept by two servers (one took it from the catalog while
+            // the other did not answer) is listed as this server has it, or as the first
+            // other server does.
+            let mut listed: std::collections::HashSet<String> = list
+                .iter()
+                .filter_map(|j| j["id"].as_str().map(str::to_owned))
+                .collect();
+            for job in others {
+                let new = job["id"]
+                    .as_str()
+                    .is_none_or(|id| listed.insert(id.to_owned()));
+                if new {
+                    list.push(job);
+                }
+            }
         }
         if !unanswered.is_empty() {
             value["unanswered"] = serde_json::Value::from(unanswered);
@@ -768,13 +782,26 @@ async fn to_owner(
     if host.job(&id.to_string()).is_ok() {
         return next.run(request).await;
     }
-    match fleet.owner_url(id).await {
-        Ok(Some(url)) if url != fleet.url() => fleet.forwarder.forward(&url, request).await,
-        Ok(_) => next.run(request).await,
-        Err(e) => ApiError::Unavailable(format!(
+    let unavailable = |e: crate::fleet::db::DbError| {
+        ApiError::Unavailable(format!(
             "job {id} is not on this server, and the fleet's catalog cannot say where it is: {e}"
         ))
-        .into_response(),
+        .into_response()
+    };
+    match fleet.owner_url(id).await {
+        Ok(Some(url)) if url != fleet.url() => fleet.forwarder.forward(&url, request).await,
+        Ok(Some(_)) => next.run(request).await,
+        // No lease: the job ended. The server that keeps it answers, or this one, from the
+        // catalog: any server answers for any job of the fleet.
+        Ok(None) => match fleet
+            .find_ended(&host, id, request.headers().get(header::AUTHORIZATION))
+            .await
+        {
+            Ok(Some(url)) => fleet.forwarder.forward(&url, request).await,
+            Ok(None) => next.run(request).await,
+            Err(e) => unavailable(e),
+        },
+        Err(e) => unavailable(e),
     }
 }
 

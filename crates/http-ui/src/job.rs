@@ -166,9 +166,17 @@ pub struct JobInner {
     /// What the catalog last got of the run's progress (status, checkpoints), so that the
     /// sampler writes again only when it changed.
     pub persisted: Option<(JobState, u64)>,
+    /// What the job's runs on other servers counted before this server took it over: the
+    /// job's totals are these and the run's own ([`Self::totals`]).
+    pub carried: crate::catalog::StoredTotals,
 }
 
 impl JobInner {
+    /// The job's counts: what its runs on other servers counted, and this run's.
+    pub fn totals(&self) -> crate::catalog::StoredTotals {
+        self.carried.plus(&self.metrics)
+    }
+
     /// The job's state as shown: a running job whose supervisor waits to restart it after a
     /// failure is `restarting`.
     pub fn current(&self) -> JobState {
@@ -331,6 +339,7 @@ impl HostedJob {
             error: None,
             runs: VecDeque::new(),
             persisted: None,
+            carried: Default::default(),
         };
         inner.run_started(1, now, restored_from);
         HostedJob {
@@ -388,6 +397,15 @@ impl HostedJob {
             error: stored.error.clone(),
             runs: stored.runs.iter().cloned().collect(),
             persisted: None,
+            // A job resumed here (taken over, or its server restarted) goes on from the
+            // totals its document had; an ended one shows its last run's summary on top of
+            // what the runs before it counted elsewhere.
+            carried: if stored_state.is_live() {
+                stored.totals.clone()
+            } else {
+                stored.carried.clone()
+            }
+            .unwrap_or_default(),
         };
         HostedJob {
             id: stored.id,
@@ -505,6 +523,8 @@ impl HostedJob {
                 .as_ref()
                 .and_then(|summary| serde_json::to_value(summary).ok()),
             epoch: self.lease(),
+            carried: Some(s.carried.clone()).filter(|c| *c != Default::default()),
+            totals: Some(s.totals()),
         }
     }
 

@@ -390,7 +390,7 @@ impl HostedJob {
             started_at: s.started_at,
             ended_at: s.ended_at,
             duration_ms: s.ended_at.unwrap_or(now) - s.started_at,
-            events: s.metrics.events(),
+            events: s.carried.events + s.metrics.events(),
             events_per_second: if s.state.is_live() {
                 last_two(s)
                     .map(|(a, b)| rate(a.events, b.events, b.at - a.at))
@@ -493,8 +493,8 @@ impl HostedJob {
                     parallelism: n.subtasks.len(),
                     status,
                     subtasks_finished: finished,
-                    records_in: n.sum(|t| &t.records_in),
-                    records_out: n.sum(|t| &t.records_out),
+                    records_in: s.carried.node(&n.name).records_in + n.sum(|t| &t.records_in),
+                    records_out: s.carried.node(&n.name).records_out + n.sum(|t| &t.records_out),
                     rate_in: last(&history.rate_in).unwrap_or(0.0),
                     rate_out: last(&history.rate_out).unwrap_or(0.0),
                     backpressure: last(&history.backpressure).unwrap_or(0.0),

@@ -131,6 +131,63 @@ pub struct StoredJob {
     /// writes it only while that lease is the writer's ([`postgres`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
+    /// What the job's runs on other servers counted before its current (or last) run began
+    /// (a takeover): shown added to the run's own counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<StoredTotals>,
+    /// The job's counts when the document was written: `carried` and the current run's. A
+    /// server that takes the job over carries these on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<StoredTotals>,
+}
+
+/// A job's counts: events its sources read, records in and out of each node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StoredTotals {
+    pub events: u64,
+    #[serde(default)]
+    pub nodes: Vec<NodeTotals>,
+}
+
+/// One node's counts in [`StoredTotals`], by its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NodeTotals {
+    pub name: String,
+    pub records_in: u64,
+    pub records_out: u64,
+}
+
+impl StoredTotals {
+    /// `self` and `metrics`' counts together.
+    pub fn plus(&self, metrics: &weir_runtime::api::JobMetrics) -> StoredTotals {
+        let nodes = metrics
+            .nodes
+            .iter()
+            .map(|n| {
+                let before = self.node(&n.name);
+                NodeTotals {
+                    name: n.name.clone(),
+                    records_in: before.records_in + n.sum(|t| &t.records_in),
+                    records_out: before.records_out + n.sum(|t| &t.records_out),
+                }
+            })
+            .collect();
+        StoredTotals {
+            events: self.events + metrics.events(),
+            nodes,
+        }
+    }
+
+    /// Node `name`'s counts (none if it has none).
+    pub fn node(&self, name: &str) -> NodeTotals {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 /// Runs remembered per job.
@@ -415,6 +472,8 @@ mod tests {
             savepoints: Vec::new(),
             summary: None,
             epoch: None,
+            carried: None,
+            totals: None,
         }
     }
 

@@ -124,6 +124,45 @@ impl Fleet {
         });
     }
 
+    /// Finds a job of the catalog that no server holds a lease on (it ended) for a request
+    /// about it here: the URL of the live server that keeps it, if one does (asked in turn,
+    /// each within a few seconds); else this server keeps it from now on, read from the
+    /// catalog ([`Host::adopt_ended`]), and `None` is the answer: ask here. A job the catalog
+    /// does not have, or one still live (between two servers, its lease handed over), is
+    /// left for the request to find missing or to ask again.
+    pub(crate) async fn find_ended(
+        &self,
+        host: &Arc<Host>,
+        id: u64,
+        authorization: Option<&axum::http::HeaderValue>,
+    ) -> Result<Option<String>, DbError> {
+        let Some(row) = self.document(id).await? else {
+            return Ok(None);
+        };
+        let ended = crate::lifecycle::JobState::from_name(&row.state).is_none_or(|s| !s.is_live());
+        if !ended {
+            return Ok(None);
+        }
+        let path = format!("/api/v1/jobs/{id}");
+        for url in self.other_live_urls().await? {
+            if self
+                .forwarder
+                .read_json(&url, &path, authorization)
+                .await
+                .is_ok()
+            {
+                return Ok(Some(url));
+            }
+        }
+        match row.job(self.url()) {
+            Ok(stored) => host.adopt_ended(stored).await,
+            Err(e) => {
+                tracing::warn!(job = id, error = %e, "a job of the catalog cannot be read");
+            }
+        }
+        Ok(None)
+    }
+
     /// Moves every job of this server to the others of the fleet, for an upgrade or a
     /// shutdown without downtime: the server stops taking jobs, then each job in turn stops
     /// with a savepoint (jobs without checkpoints are cancelled) and its lease is handed to

@@ -160,6 +160,7 @@ pub struct FleetView {
     /// This server's URL.
     pub server: String,
     pub lease_ttl_ms: u64,
+    /// One per URL: a server restarted on its URL is listed as its newest process.
     pub servers: Vec<ServerView>,
     pub jobs: Vec<FleetJobView>,
 }
@@ -673,12 +674,15 @@ impl Fleet {
                 Box::pin(async move {
                     let servers = c
                         .query(
-                            "SELECT s.id, s.url,
+                            // One entry per server (URL): a server restarted on its URL
+                            // is its newest process, not also the old one's row, which stays
+                            // until it is forgotten (its leases are taken over meanwhile).
+                            "SELECT DISTINCT ON (s.url) s.id, s.url,
                                     (EXTRACT(EPOCH FROM clock_timestamp() - s.heartbeat_at) * 1000)::BIGINT,
                                     s.draining, COALESCE(SUM(l.subtasks), 0)::BIGINT, COUNT(l.job_id)
                              FROM weir_servers s LEFT JOIN weir_leases l ON l.owner = s.id
                              GROUP BY s.id, s.url, s.heartbeat_at, s.draining
-                             ORDER BY s.url, s.id",
+                             ORDER BY s.url, s.heartbeat_at DESC, s.id",
                             &[],
                         )
                         .await?;

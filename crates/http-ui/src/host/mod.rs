@@ -673,6 +673,14 @@ impl Host {
         Ok(count)
     }
 
+    /// In a fleet, keeps `stored` here, read from the fleet's catalog: a job that ended on a
+    /// server that no longer has it (restarted since), asked about here. Nothing runs: its
+    /// document is shown as the catalog holds it, and a restart runs it on this server.
+    pub(crate) async fn adopt_ended(self: &Arc<Self>, stored: StoredJob) {
+        debug_assert!(JobState::from_name(&stored.state).is_none_or(|s| !s.is_live()));
+        self.recover_one(stored).await;
+    }
+
     async fn recover_one(self: &Arc<Self>, stored: StoredJob) {
         let resume = JobState::from_name(&stored.state).is_some_and(|s| {
             matches!(

@@ -68,6 +68,13 @@ impl NexmarkSource {
         metrics: Arc<SubtaskMetrics>,
     ) -> Self {
         let at = |i: usize| want.get(i).copied().unwrap_or(false);
+        // Progress is where the splits are, restored positions included: a job resumed from
+        // a snapshot (on another server, or after a restart) shows how far its input is, not
+        // how much of it this run read.
+        let at_start: u64 = splits.iter().map(Split::position).sum();
+        metrics
+            .progress
+            .store(at_start, std::sync::atomic::Ordering::Relaxed);
         Self {
             splits,
             want: Kinds {
