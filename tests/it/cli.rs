@@ -423,25 +423,44 @@ fn wide_job(parallelism: u32, exchanges: usize) -> String {
     text
 }
 
+/// The footprint check's estimate of a channel (`plan::footprint::channel_bytes`) is what a
+/// channel takes, within a factor of two: the growth of a run's peak memory from parallelism
+/// 128 to 512 across one exchange (245,760 more channels, and 384 more subtasks per node),
+/// per channel. Were a channel to grow (a larger message, a larger capacity default) and the
+/// estimate not with it, the refusal would let through jobs that take the machine.
+#[test]
+fn a_channels_estimate_is_within_a_factor_of_two_of_what_it_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = wide_run_peak_kb(dir.path(), 128);
+    let large = wide_run_peak_kb(dir.path(), 512);
+    let channels = 512u64 * 512 - 128 * 128;
+    let measured = large.saturating_sub(small) * 1024 / channels;
+    let estimate = weir_runtime::plan::footprint::channel_bytes(1, 8);
+    assert!(
+        measured * 2 >= estimate && measured <= estimate * 2,
+        "a channel takes {measured} bytes (peaks {small} kB at 128, {large} kB at 512); \
+         the footprint check counts {estimate}"
+    );
+}
+
 /// The largest parallelism a job file may ask (1,024) with a keyed exchange runs in bounded
 /// memory and time (it went past 3 GB in three seconds; its million channels now take about
 /// 1.8 GB); a job whose exchanges would take more than a quarter of the machine's memory is
 /// refused before it starts, at its `parallelism`, naming the widest exchange.
-#[test]
-fn the_widest_job_a_file_may_ask_runs_bounded_or_is_refused_before_it_starts() {
-    let dir = tempfile::tempdir().unwrap();
-    let one = dir.path().join("one.yaml");
-    std::fs::write(&one, wide_job(1024, 1)).unwrap();
+/// Runs `wide_job(parallelism, 1)` in `dir` to its end, within 90 s: its peak resident size
+/// in kB (the kernel's high-water mark, read while it runs).
+fn wide_run_peak_kb(dir: &std::path::Path, parallelism: u32) -> u64 {
+    let file = dir.join(format!("wide-{parallelism}.yaml"));
+    std::fs::write(&file, wide_job(parallelism, 1)).unwrap();
     let started = Instant::now();
     let mut child = weir()
         .args(["run", "--quiet"])
-        .arg(&one)
-        .env("WEIR_DATA_DIR", dir.path())
+        .arg(&file)
+        .env("WEIR_DATA_DIR", dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The peak resident size, read while it runs (the kernel's high-water mark).
     let mut peak_kb = 0u64;
     while child.try_wait().unwrap().is_none() {
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", child.id())) {
@@ -453,7 +472,7 @@ fn the_widest_job_a_file_may_ask_runs_bounded_or_is_refused_before_it_starts() {
         }
         assert!(
             started.elapsed() < Duration::from_secs(90),
-            "parallelism 1024 still running after 90 s"
+            "parallelism {parallelism} still running after 90 s"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -463,6 +482,13 @@ fn the_widest_job_a_file_may_ask_runs_bounded_or_is_refused_before_it_starts() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    peak_kb
+}
+
+#[test]
+fn the_widest_job_a_file_may_ask_runs_bounded_or_is_refused_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let peak_kb = wide_run_peak_kb(dir.path(), 1024);
     assert!(
         peak_kb > 0 && peak_kb < 2_600_000,
         "parallelism 1024 peaked at {peak_kb} kB"

@@ -146,8 +146,8 @@ pub fn instantiate(
     }
 
     // Channels of every unchained edge: senders[(v, k)][from subtask] lists one sender per
-    // receiving subtask; receivers[v][subtask] collects (receiver, logical input). The plan's
-    // footprint check counts them the same way (`plan::footprint::channels`).
+    // receiving subtask; receivers[v][subtask] collects (receiver, logical input). Linked by
+    // the rule the plan's footprint check counts them by (`plan::footprint::wiring`).
     let mut senders: HashMap<(usize, usize), Vec<Vec<Sender<Message>>>> = HashMap::new();
     let mut receivers: Vec<Vec<Vec<GateInput>>> = nodes
         .iter()
@@ -155,11 +155,12 @@ pub fn instantiate(
         .collect();
     for (v, node) in nodes.iter().enumerate() {
         for (k, e) in node.inputs.iter().enumerate() {
-            if chains.chained[v][k] {
+            let wiring = crate::plan::footprint::wiring(plan, v, k);
+            if wiring == crate::plan::footprint::Wiring::Chained {
                 continue;
             }
             let up = nodes[e.from].parallelism;
-            let forward = e.key.is_none() && up == node.parallelism;
+            let forward = wiring == crate::plan::footprint::Wiring::Forward;
             let mut per_sender: Vec<Vec<Sender<Message>>> = vec![Vec::new(); up];
             for (i, list) in per_sender.iter_mut().enumerate() {
                 let targets: Vec<usize> = if forward {

@@ -34,33 +34,56 @@ pub struct Channels {
     pub widest: Option<(String, usize, usize)>,
 }
 
+/// How the subtasks of an edge's two sides are linked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wiring {
+    /// The two nodes run in one task: calls, no channel.
+    Chained,
+    /// Subtask i to subtask i, one channel each (no key, the same parallelism).
+    Forward,
+    /// Every subtask of one side to every subtask of the other (a key, or a change of
+    /// parallelism).
+    Exchange,
+}
+
+/// How input `k` of node `v` is linked: the one rule `exec::instantiate` makes the channels
+/// by and [`channels`] counts them by.
+pub fn wiring(plan: &Plan, v: usize, k: usize) -> Wiring {
+    let chained = plan
+        .chains
+        .chained
+        .get(v)
+        .and_then(|c| c.get(k))
+        .copied()
+        .unwrap_or(false);
+    let node = &plan.nodes[v];
+    match node.inputs.get(k) {
+        _ if chained => Wiring::Chained,
+        Some(edge)
+            if edge.key.is_none() && plan.nodes[edge.from].parallelism == node.parallelism =>
+        {
+            Wiring::Forward
+        }
+        _ => Wiring::Exchange,
+    }
+}
+
 /// Counts the channels `plan` makes when it starts: one per subtask on a forward edge, the
-/// product of the two sides' parallelisms on an exchange, none on a chained edge (as
-/// `exec::instantiate` makes them: the two must change together).
+/// product of the two sides' parallelisms on an exchange, none on a chained edge (by
+/// [`wiring`], as `exec::instantiate` makes them).
 pub fn channels(plan: &Plan) -> Channels {
     let mut count = 0u64;
     let mut widest: Option<(String, usize, usize, u64)> = None;
     for (v, node) in plan.nodes.iter().enumerate() {
         for (k, edge) in node.inputs.iter().enumerate() {
-            if plan
-                .chains
-                .chained
-                .get(v)
-                .and_then(|c| c.get(k))
-                .copied()
-                .unwrap_or(false)
-            {
-                continue;
-            }
             let up = plan.nodes[edge.from].parallelism;
-            let forward = edge.key.is_none() && up == node.parallelism;
-            let n = if forward {
-                up as u64
-            } else {
-                (up as u64).saturating_mul(node.parallelism as u64)
+            let n = match wiring(plan, v, k) {
+                Wiring::Chained => continue,
+                Wiring::Forward => up as u64,
+                Wiring::Exchange => (up as u64).saturating_mul(node.parallelism as u64),
             };
             count = count.saturating_add(n);
-            if !forward && widest.as_ref().is_none_or(|w| n > w.3) {
+            if wiring(plan, v, k) == Wiring::Exchange && widest.as_ref().is_none_or(|w| n > w.3) {
                 widest = Some((node.name.clone(), up, node.parallelism, n));
             }
         }
