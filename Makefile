@@ -147,6 +147,7 @@ bench: build-bench
 	scripts/pg-cluster.sh start $$pg $$port || { rm -rf $$pg; echo "bench postgres: could not start a throwaway PostgreSQL (scripts/pg-cluster.sh; apt-get install postgresql)" >&2; exit 1; }; \
 	$(WEIR) bench postgres --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres"; status=$$?; \
 	scripts/pg-cluster.sh stop $$pg; rm -rf $$pg; exit $$status
+	scripts/bench-stage-fence.sh
 
 ## Nexmark q0–q9, q11 and q14–q22 on Apache Flink beside weir (issue 26; not part of `make
 ## test`): the same JSON-lines file (made once if missing), Flink SQL texts in
