@@ -234,8 +234,30 @@ async fn list_jobs(
     State(fleet): State<Option<Arc<Fleet>>>,
     headers: axum::http::HeaderMap,
 ) -> Result<Masked<JobList>, ApiError> {
-    let jobs = host.jobs();
+    // In a fleet, the other servers' jobs too (each list masked by its own server), asked
+    // first: an ended job of the catalog that no server keeps any more (its server restarted
+    // since) is then kept here, so that the list is every job of the catalog. A list asked
+    // for by another server is this server's alone.
     let here = fleet.as_ref().map(|f| f.url().to_owned());
+    let fleet = fleet.filter(|_| !crate::fleet::forward::was_forwarded(&headers));
+    let mut others = Vec::new();
+    let mut unanswered = Vec::new();
+    if let Some(fleet) = &fleet {
+        (others, unanswered) = fleet
+            .other_servers_jobs(headers.get(header::AUTHORIZATION))
+            .await;
+        if unanswered.is_empty() {
+            let mut kept: std::collections::HashSet<u64> = others
+                .iter()
+                .filter_map(|j| j["id"].as_str().and_then(crate::host::parse_id))
+                .collect();
+            kept.extend(host.jobs().iter().map(|j| j.id));
+            if let Err(e) = fleet.adopt_unkept(&host, &kept).await {
+                unanswered.push(format!("the fleet's catalog: {e}"));
+            }
+        }
+    }
+    let jobs = host.jobs();
     let list = JobList {
         jobs: jobs
             .iter()
@@ -254,14 +276,7 @@ async fn list_jobs(
             job.secrets.mask_json(overview);
         }
     }
-    // In a fleet, the other servers' jobs too (each list masked by its own server). A list
-    // asked for by another server is this server's alone.
-    if let Some(fleet) = fleet
-        && !crate::fleet::forward::was_forwarded(&headers)
-    {
-        let (others, unanswered) = fleet
-            .other_servers_jobs(headers.get(header::AUTHORIZATION))
-            .await;
+    if fleet.is_some() {
         if let Some(list) = value.get_mut("jobs").and_then(|v| v.as_array_mut()) {
             // Once each: an ended job kept by two servers (one took it from the catalog while
             // the other did not answer) is listed as this server has it, or as the first

@@ -154,13 +154,37 @@ impl Fleet {
                 return Ok(Some(url));
             }
         }
+        self.adopt(host, row).await;
+        Ok(None)
+    }
+
+    /// Keeps here every job of the catalog that ended and is not in `kept` (the jobs this
+    /// server and the others listed): for a jobs list that is the whole catalog's.
+    pub(crate) async fn adopt_unkept(
+        &self,
+        host: &Arc<Host>,
+        kept: &std::collections::HashSet<u64>,
+    ) -> Result<(), DbError> {
+        for (id, state) in self.unleased().await? {
+            let ended = crate::lifecycle::JobState::from_name(&state).is_none_or(|s| !s.is_live());
+            if !ended || kept.contains(&id) {
+                continue;
+            }
+            if let Some(row) = self.document(id).await? {
+                self.adopt(host, row).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn adopt(&self, host: &Arc<Host>, row: crate::catalog::Row) {
+        let id = row.id;
         match row.job(self.url()) {
             Ok(stored) => host.adopt_ended(stored).await,
             Err(e) => {
                 tracing::warn!(job = id, error = %e, "a job of the catalog cannot be read");
             }
         }
-        Ok(None)
     }
 
     /// Moves every job of this server to the others of the fleet, for an upgrade or a

@@ -636,6 +636,28 @@ impl Fleet {
             .await
     }
 
+    /// The jobs of the catalog no server holds a lease on, with the state their documents
+    /// say.
+    pub(crate) async fn unleased(&self) -> Result<Vec<(u64, String)>, DbError> {
+        self.ops
+            .run("reading the jobs without a lease", |c| {
+                Box::pin(async move {
+                    let rows = c
+                        .query(
+                            "SELECT j.id, j.state FROM weir_jobs j
+                             LEFT JOIN weir_leases l ON l.job_id = j.id
+                             WHERE l.job_id IS NULL ORDER BY j.id",
+                            &[],
+                        )
+                        .await?;
+                    rows.iter()
+                        .map(|r| Ok((id_of(r.try_get(0)?), r.try_get(1)?)))
+                        .collect()
+                })
+            })
+            .await
+    }
+
     /// Job `id`'s document, as the catalog holds it.
     pub(crate) async fn document(&self, id: u64) -> Result<Option<crate::catalog::Row>, DbError> {
         self.ops
