@@ -485,6 +485,7 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
         assert!(listed.contains(&id.as_str()), "job {id} listed: {list}");
         let job = restarted.checked("GET", &format!("/api/v1/jobs/{id}"));
         assert_eq!(job["state"], "finished", "job {id}: {job}");
+        assert_eq!(job["progress"].as_f64(), Some(1.0), "job {id}: {job}");
         assert!(
             job["events"].as_u64().unwrap_or(0) >= EVENTS * 9 / 10,
             "job {id}: {job}"

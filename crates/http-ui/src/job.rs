@@ -169,6 +169,9 @@ pub struct JobInner {
     /// What the job's runs on other servers counted before this server took it over: the
     /// job's totals are these and the run's own ([`Self::totals`]).
     pub carried: crate::catalog::StoredTotals,
+    /// An ended job read back from the catalog: where its input was when it ended (the
+    /// counters read back do not say).
+    pub ended_progress: Option<[u64; 2]>,
 }
 
 impl JobInner {
@@ -340,6 +343,7 @@ impl HostedJob {
             runs: VecDeque::new(),
             persisted: None,
             carried: Default::default(),
+            ended_progress: None,
         };
         inner.run_started(1, now, restored_from);
         HostedJob {
@@ -406,6 +410,11 @@ impl HostedJob {
                 stored.carried.clone()
             }
             .unwrap_or_default(),
+            ended_progress: stored
+                .totals
+                .as_ref()
+                .and_then(|t| t.progress)
+                .filter(|_| !stored_state.is_live()),
         };
         HostedJob {
             id: stored.id,

@@ -376,7 +376,10 @@ impl HostedJob {
     fn overview_of(&self, s: &JobInner) -> JobOverview {
         let plan = self.plan();
         let now = now_ms();
-        let (done, total) = s.metrics.progress();
+        let (done, total) = match (s.metrics.progress(), s.ended_progress) {
+            ((_, None), Some([done, total])) => (done, Some(total)),
+            (known, _) => known,
+        };
         let watermark = known(s.metrics.watermark());
         JobOverview {
             id: self.id.to_string(),

@@ -148,6 +148,9 @@ pub struct StoredTotals {
     pub events: u64,
     #[serde(default)]
     pub nodes: Vec<NodeTotals>,
+    /// Where the job's input was, of how much, when every source knows its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<[u64; 2]>,
 }
 
 /// One node's counts in [`StoredTotals`], by its name.
@@ -174,9 +177,14 @@ impl StoredTotals {
                 }
             })
             .collect();
+        let progress = match metrics.progress() {
+            (done, Some(total)) => Some([done, total]),
+            (_, None) => self.progress,
+        };
         StoredTotals {
             events: self.events + metrics.events(),
             nodes,
+            progress,
         }
     }
 
