@@ -238,8 +238,6 @@ fn is_api_key(key: &str) -> bool {
 /// What a masked value reads as.
 pub const MASK: &str = "******";
 
-const SENSITIVE: [&str; 4] = ["password", "secret", "token", "credential"];
-
 /// The secret values of one job, longest first (so that a secret containing another is masked
 /// whole).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -614,8 +612,7 @@ impl std::io::Write for MaskedStderr {
 }
 
 fn is_sensitive(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    SENSITIVE.iter().any(|word| key.contains(word))
+    weir_runtime::api::connector::names_a_secret(key)
 }
 
 /// The passwords of a connection string: each as written (quotes included) and, if quoted,

@@ -98,6 +98,18 @@ pub struct Location {
     pub path: String,
 }
 
+/// Words in a key's name that make its value a secret, whatever the case (`password`,
+/// `sasl.password`, `ssl.key.password`, `client-secret`, `token`, `credentials-file`): the one
+/// list a job file's keys and a Kafka client's properties are both judged by.
+pub const SECRET_WORDS: [&str; 4] = ["password", "secret", "token", "credential"];
+
+/// Whether `name` (a key of a job file, a client property) names a secret: it holds one of
+/// [`SECRET_WORDS`], in any case.
+pub fn names_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_WORDS.iter().any(|word| name.contains(word))
+}
+
 /// A value of a spec that is a secret: masked in everything a server shows about the job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Secret {

@@ -137,11 +137,9 @@ const SERVER_REFUSED_PROPERTIES: &[&str] = &[
     "ssl.providers",
 ];
 
-/// Words in a property's name that make its value a secret (`sasl.password`,
-/// `ssl.key.password`, `sasl.oauthbearer.client.secret`).
-const SECRET_WORDS: [&str; 4] = ["password", "secret", "token", "credential"];
-
-/// Secret properties whose names hold none of [`SECRET_WORDS`]: a private key given inline.
+/// Secret properties whose names hold none of the secret words
+/// ([`crate::api::connector::SECRET_WORDS`]: `sasl.password`, `ssl.key.password`,
+/// `sasl.oauthbearer.client.secret` do): a private key given inline.
 const SECRET_PROPERTIES: [&str; 2] = ["ssl.key.pem", "ssl_key.pem"];
 
 /// What a Kafka client of a job reaches and holds, for a server: its brokers, the properties
@@ -185,8 +183,8 @@ impl Client<'_> {
         self.properties
             .iter()
             .filter(|(k, _)| {
-                let k = k.to_ascii_lowercase();
-                SECRET_WORDS.iter().any(|w| k.contains(w)) || SECRET_PROPERTIES.contains(&&*k)
+                crate::api::connector::names_a_secret(k)
+                    || SECRET_PROPERTIES.contains(&&*k.to_ascii_lowercase())
             })
             .map(|(_, v)| Secret::Value(v.clone()))
             .collect()
