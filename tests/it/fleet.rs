@@ -188,6 +188,17 @@ impl Server {
     }
 }
 
+/// The URLs of the servers a fleet view (`GET /api/v1/fleet`) shows alive.
+fn alive(view: &Value) -> Vec<&str> {
+    view["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["alive"] == true)
+        .filter_map(|s| s["url"].as_str())
+        .collect()
+}
+
 /// The fleet's jobs by id: (name, state, server).
 fn jobs(view: &Value) -> BTreeMap<String, (String, String, Option<String>)> {
     view["jobs"]
@@ -438,10 +449,7 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
         .unwrap();
     let restarted = Server::start_on(dir.path(), "restarted", port, &url, &allow, &s3.env());
     let fleet = restarted.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
-        v["servers"].as_array().is_some_and(|all| {
-            all.iter()
-                .any(|s| s["url"] == victim_url.as_str() && s["alive"] == true)
-        })
+        alive(v).contains(&victim_url.as_str())
     });
     let urls: Vec<&str> = fleet["servers"]
         .as_array()
@@ -469,9 +477,7 @@ fn a_killed_servers_jobs_and_a_drained_servers_jobs_move_losing_and_repeating_no
     // (The list waits for the fleet to see the others gone: a server that does not answer
     // but may be alive keeps its jobs, and is named under `unanswered`.)
     restarted.wait("/api/v1/fleet", Duration::from_secs(30), |v| {
-        v["servers"]
-            .as_array()
-            .is_some_and(|all| all.iter().filter(|s| s["alive"] == true).count() == 1)
+        alive(v).len() == 1
     });
     let list = restarted.checked("GET", "/api/v1/jobs");
     let listed: Vec<&str> = list["jobs"]
@@ -594,11 +600,7 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     // names a live server of the fleet, so first the second must be one in the first's view
     // (on a loaded machine its first heartbeat may come after its HTTP port opens).
     first.wait("/api/v1/fleet", Duration::from_secs(60), |v| {
-        v["servers"].as_array().is_some_and(|servers| {
-            servers
-                .iter()
-                .any(|s| s["url"] == second.base.as_str() && s["alive"] == true)
-        })
+        alive(v).contains(&second.base.as_str())
     });
     let mut names = Vec::new();
     let connection = sink_connection(cluster.port());
@@ -685,11 +687,7 @@ fn a_paused_server_and_a_server_cut_off_from_the_catalog_commit_nothing_after_th
     // (Once the woken server's heartbeat says it is alive again: a placement names a live
     // server.)
     first.wait("/api/v1/fleet", Duration::from_secs(60), |v| {
-        v["servers"].as_array().is_some_and(|servers| {
-            servers
-                .iter()
-                .any(|s| s["url"] == second.base.as_str() && s["alive"] == true)
-        })
+        alive(v).contains(&second.base.as_str())
     });
     let name = "cut_off".to_string();
     let (job, mut overrides) = q5(&name, None, "ck", EVENTS);

@@ -62,4 +62,10 @@ impl JobState {
     pub fn from_name(name: &str) -> Option<JobState> {
         JobState::ALL.into_iter().find(|s| s.name() == name)
     }
+
+    /// Whether a state written as `name` (a catalog row's) is one the job ended in: any but
+    /// a live one, a name this weir does not know included.
+    pub fn ended_name(name: &str) -> bool {
+        JobState::from_name(name).is_none_or(|s| !s.is_live())
+    }
 }

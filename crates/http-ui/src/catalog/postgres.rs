@@ -214,7 +214,7 @@ impl PgCatalog {
             );
             return Ok(());
         };
-        let ended = crate::lifecycle::JobState::from_name(&row.state).is_none_or(|s| !s.is_live());
+        let ended = crate::lifecycle::JobState::ended_name(&row.state);
         let mut guard = self.client().await?;
         let Some(conn) = guard.as_mut() else {
             return Err(self.gone());

@@ -139,7 +139,7 @@ impl Fleet {
         let Some(row) = self.document(id).await? else {
             return Ok(None);
         };
-        let ended = crate::lifecycle::JobState::from_name(&row.state).is_none_or(|s| !s.is_live());
+        let ended = crate::lifecycle::JobState::ended_name(&row.state);
         if !ended {
             return Ok(None);
         }
@@ -166,7 +166,7 @@ impl Fleet {
         kept: &std::collections::HashSet<u64>,
     ) -> Result<(), DbError> {
         for (id, state) in self.unleased().await? {
-            let ended = crate::lifecycle::JobState::from_name(&state).is_none_or(|s| !s.is_live());
+            let ended = crate::lifecycle::JobState::ended_name(&state);
             if !ended || kept.contains(&id) {
                 continue;
             }

@@ -677,7 +677,7 @@ impl Host {
     /// server that no longer has it (restarted since), asked about here. Nothing runs: its
     /// document is shown as the catalog holds it, and a restart runs it on this server.
     pub(crate) async fn adopt_ended(self: &Arc<Self>, stored: StoredJob) {
-        debug_assert!(JobState::from_name(&stored.state).is_none_or(|s| !s.is_live()));
+        debug_assert!(JobState::ended_name(&stored.state));
         self.recover_one(stored).await;
     }
 
