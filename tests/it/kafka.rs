@@ -219,6 +219,120 @@ fn reads_every_partition_once_with_its_metadata() {
     assert_eq!(summary.events, 3000, "{summary:?}");
 }
 
+/// Records of a topic created while the job runs (found by `topic-pattern`'s discovery) are
+/// read once, beside those of the topic that was there at the start, each with the topic,
+/// headers and timestamp it was produced with.
+#[test]
+fn a_topic_created_while_running_is_read_with_headers_and_timestamps() {
+    let broker = Broker::start();
+    broker.create_topic("ev-a", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let out = out_dir();
+    let file = job(
+        dir.path(),
+        "job.yaml",
+        &format!(
+            "name: kafka-discover\nparallelism: 2\ncheckpoint:\n  interval: 200ms\nsources:\n  \
+             in:\n    kind: kafka\n    bootstrap-servers: {}\n    topic-pattern: \"ev-.*\"\n    \
+             partition-discovery: 300ms\n    schema: {{id: int}}\n    metadata: {{t: topic, h: \
+             headers, ts: timestamp}}\nsinks:\n  out:\n    kind: file\n    from: in\n    path: \
+             {}\n",
+            broker.servers(),
+            out.path().display()
+        ),
+    );
+    let mut child = weir(dir.path())
+        .arg("run")
+        .arg(&file)
+        .arg("--quiet")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker.servers())
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    // Record `i`: its headers (the second's value null for every third), and its timestamp.
+    let base = 1_700_000_000_000i64;
+    let produce = |topic: &str, partitions: i32, ids: std::ops::Range<i64>| {
+        for i in ids {
+            let value = json!({"id": i}).to_string();
+            let mut headers =
+                rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                    key: "n",
+                    value: Some(format!("v{i}").as_str()),
+                });
+            headers = headers.insert(rdkafka::message::Header::<&str> {
+                key: "maybe",
+                value: (i % 3 != 0).then_some("x"),
+            });
+            let record = BaseRecord::<str, str>::to(topic)
+                .payload(value.as_str())
+                .partition((i % i64::from(partitions)) as i32)
+                .timestamp(base + i * 1000)
+                .headers(headers);
+            send(&producer, record);
+        }
+        producer.flush(Duration::from_secs(60)).unwrap();
+    };
+    produce("ev-a", 2, 0..200);
+    // Committed rows so far (the file sink's finished parts).
+    let committed = |dir: &Path| -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .map(|p| std::fs::read_to_string(p).unwrap().lines().count())
+            .sum()
+    };
+    let wait_for = |rows: usize| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while committed(out.path()) < rows {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {rows} rows after 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for(200);
+    broker.create_topic("ev-b", 3);
+    produce("ev-b", 3, 200..500);
+    wait_for(500);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    // Read without a failure: a record of the new topic outside the reader's queue would
+    // fail the job (and its restart would read the records anyway).
+    assert!(
+        !stderr.contains("ERROR") && !stderr.contains("restart"),
+        "{stderr}"
+    );
+    // Headers as a JSON object in the order they were produced; timestamps as milliseconds.
+    let expected = (0..500i64).map(|i| {
+        let maybe = if i % 3 != 0 { "\"x\"" } else { "null" };
+        json!({
+            "id": i,
+            "t": if i < 200 { "ev-a" } else { "ev-b" },
+            "h": format!("{{\"n\":\"v{i}\",\"maybe\":{maybe}}}"),
+            "ts": base + i * 1000,
+        })
+    });
+    assert_same_rows(
+        "a topic found while running",
+        &multiset(read_parts(out.path())),
+        &multiset(expected),
+    );
+}
+
 #[test]
 fn bad_records_fail_naming_their_place_or_are_skipped() {
     let broker = Broker::start();

@@ -30,6 +30,10 @@
 //! `read_committed` consumers once. Transactional ids are `<prefix>-<writer>`: a restarted job
 //! fences its previous incarnation and aborts whatever it left open. See [`sink`].
 
+// The runtime's one module with `unsafe`: librdkafka's batch consume, which rust-rdkafka does
+// not wrap (see its docs).
+#[allow(unsafe_code)]
+mod fetch;
 pub mod sink;
 pub mod source;
 pub mod spec;

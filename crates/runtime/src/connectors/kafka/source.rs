@@ -5,10 +5,11 @@
 //! A subtask is two halves. [`KafkaSourceFactory::create`] (once per subtask and attempt) asks
 //! the cluster for the topics' partitions, keeps the ones the subtask owns, resolves where each
 //! starts (the restored offset, else `start-from`) and, for `stop-at: latest`, where it ends;
-//! then it starts the subtask's [`Reader`] on a thread of its own. The reader polls its
-//! consumer, decodes records into batches and sends each batch with the positions after it
-//! over a bounded channel to the [`PartitionedSource`], which the task polls: what the source's
-//! snapshot says is exactly what the task has emitted.
+//! then it starts the subtask's [`Reader`] on a thread of its own. The reader takes its
+//! partitions' records a batch at a time from a queue of its own ([`super::fetch`]), decodes
+//! them into batches and sends each batch with the positions after it over a bounded channel
+//! to the [`PartitionedSource`], which the task polls: what the source's snapshot says is
+//! exactly what the task has emitted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Headers;
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message};
 
+use super::fetch::{Record, RecordQueue};
 use super::spec::{KafkaMetadata, KafkaSourceSpec, StartFrom, StartPosition, StopAt};
 use super::{Closing, REQUEST_TIMEOUT, RecordMeta, client_config, external};
 use crate::api::{OperatorError, Source, SourceFactory, SubtaskContext, SubtaskMetrics};
@@ -31,9 +32,21 @@ use crate::connectors::partitioned::{
     self, Fetched, MAX_BATCH_DELAY, Part, PartitionedSource, Parts, Position, REPORT_EVERY, owner,
 };
 
-/// How long the reader waits for a record before it looks at its partitions again (idleness,
-/// discovery, a stop request).
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// The most records the reader takes from its queue at a time.
+const TAKE: usize = 4096;
+
+/// librdkafka's consumer settings the source changes, unless the job's `properties` set them.
+/// librdkafka prefetches up to `queued.min.messages` records (100,000 by default) and, when
+/// that many are queued, waits `fetch.queue.backoff.ms` (1,000 ms by default) before it
+/// fetches again: a reader faster than the broker emptied the queue in a fifth of that second
+/// and then waited out the rest (the Kafka source read 0.2 million events a second where it
+/// decodes a million). 10 ms keeps the queue topped up; 32,000 records (about 9 MB of Nexmark
+/// events) and 32 MB at most are enough to hide a fetch's round trip at that rate.
+const FETCH_DEFAULTS: [(&str, &str); 3] = [
+    ("fetch.queue.backoff.ms", "10"),
+    ("queued.min.messages", "32000"),
+    ("queued.max.messages.kbytes", "32768"),
+];
 
 /// How often librdkafka reports the partitions' ends (for lag).
 const STATISTICS_INTERVAL: &str = "1000";
@@ -73,7 +86,7 @@ impl ClientContext for ReaderContext {
 
 impl ConsumerContext for ReaderContext {}
 
-type KafkaConsumer = BaseConsumer<ReaderContext>;
+pub(super) type KafkaConsumer = BaseConsumer<ReaderContext>;
 
 /// Which topics a source reads.
 #[derive(Clone, Debug)]
@@ -134,9 +147,15 @@ impl KafkaSourceFactory {
             .group_id
             .clone()
             .unwrap_or_else(|| format!("weir-{}", self.node));
+        let mut properties = self.spec.properties.clone();
+        for (k, v) in FETCH_DEFAULTS {
+            properties
+                .entry(k.to_owned())
+                .or_insert_with(|| v.to_owned());
+        }
         client_config(
             &self.spec.bootstrap_servers,
-            &self.spec.properties,
+            &properties,
             &[
                 ("group.id", &group),
                 ("enable.auto.commit", "false"),
@@ -215,8 +234,14 @@ impl SourceFactory for KafkaSourceFactory {
     fn create(&self, ctx: &SubtaskContext) -> Result<Box<dyn Source>, OperatorError> {
         let restored =
             partitioned::restored_positions(ctx, &format!("Kafka source `{}`", self.node))?;
-        let consumer = self.consumer()?;
-        let parts = super::blocking(|| self.assign(&consumer, ctx, restored.as_deref()))?;
+        let consumer = Arc::new(self.consumer()?);
+        let queue = RecordQueue::new(consumer.clone(), TAKE).ok_or_else(|| {
+            OperatorError::Internal(format!(
+                "Kafka source `{}`: librdkafka made no queue",
+                self.node
+            ))
+        })?;
+        let parts = super::blocking(|| self.assign(&consumer, &queue, ctx, restored.as_deref()))?;
         let (tx, rx) = partitioned::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let positions = parts.iter().map(Part::position).collect();
@@ -228,7 +253,7 @@ impl SourceFactory for KafkaSourceFactory {
             self.spec.stop_at.is_some(),
         );
         let reader = Reader {
-            consumer: Arc::new(consumer),
+            consumer,
             decoder: RecordDecoder::new(
                 &self.format,
                 &self.spec.metadata,
@@ -242,6 +267,7 @@ impl SourceFactory for KafkaSourceFactory {
             max_record_size: self.spec.max_record_size.0,
             discovery: self.spec.partition_discovery.0,
             next_discovery: Instant::now() + self.spec.partition_discovery.0,
+            last_part: None,
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             batch_size: ctx.batch_size.max(1),
@@ -252,7 +278,7 @@ impl SourceFactory for KafkaSourceFactory {
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("kafka-{}-{}", self.node, ctx.subtask))
-                .spawn(move || reader.run(&tx, &stop))
+                .spawn(move || reader.run(queue, &tx, &stop))
                 .map_err(|e| {
                     OperatorError::external("starting a Kafka reader thread".to_string(), e)
                 })?
@@ -282,10 +308,12 @@ impl KafkaSourceFactory {
         )
     }
 
-    /// The subtask's partitions and where each starts (and ends); assigns them to `consumer`.
+    /// The subtask's partitions and where each starts (and ends); assigns them to `consumer`,
+    /// their records forwarded to `queue`.
     fn assign(
         &self,
         consumer: &KafkaConsumer,
+        queue: &RecordQueue,
         ctx: &SubtaskContext,
         restored: Option<&[Position]>,
     ) -> Result<Vec<Part>, OperatorError> {
@@ -325,6 +353,9 @@ impl KafkaSourceFactory {
         }
         let mut tpl = TopicPartitionList::new();
         for p in &parts {
+            queue.forward(&p.topic, p.partition).map_err(|e| {
+                OperatorError::Internal(format!("Kafka source `{}`: {e}", self.node))
+            })?;
             tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next))
                 .map_err(|e| external("assigning partitions".to_string(), e))?;
         }
@@ -471,7 +502,8 @@ fn tpl(part: &Part) -> TopicPartitionList {
 
 /// A subtask's consumer, on its own thread.
 struct Reader {
-    /// Shared with the poll loop, which holds a borrowed record while the reader decodes it.
+    /// Its own queue serves what is not a record (statistics, the client's errors); the
+    /// records come from the [`RecordQueue`] the reader runs with.
     consumer: Arc<Closing<KafkaConsumer>>,
     decoder: RecordDecoder<KafkaMetadata>,
     parts: Parts,
@@ -480,6 +512,9 @@ struct Reader {
     max_record_size: u64,
     discovery: Duration,
     next_discovery: Instant,
+    /// The partition of the last record: its topic's handle, its number and its index in
+    /// `parts` (records come in runs of one partition; this spares a lookup by name each).
+    last_part: Option<(usize, i32, usize)>,
     subtask: usize,
     parallelism: usize,
     batch_size: usize,
@@ -488,14 +523,20 @@ struct Reader {
 }
 
 impl Reader {
-    fn run(mut self, tx: &async_channel::Sender<Fetched>, stop: &AtomicBool) {
-        if let Err(e) = self.read(tx, stop) {
+    fn run(
+        mut self,
+        mut queue: RecordQueue,
+        tx: &async_channel::Sender<Fetched>,
+        stop: &AtomicBool,
+    ) {
+        if let Err(e) = self.read(&mut queue, tx, stop) {
             let _ = tx.send_blocking(Fetched::Failed(e));
         }
     }
 
     fn read(
         &mut self,
+        queue: &mut RecordQueue,
         tx: &async_channel::Sender<Fetched>,
         stop: &AtomicBool,
     ) -> Result<(), OperatorError> {
@@ -511,25 +552,40 @@ impl Reader {
                 return Ok(());
             }
             if !self.parts.bounded() && Instant::now() >= self.next_discovery {
-                self.discover()?;
+                self.discover(queue)?;
                 self.next_discovery = Instant::now() + self.discovery;
             }
+            self.serve_events()?;
             let started = Instant::now();
             let mut eof = false;
-            let mut wait = POLL_INTERVAL;
-            let consumer = self.consumer.clone();
-            while self.decoder.buffered() < self.batch_size {
-                match consumer.poll(wait) {
-                    None => break,
-                    Some(Ok(message)) => self.record(&message)?,
-                    Some(Err(KafkaError::PartitionEOF(partition))) => {
-                        eof = true;
-                        self.reached_end(partition);
-                    }
-                    Some(Err(e)) => self.consumer_error(e)?,
+            // Records until a batch is full or its first row has waited `MAX_BATCH_DELAY`
+            // (a quiet source comes back that often to look at its partitions and `stop`).
+            loop {
+                let wanted = self.batch_size.saturating_sub(self.decoder.buffered());
+                let wait = MAX_BATCH_DELAY.saturating_sub(started.elapsed());
+                let records = queue.take(wait, wanted.min(TAKE));
+                if records.is_empty() {
+                    break;
                 }
-                wait = MAX_BATCH_DELAY.saturating_sub(started.elapsed());
-                if wait.is_zero() {
+                let now = Instant::now();
+                let mut read = 0;
+                for record in records.iter() {
+                    match record.error() {
+                        None => {
+                            read += 1;
+                            self.record(record, now)?;
+                        }
+                        Some(KafkaError::PartitionEOF(partition)) => {
+                            eof = true;
+                            self.reached_end(record.topic(), partition);
+                        }
+                        Some(e) => self.consumer_error(e)?,
+                    }
+                }
+                SubtaskMetrics::add(&self.metrics.events, read);
+                if self.decoder.buffered() >= self.batch_size
+                    || started.elapsed() >= MAX_BATCH_DELAY
+                {
                     break;
                 }
             }
@@ -572,13 +628,38 @@ impl Reader {
         });
     }
 
-    /// Decodes one record into the buffered rows.
-    fn record(
-        &mut self,
-        message: &rdkafka::message::BorrowedMessage<'_>,
-    ) -> Result<(), OperatorError> {
-        let Some(i) = self.parts.index_of(message.topic(), message.partition()) else {
-            return Ok(());
+    /// What the consumer's own queue holds: statistics (handled by [`ReaderContext`]) and
+    /// the client's errors. A record there would be of a partition not forwarded to the
+    /// reader's queue, which every assignment is first: the job fails (and restores) rather
+    /// than miss it.
+    fn serve_events(&self) -> Result<(), OperatorError> {
+        match self.consumer.poll(Duration::ZERO) {
+            None => Ok(()),
+            Some(Ok(message)) => Err(OperatorError::Internal(format!(
+                "Kafka source `{}`: a record of {}/{} arrived outside the reader's queue",
+                self.node,
+                message.topic(),
+                message.partition()
+            ))),
+            Some(Err(e)) => self.consumer_error(e),
+        }
+    }
+
+    /// Decodes one record into the buffered rows; `now` is when its batch arrived.
+    fn record(&mut self, message: Record<'_>, now: Instant) -> Result<(), OperatorError> {
+        let i = match self.last_part {
+            Some((topic, partition, i))
+                if topic == message.topic_id() && partition == message.partition() =>
+            {
+                i
+            }
+            _ => {
+                let Some(i) = self.parts.index_of(message.topic(), message.partition()) else {
+                    return Ok(());
+                };
+                self.last_part = Some((message.topic_id(), message.partition(), i));
+                i
+            }
         };
         let offset = message.offset();
         let part = self.parts.get_mut(i);
@@ -587,8 +668,7 @@ impl Reader {
             return Ok(());
         }
         part.next = offset + 1;
-        part.last_record = Instant::now();
-        SubtaskMetrics::add(&self.metrics.events, 1);
+        part.last_record = now;
         let value = message.payload();
         let failure = if value.is_some_and(|v| v.len() as u64 > self.max_record_size) {
             Some(format!(
@@ -598,21 +678,15 @@ impl Reader {
             ))
         } else {
             let headers = if self.decoder.wants(KafkaMetadata::Headers) {
-                Some(headers_json(
-                    message
-                        .headers()
-                        .into_iter()
-                        .flat_map(|h| h.iter())
-                        .map(|h| (h.key, h.value)),
-                ))
+                Some(headers_json(message.headers().into_iter()))
             } else {
                 None
             };
             let meta = RecordMeta {
-                topic: message.topic(),
+                topic: &self.parts.get(i).topic,
                 partition: message.partition(),
                 offset,
-                timestamp: message.timestamp().to_millis(),
+                timestamp: message.timestamp(),
                 key: message.key(),
                 headers,
             };
@@ -650,17 +724,13 @@ impl Reader {
         }
     }
 
-    /// End of partition `partition` (of some topic: librdkafka's event does not say which):
-    /// with one candidate, that partition has been read up to the cluster's end, which is at
+    /// End of `topic`'s `partition`: it has been read up to the cluster's end, which is at
     /// or past the end it had when the subtask started.
-    fn reached_end(&mut self, partition: i32) {
+    fn reached_end(&mut self, topic: &str, partition: i32) {
         if !self.parts.bounded() {
             return;
         }
-        let candidates: Vec<usize> = (0..self.parts.len())
-            .filter(|&i| self.parts.get(i).partition == partition && !self.parts.get(i).done)
-            .collect();
-        if let [i] = candidates[..] {
+        if let Some(i) = self.parts.index_of(topic, partition) {
             self.finish_part(i);
         }
     }
@@ -714,8 +784,9 @@ impl Reader {
         Ok(())
     }
 
-    /// Partitions created since the last look: assigned from their start.
-    fn discover(&mut self) -> Result<(), OperatorError> {
+    /// Partitions created since the last look: assigned from their start (their records
+    /// forwarded to `queue` first).
+    fn discover(&mut self, queue: &RecordQueue) -> Result<(), OperatorError> {
         let all = match list_partitions(&self.consumer, &self.topics, "", false) {
             Ok(all) => all,
             // The cluster is unreachable for now: look again next time.
@@ -743,6 +814,9 @@ impl Reader {
                     continue;
                 }
             };
+            queue.forward(&topic, partition).map_err(|e| {
+                OperatorError::Internal(format!("Kafka source `{}`: {e}", self.node))
+            })?;
             tpl.add_partition_offset(&topic, partition, Offset::Offset(low))
                 .map_err(|e| external("assigning a new partition".to_string(), e))?;
             tracing::info!(node = %self.node, subtask = self.subtask, "reading new partition {topic}/{partition} from offset {low}");
@@ -758,6 +832,7 @@ impl Reader {
             )
         })?;
         self.parts.extend(added);
+        self.last_part = None;
         Ok(())
     }
 
