@@ -159,11 +159,17 @@ bench: build-bench
 ## and Python 3.9-3.12; installs PyFlink 2.3 (about 850 MB) into ~/.cache/weir/pyflink once.
 ## BENCH_PEERS_ARGS passes more options (`--queries q0,q5`, `--skip-check`,
 ## `--flink-parallelism 1,2`, `--weir-parallelism 1`).
+## Then the Kafka arm (issue 46): q0–q9 and q11 again, both engines reading the file's events
+## from a topic of 4 partitions on Apache Kafka's broker (started by the script), Flink with
+## its Kafka SQL connector (fetched from Maven Central once); BENCH_PEERS_KAFKA_ARGS passes
+## more (`--queries q1`).
 BENCH_PEERS_RUNS ?= 3
 BENCH_PEERS_ARGS ?=
+BENCH_PEERS_KAFKA_ARGS ?= --queries q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q11
 bench-peers: build
 	@[ -f data/nexmark.jsonl ] || $(MAKE) --no-print-directory nexmark-data
 	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) $(BENCH_PEERS_ARGS)
+	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) --kafka-broker $(BENCH_PEERS_KAFKA_ARGS)
 
 ## Failover time of a fleet (issue 22; not part of `make test`): three `weir serve` on a
 ## throwaway PostgreSQL catalog and S3 server (moto), one RocksDB job grown to each state size,

@@ -9,7 +9,8 @@
 # $HOME/.cache/weir/pyflink}, once: later runs find it there. Flink 2.3 runs on Java 11, 17 or
 # 21; PyFlink 2.3 on Python 3.9 to 3.12. q14 calls the Nexmark benchmark's own Java function
 # (scripts/peers/flink/udf/), which is compiled into a jar in the virtualenv once: a JDK's
-# javac and jar. scripts/bench_peers.py does the work.
+# javac and jar. Flink's Kafka connector (the Kafka arm, `--kafka-broker`) comes from Maven
+# Central, once. scripts/bench_peers.py does the work.
 set -euo pipefail
 weir="${1:?usage: bench-peers.sh WEIR DATA [options]}"
 data="${2:?usage: bench-peers.sh WEIR DATA [options]}"
@@ -68,7 +69,19 @@ if [ ! -f "$udf_jar" ] || [ -n "$(find "$udf_src" -name '*.java' -newer "$udf_ja
   rm -rf "$classes"
 fi
 
+# Flink's Kafka SQL connector for the Kafka arm (`--kafka-broker`), from Maven Central into the
+# virtualenv once. 5.0.0-2.2 is the newest release (built against Flink 2.2; no release names
+# 2.3 yet); PyFlink 2.3 runs it: `make bench-peers` checks every Kafka query's rows against
+# weir's (BENCHMARKS.md).
+kafka_connector="org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2"
+kafka_jar="$venv/flink-sql-connector-kafka-5.0.0-2.2.jar"
+if [ ! -f "$kafka_jar" ]; then
+  command -v mvn >/dev/null 2>&1 || fail "no mvn found: Flink's Kafka connector comes from Maven Central (apt-get install maven)"
+  mvn -B -q dependency:copy -Dartifact="$kafka_connector" -DoutputDirectory="$venv" >&2 \
+    || fail "mvn could not fetch $kafka_connector (see its message above)"
+fi
+
 [ -x "$weir" ] || fail "no weir binary at $weir (make build)"
 [ -f "$data" ] || fail "no Nexmark file at $data (make nexmark-data)"
 exec "$venv/bin/python" "$here/bench_peers.py" bench --weir "$weir" --python "$venv/bin/python" --data "$data" \
-  --udf-jar "$udf_jar" "$@"
+  --udf-jar "$udf_jar" --kafka-jar "$kafka_jar" "$@"

@@ -32,6 +32,13 @@ Layout:
     Nexmark benchmark's Java function that q14 calls, which scripts/bench-peers.sh compiles
     into the jar passed as --udf-jar.
 
+The Kafka arm (`--kafka-broker`, issue 46) reads the same events from a Kafka topic instead:
+the script starts Apache Kafka's broker (scripts/kafka-broker.sh), produces the file's lines to
+a topic of 4 partitions (line i to partition i % 4, so each partition is in event-time order),
+and both engines read the topic from its start to its end at the start: Flink with its Kafka
+SQL connector (`--kafka-jar`, fetched by scripts/bench-peers.sh), weir with its Kafka source.
+Each tracks event time per partition, so the rows are those of the file.
+
 scripts/bench-peers.sh checks for Java, installs PyFlink once, then runs this file; `make
 bench-peers` makes the data file first when it is missing.
 """
@@ -48,6 +55,7 @@ import os
 import re
 import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +65,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SCRIPT = ROOT / "scripts" / "kafka-broker.sh"
+# The Kafka arm's topic: the file's lines, one record each, spread over this many partitions.
+KAFKA_PARTITIONS = 4
+# The text of weir's Nexmark jobs that names their file source (replaced for the Kafka arm).
+WEIR_FILE_SOURCE = "    kind: jsonl\n    path: data/nexmark.jsonl\n"
 FLINK_SQL = ROOT / "scripts" / "peers" / "flink"
 ALL_QUERIES = [
     "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11",
@@ -145,11 +158,24 @@ def flink_main(args: argparse.Namespace) -> None:
         checkpoints = Path(args.out).resolve().with_name(Path(args.out).name + "-checkpoints")
         config.set("execution.checkpointing.dir", checkpoints.as_uri())
 
-    if args.udf_jar:
-        # The Nexmark benchmark's user-defined functions (q14's count_char).
-        config.set("pipeline.jars", Path(args.udf_jar).resolve().as_uri())
+    # The Nexmark benchmark's user-defined functions (q14's count_char); the Kafka connector.
+    jars = [Path(j).resolve().as_uri() for j in (args.udf_jar, args.kafka_jar) if j]
+    if jars:
+        config.set("pipeline.jars", ";".join(jars))
 
-    replacements = {"path": str(Path(args.data).resolve())}
+    if args.kafka:
+        servers, topic = args.kafka.split("/", 1)
+        source = (
+            f"'connector' = 'kafka', 'topic' = '{topic}', "
+            f"'properties.bootstrap.servers' = '{servers}', "
+            "'properties.group.id' = 'weir-bench-peers', "
+            "'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset', "
+            "'format' = 'json'"
+        )
+    else:
+        path = str(Path(args.data).resolve())
+        source = f"'connector' = 'filesystem', 'path' = '{path}', 'format' = 'json'"
+    replacements = {"source": source}
     statements = sql_statements(FLINK_SQL / "nexmark.sql", replacements)
     statements += sql_statements(FLINK_SQL / f"{args.query}.sql", replacements)
     for statement in statements[:-1]:
@@ -198,6 +224,21 @@ class Engines:
     weir_parallelism: list[int] = field(default_factory=lambda: [1, 2])
     # The jar of the Nexmark benchmark's user-defined functions, for q14 (None: not built).
     udf_jar: Path | None = None
+    # The Kafka arm: "HOST:PORT/TOPIC" both engines read instead of the file, and Flink's
+    # Kafka connector.
+    kafka: str | None = None
+    kafka_jar: Path | None = None
+
+    def options(self) -> list[str]:
+        """The command-line options that say the same to a child of this script."""
+        out = []
+        if self.udf_jar is not None:
+            out += ["--udf-jar", str(self.udf_jar)]
+        if self.kafka is not None:
+            out += ["--kafka", self.kafka]
+        if self.kafka_jar is not None:
+            out += ["--kafka-jar", str(self.kafka_jar)]
+        return out
 
 
 @dataclass
@@ -222,8 +263,7 @@ def run_flink(engines: Engines, query: str, out: Path | None, parallelism: int) 
     ]  # fmt: skip
     if out is not None:
         cmd += ["--out", str(out)]
-    if engines.udf_jar is not None:
-        cmd += ["--udf-jar", str(engines.udf_jar)]
+    cmd += engines.options()
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -262,11 +302,40 @@ def run_weir(
     """One weir run of jobs/nexmark/<query>-jsonl.yaml at `parallelism`: (wall seconds, peak
     RSS in MiB).
 
-    The peak comes from wait4's rusage of the weir process itself.
+    The peak comes from wait4's rusage of the weir process itself. The Kafka arm runs a copy of
+    the job whose source reads the topic instead of the file.
     """
+    job = ROOT / "jobs" / "nexmark" / f"{query}-jsonl.yaml"
+    source = ["--set", f"sources.nexmark.path={engines.data}"]
+    with tempfile.TemporaryDirectory() as scratch:
+        if engines.kafka is not None:
+            servers, topic = engines.kafka.split("/", 1)
+            text = job.read_text()
+            if WEIR_FILE_SOURCE not in text:
+                raise BenchError(f"{job}: the file source moved (no {WEIR_FILE_SOURCE!r})")
+            job = Path(scratch) / job.name
+            job.write_text(
+                text.replace(
+                    WEIR_FILE_SOURCE,
+                    f"    kind: kafka\n    bootstrap-servers: {servers}\n    topic: {topic}\n"
+                    "    stop-at: latest\n",
+                )
+            )
+            source = []
+        return run_weir_job(engines, query, job, source, out, parallelism)
+
+
+def run_weir_job(
+    engines: Engines,
+    query: str,
+    job: Path,
+    source: list[str],
+    out: Path | None,
+    parallelism: int,
+) -> tuple[float, float]:
+    """`run_weir` of the job file `job`, its source set by `source` (options of `weir run`)."""
     cmd = [
-        str(engines.weir), "run", str(ROOT / "jobs" / "nexmark" / f"{query}-jsonl.yaml"),
-        "--set", f"sources.nexmark.path={engines.data}",
+        str(engines.weir), "run", str(job), *source,
         "--set", f"parallelism={parallelism}", "--quiet",
     ]  # fmt: skip
     if out is not None:
@@ -425,8 +494,7 @@ def run_check(engines: Engines, query: str, scratch: Path) -> str:
         "--flink-parallelism", ",".join(map(str, engines.flink_parallelism)),
         "--weir-parallelism", ",".join(map(str, engines.weir_parallelism)),
     ]  # fmt: skip
-    if engines.udf_jar is not None:
-        cmd += ["--udf-jar", str(engines.udf_jar)]
+    cmd += engines.options()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise BenchError(done.stderr.strip().removeprefix("bench-peers: "))
@@ -454,6 +522,8 @@ def engines_of(args: argparse.Namespace) -> Engines:
         flink_parallelism=parallelisms(args.flink_parallelism, "--flink-parallelism"),
         weir_parallelism=parallelisms(args.weir_parallelism, "--weir-parallelism"),
         udf_jar=Path(args.udf_jar).resolve() if args.udf_jar else None,
+        kafka=args.kafka,
+        kafka_jar=Path(args.kafka_jar).resolve() if args.kafka_jar else None,
     )
 
 
@@ -494,7 +564,58 @@ def table(engines: Engines, results: dict[str, Timings], checks: dict[str, str])
     return "\n".join(lines)
 
 
+class KafkaBroker:
+    """The Kafka arm's broker (scripts/kafka-broker.sh), in a directory of its own, with the
+    data file's lines produced to a topic; stopped on exit."""
+
+    def __init__(self, data: Path):
+        self.dir = Path(tempfile.mkdtemp(prefix="weir-bench-peers-kafka-"))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.topic = f"nexmark-{data.stem}"
+        self.script("start", str(self.dir), str(self.port))
+        self.script("topic", str(self.port), self.topic, str(KAFKA_PARTITIONS))
+        started = time.monotonic()
+        self.script("produce", str(self.port), self.topic, str(KAFKA_PARTITIONS), str(data))
+        print(
+            f"Kafka: {data.name} produced to {self.topic} ({KAFKA_PARTITIONS} partitions) on "
+            f"127.0.0.1:{self.port} in {time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def script(self, *args: str) -> None:
+        done = subprocess.run([str(KAFKA_SCRIPT), *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BenchError(f"{KAFKA_SCRIPT.name} {' '.join(args)}: {done.stderr.strip()}")
+
+    def source(self) -> str:
+        return f"127.0.0.1:{self.port}/{self.topic}"
+
+    def stop(self) -> None:
+        subprocess.run([str(KAFKA_SCRIPT), "stop", str(self.dir)], capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def main(args: argparse.Namespace) -> None:
+    if not args.kafka_broker:
+        bench(args)
+        return
+    if not args.kafka_jar:
+        raise BenchError(
+            "the Kafka arm needs Flink's Kafka connector: --kafka-jar (scripts/bench-peers.sh "
+            "fetches it)"
+        )
+    broker = KafkaBroker(Path(args.data).resolve())
+    try:
+        args.kafka = broker.source()
+        bench(args)
+    finally:
+        broker.stop()
+
+
+def bench(args: argparse.Namespace) -> None:
     engines = engines_of(args)
     for what, path in (("weir binary", engines.weir), ("data file", engines.data)):
         if not path.exists():
@@ -559,7 +680,8 @@ def main(args: argparse.Namespace) -> None:
                     said = f"weir p={parallelism} {wall:.2f} s, {peak:,.0f} MiB"
                 print(f"run {run + 1}/{args.runs} {query}: {said}", file=sys.stderr, flush=True)
 
-    print(f"\nNexmark, {engines.data.name}, medians of {args.runs} interleaved runs:\n")
+    read = f"from the Kafka topic {engines.kafka}" if engines.kafka else "from the file"
+    print(f"\nNexmark, {engines.data.name} {read}, medians of {args.runs} interleaved runs:\n")
     print(table(engines, results, checks))
     if failed:
         raise BenchError(f"rows differ on {','.join(failed)} (see above)")
@@ -575,6 +697,8 @@ def parse_args() -> argparse.Namespace:
     flink.add_argument("--out", help="write the changelog here (default: blackhole)")
     flink.add_argument("--parallelism", type=int, default=1, help="Flink's default parallelism")
     flink.add_argument("--udf-jar", help="the jar of the Nexmark user-defined functions (q14)")
+    flink.add_argument("--kafka", help="read HOST:PORT/TOPIC instead of the file")
+    flink.add_argument("--kafka-jar", help="Flink's Kafka SQL connector")
 
     def add_engines(p: argparse.ArgumentParser) -> None:
         p.add_argument("--weir", required=True, help="the weir binary")
@@ -587,6 +711,8 @@ def parse_args() -> argparse.Namespace:
             "--weir-parallelism", default="1,2", help="weir's parallelisms (default 1,2)"
         )
         p.add_argument("--udf-jar", help="the jar of the Nexmark user-defined functions (q14)")
+        p.add_argument("--kafka", help="both engines read HOST:PORT/TOPIC instead of the file")
+        p.add_argument("--kafka-jar", help="Flink's Kafka SQL connector (the Kafka arm)")
 
     check = sub.add_parser("check", help="compare one query's rows on both engines")
     check.add_argument("query", choices=ALL_QUERIES)
@@ -600,6 +726,11 @@ def parse_args() -> argparse.Namespace:
         "--runs", type=int, default=3, help="timed runs per engine and query (0: check rows only)"
     )
     bench.add_argument("--skip-check", action="store_true", help="time only, compare no rows")
+    bench.add_argument(
+        "--kafka-broker",
+        action="store_true",
+        help="the Kafka arm: start a broker, produce the file to a topic, read that",
+    )
     args = parser.parse_args()
     if args.command is None:
         parser.error("a command is needed: bench, check or flink")

@@ -10,6 +10,8 @@
 #   scripts/kafka-broker.sh stop DIR            # SIGTERM (a clean shutdown), SIGKILL after 15 s
 #   scripts/kafka-broker.sh kill DIR            # SIGKILL at once (a crash)
 #   scripts/kafka-broker.sh topic PORT NAME PARTITIONS   # create a topic (replication 1)
+#   scripts/kafka-broker.sh produce PORT NAME PARTITIONS FILE  # FILE's lines as records, line i
+#                                                             # to partition i % PARTITIONS
 #
 # Debian packages no Kafka broker; Maven Central has Kafka's JARs. `install` copies them with
 # Maven (scripts/kafka/pom.xml: the broker, its runtime dependencies and a log4j binding, 45
@@ -36,7 +38,7 @@
 # theirs with `topic`. The JVM: heap 256-512 MiB, serial GC, C1 only (the fastest start
 # measured; about 300 MB resident).
 set -euo pipefail
-cmd="${1:?usage: kafka-broker.sh install | install-background | start DIR PORT | stop DIR | kill DIR | topic PORT NAME PARTITIONS}"
+cmd="${1:?usage: kafka-broker.sh install | install-background | start DIR PORT | stop DIR | kill DIR | topic PORT NAME PARTITIONS | produce PORT NAME PARTITIONS FILE}"
 version="4.4.0"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="${WEIR_KAFKA_ROOT:-$HOME/.cache/weir/kafka-$version}"
@@ -247,6 +249,13 @@ topic_tool() {
     -cp "$(cat "$root/classpath")" WeirKafka topic "127.0.0.1:$port" "$name" "$partitions" >&2
 }
 
+# The producer's heap holds its batches (1 MB per partition), not the file.
+produce_tool() {
+  local port="$1" name="$2" partitions="$3" file="$4"
+  java -Xmx256m -XX:+UseSerialGC -Dorg.apache.logging.log4j.level=WARN \
+    -cp "$(cat "$root/classpath")" WeirKafka produce "127.0.0.1:$port" "$name" "$partitions" "$file" >&2
+}
+
 case "$cmd" in
   install)
     install
@@ -273,6 +282,15 @@ case "$cmd" in
     partitions="${4:?missing PARTITIONS}"
     install
     topic_tool "$port" "$name" "$partitions" "$(cds topic)"
+    ;;
+  produce)
+    port="${2:?missing PORT}"
+    name="${3:?missing NAME}"
+    partitions="${4:?missing PARTITIONS}"
+    file="${5:?missing FILE}"
+    [ -f "$file" ] || { echo "no file $file to produce" >&2; exit 1; }
+    install
+    produce_tool "$port" "$name" "$partitions" "$file"
     ;;
   stop)
     dir="${2:?missing DIR}"

@@ -1,7 +1,10 @@
 -- The Nexmark events of the JSON-lines file that weir's jobs/nexmark/*-jsonl.yaml read
 -- (../shared/nexmark/SCHEMA.md: one event a line, nested under a key named by its type), and
 -- one view per event type, as the Flink Nexmark benchmark declares them. scripts/bench_peers.py
--- runs these statements before each query, with ${path} replaced by the file's path.
+-- runs these statements before each query, with ${source} replaced by the source's options:
+-- the file (`'connector' = 'filesystem'`, its path, `'format' = 'json'`) or, for the Kafka
+-- arm, the topic the file's lines were produced to (`'connector' = 'kafka'`, read from the
+-- earliest offset to the latest at the start: bounded, as the file is).
 --
 -- Event time is the event's dateTime, as in weir's jobs (`event-time: {column: dateTime,
 -- max-out-of-orderness: 0s}`): the watermark trails the largest dateTime seen by 1 ms, which is
@@ -22,9 +25,7 @@ CREATE TABLE nexmark (
                 ELSE person.`dateTime` END, 3),
   WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '0.001' SECOND
 ) WITH (
-  'connector' = 'filesystem',
-  'path' = '${path}',
-  'format' = 'json'
+  ${source}
 );
 
 CREATE VIEW person AS

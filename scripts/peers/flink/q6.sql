@@ -4,7 +4,7 @@
 -- The public Nexmark text (an OVER window on a regular join's group aggregation) does not run
 -- on Flink: an OVER aggregation needs an append-only input ordered by a time attribute, and the
 -- final price of an auction is an updating result. So this text makes the close of an auction
--- an event: a second table over the same file whose time attribute is an auction's `expires`
+-- an event: a second table over the same events (file or topic) whose time attribute is an auction's `expires`
 -- (a bid's `dateTime`), with a watermark that trails by the longest auction (the generator's
 -- auctions last under a second at its default rate; 10 s leaves room). Then
 --   1. an interval join takes the bids placed while each auction was open (both ends included),
@@ -25,9 +25,7 @@ CREATE TEMPORARY TABLE closings (
                 ELSE person.`dateTime` END, 3),
   WATERMARK FOR closing AS closing - INTERVAL '10' SECOND
 ) WITH (
-  'connector' = 'filesystem',
-  'path' = '${path}',
-  'format' = 'json'
+  ${source}
 );
 
 CREATE TEMPORARY VIEW closing_bid AS

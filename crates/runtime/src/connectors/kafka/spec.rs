@@ -75,7 +75,9 @@ pub struct KafkaSourceSpec {
     #[serde(default = "default_max_record_size")]
     pub max_record_size: ByteSize,
     /// Client properties passed to librdkafka as they are (`security.protocol`,
-    /// `sasl.username`, timeouts...). weir sets the ones its guarantees rely on itself.
+    /// `sasl.username`, timeouts...). weir sets the ones its guarantees rely on itself, and
+    /// defaults three of the prefetch's (`fetch.queue.backoff.ms: 10`, `queued.min.messages:
+    /// 32000`, `queued.max.messages.kbytes: 32768`), which these may change.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub properties: IndexMap<String, String>,
     /// Subtasks of this source (default: the job's parallelism). A subtask without partitions
