@@ -181,15 +181,33 @@ struct Reader {
     what: String,
 }
 
-/// A message with what its reply subject says, parsed once (by the pump).
+/// What the reader needs of a message (moved twice on its way, so no more than that), with
+/// what its reply subject says, parsed once (by the pump).
 struct Pulled {
-    message: jetstream::Message,
+    message: Body,
     /// The stream sequence.
     seq: u64,
     /// Messages of the partition after this one.
     pending: u64,
     /// When the stream stored it, epoch milliseconds.
     time: i64,
+}
+
+/// A message's subject, headers and payload.
+struct Body {
+    subject: async_nats::Subject,
+    headers: Option<async_nats::HeaderMap>,
+    payload: bytes::Bytes,
+}
+
+impl From<async_nats::Message> for Body {
+    fn from(m: async_nats::Message) -> Self {
+        Body {
+            subject: m.subject,
+            headers: m.headers,
+            payload: m.payload,
+        }
+    }
 }
 
 /// What a pump passes to its reader: messages go in runs (whatever the consumer had ready, up
@@ -571,12 +589,8 @@ impl Pump {
             return Ok(Ended::Stop);
         }
         let _ = out.send(Pumped::Pending(self.index, pending)).await;
-        let mut messages = consumer
-            .stream()
-            .max_messages_per_batch(PULL_BATCH)
-            .heartbeat(HEARTBEAT)
-            .expires(PULL_EXPIRES)
-            .messages()
+        let name = consumer.cached_info().name.clone();
+        let mut pull = Pull::start(&self.js, &self.stream, &name)
             .await
             .map_err(|e| OperatorError::external(format!("{}: pulling messages", self.what), e))?;
         let mut consumer_seq = 0u64;
@@ -585,66 +599,62 @@ impl Pump {
         let mut run = Vec::new();
         loop {
             // Wait for one message, then take what else is ready, up to a run.
-            let mut next = messages.next().await;
+            let mut next = match pull.next().await {
+                Ok(m) => Some(m),
+                Err(why) => return Ok(Ended::Remake(why)),
+            };
             let mut ended = None;
-            loop {
-                let message = match next {
-                    None => {
-                        ended = Some(Ended::Remake("the message stream ended".into()));
-                        break;
-                    }
-                    Some(Err(e)) => {
-                        ended = Some(Ended::Remake(e.to_string()));
-                        break;
-                    }
-                    Some(Ok(m)) => m,
-                };
-                let Ok(info) = message.info() else {
-                    // Not a JetStream message (none is expected): take the next one.
-                    match messages.next().now_or_never() {
-                        Some(item) => {
-                            next = item;
-                            continue;
+            while let Some(message) = next.take() {
+                let info = match message.status {
+                    None | Some(async_nats::StatusCode::OK) => ack_info(&message),
+                    Some(status) => match pull.status(status, &message) {
+                        Ok(()) => None,
+                        Err(why) => {
+                            ended = Some(Ended::Remake(why));
+                            break;
                         }
-                        None => break,
-                    }
+                    },
                 };
-                if info.consumer_sequence != consumer_seq + 1 {
-                    ended = Some(Ended::Remake(format!(
-                        "consumer sequence {} after {consumer_seq}",
-                        info.consumer_sequence
-                    )));
-                    break;
-                }
-                consumer_seq = info.consumer_sequence;
-                let (seq, pending) = (info.stream_sequence, info.pending);
-                let time = millis(info.published.unix_timestamp_nanos());
-                if seq >= self.next {
-                    if self.end.is_some_and(|end| seq >= end) {
-                        ended = Some(Ended::Stop);
+                if let Some(info) = info {
+                    if info.consumer_seq != consumer_seq + 1 {
+                        ended = Some(Ended::Remake(format!(
+                            "consumer sequence {} after {consumer_seq}",
+                            info.consumer_seq
+                        )));
                         break;
                     }
-                    self.next = seq + 1;
-                    run.push(Pulled {
-                        message,
-                        seq,
-                        pending,
-                        time,
-                    });
-                    let last = self.end.is_some_and(|end| seq + 1 >= end)
-                        || (self.end.is_some() && pending == 0);
-                    if last {
-                        ended = Some(Ended::Stop);
-                        break;
+                    consumer_seq = info.consumer_seq;
+                    let (seq, pending) = (info.stream_seq, info.pending);
+                    if seq >= self.next {
+                        if self.end.is_some_and(|end| seq >= end) {
+                            ended = Some(Ended::Stop);
+                            break;
+                        }
+                        self.next = seq + 1;
+                        run.push(Pulled {
+                            message: message.into(),
+                            seq,
+                            pending,
+                            time: info.time,
+                        });
+                        let last = self.end.is_some_and(|end| seq + 1 >= end)
+                            || (self.end.is_some() && pending == 0);
+                        if last {
+                            ended = Some(Ended::Stop);
+                            break;
+                        }
                     }
                 }
                 if run.len() >= PUMP_RUN {
                     break;
                 }
-                match messages.next().now_or_never() {
-                    Some(item) => next = item,
-                    None => break,
-                }
+                next = match pull.ready() {
+                    Ok(next) => next,
+                    Err(why) => {
+                        ended = Some(Ended::Remake(why));
+                        break;
+                    }
+                };
             }
             if !run.is_empty() {
                 let taken = std::mem::take(&mut run);
@@ -680,6 +690,179 @@ impl Pump {
             _ => OperatorError::external(message, e),
         }
     }
+}
+
+/// A pull consumer's messages, read with the client's own subscription rather than
+/// async-nats's JetStream stream, which clones its JetStream context into every message and
+/// makes and drops a heartbeat timer for each (a third of the reader's time at a million
+/// messages a second). The protocol is JetStream's: a request to
+/// `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` for [`PULL_BATCH`] messages, answered on
+/// an inbox; a new request when half of those outstanding have come; status messages for an
+/// expired request (408, with what it left undelivered), an idle heartbeat (100), and a
+/// consumer gone (409).
+struct Pull {
+    client: async_nats::Client,
+    subscriber: async_nats::Subscriber,
+    request_subject: String,
+    inbox: String,
+    request: bytes::Bytes,
+    /// Messages requested and neither delivered nor given up by their request.
+    outstanding: usize,
+    /// Two heartbeats' time without a message or heartbeat: the server is gone.
+    silence: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Pull {
+    async fn start(
+        js: &jetstream::Context,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<Self, async_nats::SubscribeError> {
+        let client = js.client();
+        let inbox = client.new_inbox();
+        let subscriber = client.subscribe(inbox.clone()).await?;
+        let request = serde_json::json!({
+            "batch": PULL_BATCH,
+            "expires": PULL_EXPIRES.as_nanos() as u64,
+            "idle_heartbeat": HEARTBEAT.as_nanos() as u64,
+        })
+        .to_string();
+        Ok(Self {
+            client,
+            subscriber,
+            request_subject: format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"),
+            inbox,
+            request: bytes::Bytes::from(request),
+            outstanding: 0,
+            silence: Box::pin(tokio::time::sleep(HEARTBEAT * 2)),
+        })
+    }
+
+    /// The next message (data or status), asking for more first when half of what was asked
+    /// for has come. `Err`: why the consumer must be made again.
+    async fn next(&mut self) -> Result<async_nats::Message, String> {
+        self.request().await?;
+        tokio::select! {
+            message = self.subscriber.next() => {
+                self.silence
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + HEARTBEAT * 2);
+                let message = message.ok_or_else(|| "the subscription ended".to_owned())?;
+                self.delivered(&message);
+                Ok(message)
+            }
+            () = self.silence.as_mut() => Err("two heartbeats missed".to_owned()),
+        }
+    }
+
+    /// A message that is ready now, without waiting (`None`: none is).
+    fn ready(&mut self) -> Result<Option<async_nats::Message>, String> {
+        match self.subscriber.next().now_or_never() {
+            None => Ok(None),
+            Some(Some(message)) => {
+                self.delivered(&message);
+                Ok(Some(message))
+            }
+            Some(None) => Err("the subscription ended".to_owned()),
+        }
+    }
+
+    /// A data message is one fewer outstanding.
+    fn delivered(&mut self, message: &async_nats::Message) {
+        if matches!(message.status, None | Some(async_nats::StatusCode::OK)) {
+            self.outstanding = self.outstanding.saturating_sub(1);
+        }
+    }
+
+    async fn request(&mut self) -> Result<(), String> {
+        if self.outstanding > PULL_BATCH / 2 {
+            return Ok(());
+        }
+        self.client
+            .publish_with_reply(
+                self.request_subject.clone(),
+                self.inbox.clone(),
+                self.request.clone(),
+            )
+            .await
+            .map_err(|e| format!("requesting messages: {e}"))?;
+        self.outstanding += PULL_BATCH;
+        Ok(())
+    }
+
+    /// Accounts for a status message. `Err`: why the consumer must be made again.
+    fn status(
+        &mut self,
+        status: async_nats::StatusCode,
+        message: &async_nats::Message,
+    ) -> Result<(), String> {
+        use async_nats::StatusCode as S;
+        match status {
+            S::IDLE_HEARTBEAT => Ok(()),
+            // A request expired, or the server ended it: what it left undelivered is no longer
+            // outstanding (all of it, when the server does not say).
+            S::TIMEOUT | S::REQUEST_TERMINATED
+                if message.description.as_deref() != Some("Consumer Deleted") =>
+            {
+                let left = message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Pending-Messages"))
+                    .and_then(|v| v.as_str().parse::<usize>().ok())
+                    .unwrap_or(self.outstanding);
+                self.outstanding = self.outstanding.saturating_sub(left);
+                Ok(())
+            }
+            other => Err(format!(
+                "status {other}{}",
+                message
+                    .description
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+}
+
+/// What a JetStream message's reply subject says of it.
+struct AckInfo {
+    stream_seq: u64,
+    consumer_seq: u64,
+    /// Messages of the consumer after this one.
+    pending: u64,
+    /// When the stream stored it, epoch milliseconds.
+    time: i64,
+}
+
+/// Reads a JetStream message's reply subject: `$JS.ACK.<stream>.<consumer>.<delivered>.
+/// <stream seq>.<consumer seq>.<nanos>.<pending>`, or with `<domain>.<account>` before the
+/// stream and a token after (servers since 2.9). `None`: not a JetStream message.
+fn ack_info(message: &async_nats::Message) -> Option<AckInfo> {
+    let reply: &str = message.reply.as_ref()?.as_ref();
+    let rest = reply.strip_prefix("$JS.ACK.")?;
+    let mut tokens = [""; 12];
+    let mut n = 0;
+    for token in rest.split('.') {
+        if n == tokens.len() {
+            return None;
+        }
+        tokens[n] = token;
+        n += 1;
+    }
+    // The tokens after stream and consumer: delivered, stream seq, consumer seq, time, pending.
+    let at = match n {
+        7 => 2,
+        9.. => 4,
+        _ => return None,
+    };
+    let number = |i: usize| tokens[at + i].parse::<u64>().ok();
+    Some(AckInfo {
+        stream_seq: number(1)?,
+        consumer_seq: number(2)?,
+        time: millis(i128::from(number(3)?)),
+        pending: number(4)?,
+    })
 }
 
 /// Acknowledges completed checkpoints' sequences to a durable consumer per partition, for
@@ -796,6 +979,62 @@ async fn ack_up_to(
         m.ack().await.map_err(|e| e.to_string())?;
         if reached {
             return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_reply(reply: Option<&str>) -> async_nats::Message {
+        async_nats::Message {
+            subject: "s.0".into(),
+            reply: reply.map(Into::into),
+            payload: bytes::Bytes::from_static(b"{}"),
+            headers: None,
+            status: None,
+            description: None,
+            length: 2,
+        }
+    }
+
+    #[test]
+    fn a_reply_subject_is_read_in_both_of_its_forms() {
+        // Before servers 2.9: stream, consumer, delivered, stream seq, consumer seq, nanos,
+        // pending.
+        let old = ack_info(&with_reply(Some(
+            "$JS.ACK.orders.c1.1.4021.17.1700000000123456789.950",
+        )))
+        .unwrap();
+        assert_eq!(
+            (old.stream_seq, old.consumer_seq, old.time, old.pending),
+            (4021, 17, 1_700_000_000_123, 950)
+        );
+        // Since: domain and account hash before, a token after (or not).
+        for reply in [
+            "$JS.ACK._.AHASH.orders.c1.2.4022.18.1700000000999000000.0.tok",
+            "$JS.ACK.hub.AHASH.orders.c1.2.4022.18.1700000000999000000.0",
+        ] {
+            let new = ack_info(&with_reply(Some(reply))).unwrap();
+            assert_eq!(
+                (new.stream_seq, new.consumer_seq, new.time, new.pending),
+                (4022, 18, 1_700_000_000_999, 0),
+                "{reply}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_jetstream_reply_is_no_info() {
+        for reply in [
+            None,
+            Some("_INBOX.abc"),
+            Some("$JS.ACK.orders.c1.1.4021.17.1700000000123456789"),
+            Some("$JS.ACK.orders.c1.1.x.17.1700000000123456789.950"),
+            Some("$JS.ACK.a.b.c.d.e.f.g.h.i.j.k.l.m"),
+        ] {
+            assert!(ack_info(&with_reply(reply)).is_none(), "{reply:?}");
         }
     }
 }
