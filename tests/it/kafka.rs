@@ -117,12 +117,18 @@ type Record = (i32, i64, Option<String>, String);
 /// Every record of `topic` on `servers` up to the partitions' current ends, read by a plain
 /// librdkafka consumer (`read_committed`).
 fn read_to_end(servers: &str, topic: &str, partitions: i32) -> Vec<Record> {
+    read_isolated(servers, topic, partitions, "read_committed")
+}
+
+/// [`read_to_end`] at `isolation.level` `isolation`: `read_committed` reads up to the first
+/// record of a transaction still open, `read_uncommitted` every record written, aborted or not.
+fn read_isolated(servers: &str, topic: &str, partitions: i32, isolation: &str) -> Vec<Record> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", servers)
         .set("group.id", "weir-test-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
@@ -708,6 +714,112 @@ fn kafka_to_kafka_exactly_once_across_kill9_rescale_and_broker_stops() {
             &expected,
         );
     }
+}
+
+/// A transaction a SIGKILL leaves open is settled by the restore as its checkpoint says. The
+/// sink writes a checkpoint's rows in one Kafka transaction once the checkpoint completes: the
+/// job is killed while that transaction is being written (its first records in the log, no
+/// commit yet). Then `read_uncommitted` sees records that `read_committed` does not; the
+/// restore fences the killed writer (which aborts its open transaction) and commits the
+/// checkpoint's rows again, once: `read_committed` sees every row exactly once, and
+/// `read_uncommitted` still finds the aborted records in the log.
+#[test]
+fn a_transaction_left_open_by_a_kill_is_settled_as_the_checkpoint_says() {
+    let broker = Broker::start();
+    broker.create_topic("ids", 2);
+    broker.create_topic("ids-out", 2);
+    const ROWS: usize = 10_000;
+    let values: Vec<String> = (0..ROWS).map(|i| json!({"id": i}).to_string()).collect();
+    broker.produce("ids", 2, &values, |_| None);
+    let dir = tempfile::tempdir().unwrap();
+    let path = job(
+        dir.path(),
+        "pass.yaml",
+        &format!(
+            "name: kafka-open-txn\nparallelism: 1\nsources:\n  in:\n    kind: kafka\n    \
+             bootstrap-servers: {servers}\n    topic: ids\n    schema: {{id: int}}\n\
+             transforms:\n  pass:\n    kind: map\n    from: in\n    columns: {{id: id}}\n\
+             sinks:\n  out:\n    kind: kafka\n    from: pass\n    bootstrap-servers: \
+             {servers}\n    topic: ids-out\n    key: [id]\n    delivery: exactly-once\n    \
+             properties: {{batch.num.messages: '1', max.in.flight.requests.per.connection: \
+             '1'}}\n",
+            servers = broker.servers()
+        ),
+    );
+    let data = dir.path().join("data");
+    let run = |restore: bool| {
+        let mut cmd = weir(&data);
+        cmd.arg("run")
+            .arg(&path)
+            .arg("--quiet")
+            .args(["--set", "checkpoint.interval=2s"]);
+        if restore {
+            cmd.args(["--from", "latest"])
+                .args(["--set", "sources.in.stop-at=latest"]);
+        }
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let count = |isolation: &str| read_isolated(&broker.servers(), "ids-out", 2, isolation).len();
+    // The first checkpoint's transaction, sent one record per request (the sink's
+    // `properties`) so that it stays open for seconds: killed once its first records are in
+    // the log.
+    // (The high watermark, not the last stable offset, which a `read_committed` client gets.)
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.servers())
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .unwrap();
+    let written = || -> i64 {
+        (0..2)
+            .map(|p| {
+                probe
+                    .fetch_watermarks("ids-out", p, Duration::from_secs(10))
+                    .map_or(0, |(_, high)| high)
+            })
+            .sum()
+    };
+    let mut child = run(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while written() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no transaction written after 60 s"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the job ended");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (committed, uncommitted) = (count("read_committed"), count("read_uncommitted"));
+    assert!(
+        committed == 0 && uncommitted > 0,
+        "the kill did not land inside the transaction: {committed} rows committed, {uncommitted} \
+         written"
+    );
+    finished(run(true), "the restore");
+    let rows: Vec<Value> = read_isolated(&broker.servers(), "ids-out", 2, "read_committed")
+        .into_iter()
+        .map(|(_, _, key, value)| {
+            let row: Value = serde_json::from_str(&value).unwrap();
+            assert_eq!(key.as_deref(), Some(row["id"].to_string().as_str()));
+            row
+        })
+        .collect();
+    let expected: Vec<Value> = (0..ROWS).map(|i| json!({"id": i})).collect();
+    assert_same_rows(
+        "read_committed after the restore",
+        &multiset(rows),
+        &multiset(expected),
+    );
+    let aborted = count("read_uncommitted") - ROWS;
+    assert!(
+        aborted >= uncommitted,
+        "the open transaction's {uncommitted} records are not in the log as aborted ones \
+         ({aborted})"
+    );
 }
 
 /// The exactly-once sink's transactions against librdkafka's mock cluster (a transaction
