@@ -558,15 +558,23 @@ impl Reader {
             self.serve_events()?;
             let started = Instant::now();
             let mut eof = false;
-            // Records until a batch is full or its first row has waited `MAX_BATCH_DELAY`
-            // (a quiet source comes back that often to look at its partitions and `stop`).
+            // The first record within `MAX_BATCH_DELAY` (a quiet source comes back that often
+            // to look at its partitions and `stop`), then what else the consumer has at hand,
+            // without waiting, up to a batch: rows leave as soon as the queue runs dry, and a
+            // busy source, whose queue does not, still sends full batches.
+            let mut first = true;
             loop {
-                let wanted = self.batch_size.saturating_sub(self.decoder.buffered());
-                let wait = MAX_BATCH_DELAY.saturating_sub(started.elapsed());
-                let records = queue.take(wait, wanted.min(TAKE));
+                let (wait, max) = if first {
+                    (MAX_BATCH_DELAY.saturating_sub(started.elapsed()), 1)
+                } else {
+                    let wanted = self.batch_size.saturating_sub(self.decoder.buffered());
+                    (Duration::ZERO, wanted.min(TAKE))
+                };
+                let records = queue.take(wait, max);
                 if records.is_empty() {
                     break;
                 }
+                first = false;
                 let now = Instant::now();
                 let mut read = 0;
                 for record in records.iter() {
