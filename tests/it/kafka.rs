@@ -180,6 +180,16 @@ impl Drop for Broker {
     }
 }
 
+/// A `weir` child that is killed if the test ends (or fails) before it does.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Writes `text` as a job file in `dir`.
 fn job(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
@@ -247,14 +257,16 @@ fn a_topic_created_while_running_is_read_with_headers_and_timestamps() {
             out.path().display()
         ),
     );
-    let mut child = weir(dir.path())
-        .arg("run")
-        .arg(&file)
-        .arg("--quiet")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Running(
+        weir(dir.path())
+            .arg("run")
+            .arg(&file)
+            .arg("--quiet")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", broker.servers())
         .set("linger.ms", "5")
@@ -308,13 +320,13 @@ fn a_topic_created_while_running_is_read_with_headers_and_timestamps() {
     produce("ev-b", 3, 200..500);
     wait_for(500);
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let status = child.wait().unwrap();
+    let status = child.0.wait().unwrap();
     let mut stderr = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{stderr}");
     // Read without a failure: a record of the new topic outside the reader's queue would
     // fail the job (and its restart would read the records anyway).
@@ -781,18 +793,18 @@ fn a_transaction_left_open_by_a_kill_is_settled_as_the_checkpoint_says() {
             })
             .sum()
     };
-    let mut child = run(false);
+    let mut child = Running(run(false));
     let deadline = Instant::now() + Duration::from_secs(60);
     while written() == 0 {
         assert!(
             Instant::now() < deadline,
             "no transaction written after 60 s"
         );
-        assert!(child.try_wait().unwrap().is_none(), "the job ended");
+        assert!(child.0.try_wait().unwrap().is_none(), "the job ended");
         std::thread::sleep(Duration::from_millis(1));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     let (committed, uncommitted) = (count("read_committed"), count("read_uncommitted"));
     assert!(
         committed == 0 && uncommitted > 0,
