@@ -29,7 +29,7 @@ mod explain;
 pub mod footprint;
 mod nodes;
 mod projection;
-mod sql;
+pub(crate) mod sql;
 
 use std::sync::Arc;
 

@@ -166,6 +166,9 @@ pub fn parse_str_in(
     overrides: &[Override],
     env: &dyn Environment,
 ) -> Result<LoadedJob, SpecError> {
+    if super::sql_file::looks_like_sql(file, text) {
+        return super::sql_file::parse(file, text, overrides, env);
+    }
     let document = match super::yaml::parse(text) {
         Ok(document) => document,
         Err(refusal) => {
@@ -180,12 +183,23 @@ pub fn parse_str_in(
             );
         }
     };
-    let mut source = SpecSource::indexed(file, document.index);
-    let mut json = document.value;
+    let source = SpecSource::indexed(file, document.index);
+    let json = document.value;
     if json.is_null() {
         return Err(source.error(vec![source.at_value("", "the job file is empty")]));
     }
-    let mut problems = Vec::new();
+    decode_tree(json, source, Vec::new(), overrides, env)
+}
+
+/// The steps after reading a job's text into a tree, which a YAML file and a SQL job file
+/// ([`super::sql_file`]) share: `--set` overrides, `${VAR}` references, the schema, serde.
+pub(super) fn decode_tree(
+    mut json: Value,
+    mut source: SpecSource,
+    mut problems: Vec<Problem>,
+    overrides: &[Override],
+    env: &dyn Environment,
+) -> Result<LoadedJob, SpecError> {
     for o in overrides {
         match apply_override(&mut json, o) {
             Ok(pointer) => source.overridden.push(pointer),

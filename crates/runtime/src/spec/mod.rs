@@ -32,6 +32,7 @@ pub mod env;
 pub mod load;
 pub mod positions;
 pub mod problems;
+pub mod sql_file;
 pub mod transforms;
 pub mod yaml;
 

@@ -69,6 +69,11 @@ pub(crate) struct SqlError {
     wait: bool,
 }
 
+/// Parses one SELECT as a `sql` node does (Flink's `TABLE t` arguments included).
+pub(crate) fn parse_query(sql: &str) -> Result<sqlparser::ast::Query, SqlError> {
+    text::parse(sql)
+}
+
 impl SqlError {
     pub(crate) fn at(span: Span, message: impl Into<String>) -> Self {
         SqlError {
@@ -159,6 +164,7 @@ fn lower_one(
         query_at: query_at.clone(),
         inputs: sql.inputs.clone(),
         parallelism: sql.parallelism,
+        columns: sql.columns.clone(),
         made: Vec::new(),
         at,
         waiting,
@@ -191,6 +197,8 @@ pub(crate) struct Lowering<'a> {
     query_at: String,
     inputs: IndexMap<String, String>,
     parallelism: Option<u32>,
+    /// The result's column names, by position (`INSERT INTO`); empty: the query's own.
+    columns: Vec<String>,
     /// Nodes made, in order.
     made: Vec<String>,
     /// Where the next node goes in `transforms` (before the `sql` node, in order).
@@ -343,9 +351,40 @@ impl Lowering<'_> {
             rel
         };
         let hidden = rel.cols.iter().any(|(c, _)| c.starts_with(HIDDEN));
-        if hidden || rel.from != self.last() || self.made.is_empty() {
-            let columns: IndexMap<String, String> =
-                rel.visible().map(|c| (c.to_string(), column(c))).collect();
+        let visible: Vec<&str> = rel.visible().collect();
+        let renamed = !self.columns.is_empty();
+        if renamed && self.columns.len() != visible.len() {
+            return Err(SqlError::at(
+                span,
+                format!(
+                    "the query gives {} columns ({}) where {} are named ({})",
+                    visible.len(),
+                    visible.join(", "),
+                    self.columns.len(),
+                    self.columns.join(", ")
+                ),
+            ));
+        }
+        if renamed {
+            let mut seen = HashSet::new();
+            if let Some(twice) = self.columns.iter().find(|c| !seen.insert(c.as_str())) {
+                return Err(SqlError::at(
+                    span,
+                    format!("the column `{twice}` is named twice"),
+                ));
+            }
+        }
+        let renamed = renamed && self.columns.iter().zip(&visible).any(|(a, b)| a != b);
+        if hidden || renamed || rel.from != self.last() || self.made.is_empty() {
+            let columns: IndexMap<String, String> = if renamed {
+                self.columns
+                    .iter()
+                    .zip(&visible)
+                    .map(|(name, c)| (name.clone(), column(c)))
+                    .collect()
+            } else {
+                visible.iter().map(|c| (c.to_string(), column(c))).collect()
+            };
             self.emit(
                 "project",
                 TransformSpec::Map(MapSpec {
@@ -379,7 +418,14 @@ impl Lowering<'_> {
         );
         // The nodes made read the last one under its old name only if they came after it,
         // which none did.
-        self.times.insert(self.node.clone(), rel.time.clone());
+        let time = match &rel.time {
+            Some(t) if renamed => visible
+                .iter()
+                .position(|c| c == t)
+                .and_then(|i| self.columns.get(i).cloned()),
+            other => other.clone(),
+        };
+        self.times.insert(self.node.clone(), time);
         Ok(())
     }
 

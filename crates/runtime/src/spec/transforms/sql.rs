@@ -19,6 +19,10 @@ pub struct SqlSpec {
     /// Names the query uses for nodes of the job: name → node (`bid: nexmark.bid`).
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub inputs: IndexMap<String, String>,
+    /// Names for the result's columns, in order, in place of the query's own (what `INSERT
+    /// INTO t` does with the columns `t` declares); as many as the query has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<String>,
     /// The parallelism of every operator the query becomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
