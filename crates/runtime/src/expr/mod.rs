@@ -68,6 +68,7 @@
 //!   the second; EPOCH is whole seconds. INTERVALs are fixed lengths (no months or years).
 
 mod arith;
+mod calendar;
 mod cast;
 mod coerce;
 mod columns;
@@ -76,12 +77,16 @@ mod compile;
 mod conditional;
 mod error;
 mod functions;
+mod hashing;
+mod json;
 mod like;
 mod logic;
 mod math;
 mod node;
+mod rowwise;
 mod strings;
 mod temporal;
+mod text;
 mod types;
 
 #[cfg(test)]
