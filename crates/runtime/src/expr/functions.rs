@@ -1,6 +1,7 @@
 //! Function calls: name lookup (case-insensitive), arity checks, and dispatch to the family that
 //! implements each function. Aggregates, window functions and non-deterministic functions are
-//! rejected with a message that says where they belong.
+//! rejected with a message that says where they belong; so are the Flink built-ins weir does not
+//! have (`REFUSED`), with the reason. An unknown name gets the nearest supported spelling.
 
 use sqlparser::ast::{self, FunctionArg, FunctionArgExpr, FunctionArguments};
 

@@ -35,10 +35,10 @@ fn power_sqrt_exp_and_logarithms_are_floats() {
         [Some(1.0), Some(49.0), None, Some(100.0)]
     );
     assert_eq!(float("sqrt(16)"), 4.0);
-    assert_eq!(float("sqrt(2)"), 1.4142135623730951);
+    assert_eq!(float("sqrt(2)"), std::f64::consts::SQRT_2);
     assert!(float("sqrt(-1)").is_nan(), "Java's Math.sqrt(-1) is NaN");
     assert_eq!(float("exp(0)"), 1.0);
-    assert_eq!(float("exp(1)"), 2.718281828459045);
+    assert_eq!(float("exp(1)"), std::f64::consts::E);
     assert_eq!(float("ln(e())"), 1.0);
     assert_eq!(float("ln(0)"), f64::NEG_INFINITY);
     assert_eq!(float("log10(1000)"), 3.0);
@@ -61,10 +61,19 @@ fn sign_keeps_the_argument_type() {
 fn trigonometry_and_constants() {
     assert_eq!(float("sin(0)"), 0.0);
     assert_eq!(float("cos(0)"), 1.0);
-    assert_eq!(float("atan2(1, 1)"), 0.7853981633974483);
+    assert_eq!(float("atan2(1, 1)"), std::f64::consts::FRAC_PI_4);
     assert_eq!(float("degrees(pi())"), 180.0);
     assert_eq!(float("radians(180)"), std::f64::consts::PI);
     assert_eq!(float("tanh(0)"), 0.0);
+    // Values from Python's math module.
+    assert_eq!(float("tan(1)"), 1.5574077246549023);
+    assert_eq!(float("cot(1)"), 0.6420926159343306);
+    assert_eq!(float("asin(1)"), std::f64::consts::FRAC_PI_2);
+    assert_eq!(float("acos(1)"), 0.0);
+    assert_eq!(float("atan(1)"), std::f64::consts::FRAC_PI_4);
+    assert_eq!(float("sinh(1)"), 1.1752011936438014);
+    assert_eq!(float("cosh(1)"), 1.5430806348152437);
+    assert_eq!(floats("sin(f)")[2], None);
     assert_eq!(float("e()"), std::f64::consts::E);
 }
 
