@@ -16,6 +16,7 @@ use super::node::Node;
 use super::types::{Decimal, Literal, SqlType};
 use super::{
     arith, cast, columns, compare, conditional, functions, like, logic, math, strings, temporal,
+    text,
 };
 
 /// A piece of SQL being compiled: its text and where it starts in the snippet. Compile errors
@@ -352,6 +353,9 @@ impl<'a> Compiler<'a> {
                 &origin(),
             ),
             E::Function(function) => functions::compile(self, function, &origin()),
+            E::Position { expr: needle, r#in } => {
+                text::position(self.value(needle)?, self.value(r#in)?, &origin())
+            }
 
             E::Subquery(_) | E::Exists { .. } => Err(origin().unsupported(
                 "subqueries are not supported: weir expressions work on one record at a time",

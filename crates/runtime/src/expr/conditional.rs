@@ -1,4 +1,5 @@
-//! Conditional expressions: `CASE`, `coalesce`, `nullif`, `greatest`, `least`.
+//! Conditional expressions: `CASE`, `coalesce`, `nullif`, `greatest`, `least`, and Flink's
+//! `ifnull`, `is_alpha`, `is_digit`, `is_decimal`.
 //!
 //! Branches are unified to one type (INT and FLOAT give FLOAT; NULL fits anything). Results are
 //! assembled with Arrow's `zip`. Operands that can fail at run time (an integer division, a CAST)
@@ -17,7 +18,10 @@ use super::coerce::{unify, unify_pair};
 use super::compare::{self, CmpOp, compare_values};
 use super::compile::{Compiler, Origin};
 use super::error::{EvalError, ExprError};
+use super::functions::Call;
 use super::node::{Node, Operator, null_value};
+use super::rowwise::{self, Out, Plain};
+use super::strings::string_operand;
 use super::types::{Literal, SqlType, Value, bool_array};
 
 /// `CASE [operand] WHEN ... THEN ... [ELSE ...] END`.
@@ -311,4 +315,62 @@ impl Operator for ExtremumOp {
 
 fn to_ref(array: BooleanArray) -> ArrayRef {
     Arc::new(array)
+}
+
+/// Flink's conditional functions beyond CASE: `ifnull(a, replacement)` (`coalesce` of two) and
+/// the string tests `is_alpha`, `is_digit`, `is_decimal`, which are FALSE (not NULL) for NULL,
+/// as Flink's are. `Ok(None)` for another name.
+pub(crate) fn compile_flink(call: &Call<'_>) -> Result<Option<Node>, ExprError> {
+    let test: Plain = match call.name {
+        "ifnull" => {
+            call.arity(2, Some(2))?;
+            return coalesce(call.values()?, call.origin).map(Some);
+        }
+        "is_alpha" => |a, _| Ok(Out::Bool(a[0].str().is_some_and(is_alpha))),
+        "is_digit" => |a, _| Ok(Out::Bool(a[0].str().is_some_and(is_digit))),
+        "is_decimal" => |a, _| Ok(Out::Bool(a[0].str().is_some_and(is_decimal))),
+        _ => return Ok(None),
+    };
+    call.arity(1, Some(1))?;
+    let input = string_operand(call.value(0)?, call.name, call.origin)?;
+    Ok(Some(rowwise::plain(
+        vec![input],
+        SqlType::Bool,
+        rowwise::LENIENT,
+        test,
+        call.origin,
+    )))
+}
+
+/// Every character a letter, and at least one.
+fn is_alpha(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(char::is_alphabetic)
+}
+
+/// Every character an ASCII digit, and at least one.
+fn is_digit(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A decimal number: `[+-]digits[.digits][e[+-]digits]`, with digits on at least one side of
+/// the point.
+fn is_decimal(text: &str) -> bool {
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let rest = text.strip_prefix(['+', '-']).unwrap_or(text);
+    let whole = digits(rest);
+    let mut rest = &rest[whole..];
+    let mut fraction = 0;
+    if let Some(after) = rest.strip_prefix('.') {
+        fraction = digits(after);
+        rest = &after[fraction..];
+    }
+    if whole + fraction == 0 {
+        return false;
+    }
+    if let Some(exponent) = rest.strip_prefix(['e', 'E']) {
+        let exponent = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+        let n = digits(exponent);
+        return n > 0 && n == exponent.len();
+    }
+    rest.is_empty()
 }

@@ -24,10 +24,16 @@
 //!   TIMESTAMP).
 //! - One file per family: `arith` (`+ - * / %`, exact decimal multiplication, timestamp
 //!   arithmetic), `compare` (comparisons, BETWEEN, IN, IS ...), `logic` (AND, OR, NOT), `like`,
-//!   `conditional` (CASE, coalesce, nullif, greatest, least), `cast`, `strings` (with
+//!   `conditional` (CASE, coalesce, nullif, greatest, least, ifnull), `cast`, `strings` (with
 //!   regexp_extract, split_index), `math`, `temporal` (TIMESTAMP/INTERVAL literals, EXTRACT,
 //!   date_part, date_trunc, date_format), `functions` (name lookup and dispatch, with the
-//!   aliases `if`, `mod`, `hour`, `minute`, `second`).
+//!   aliases `if`, `mod`, `hour`, `minute`, `second`, and the Flink built-ins refused with
+//!   their reasons).
+//! - Flink's row-at-a-time functions share one operator, `rowwise`; their families are `text`
+//!   (lpad, translate, regexp_replace, ...), `calendar` (to_timestamp_ltz, timestampadd,
+//!   FLOOR/CEIL(ts TO unit), ...), `json` (json_value, json_query, json_exists) and `hashing`
+//!   (md5, sha*, hash_code). The user guide's functions page lists every Flink built-in and
+//!   what weir does with it.
 //! - `tests`: behaviour tests on small batches and a seeded randomized check against a naive
 //!   per-row reference.
 //!
@@ -68,6 +74,7 @@
 //!   the second; EPOCH is whole seconds. INTERVALs are fixed lengths (no months or years).
 
 mod arith;
+mod calendar;
 mod cast;
 mod coerce;
 mod columns;
@@ -76,12 +83,16 @@ mod compile;
 mod conditional;
 mod error;
 mod functions;
+mod hashing;
+mod json;
 mod like;
 mod logic;
 mod math;
 mod node;
+mod rowwise;
 mod strings;
 mod temporal;
+mod text;
 mod types;
 
 #[cfg(test)]

@@ -506,7 +506,7 @@ impl Operator for ConcatOp {
 /// 10 MiB); a pattern past it is refused rather than compiled per row at that cost.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
-fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
+pub(crate) fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
     regex::RegexBuilder::new(pattern)
         .size_limit(REGEX_SIZE_LIMIT)
         .build()

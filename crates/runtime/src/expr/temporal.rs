@@ -291,7 +291,11 @@ fn extract_part(input: Node, part: TimePart, origin: &Origin) -> Result<Node, Ex
 }
 
 /// Accepts a TIMESTAMP (or NULL) operand.
-fn timestamp_operand(input: Node, what: &str, origin: &Origin) -> Result<Node, ExprError> {
+pub(crate) fn timestamp_operand(
+    input: Node,
+    what: &str,
+    origin: &Origin,
+) -> Result<Node, ExprError> {
     match input.ty {
         SqlType::Timestamp => Ok(input),
         SqlType::Null => Ok(cast::implicit(input, SqlType::Timestamp)),
@@ -420,7 +424,7 @@ impl Operator for TruncOp {
 }
 
 /// The first day (00:00 UTC) of the month `month_of(month)` in the year of `millis`.
-fn truncate_calendar(millis: i64, month_of: impl Fn(u32) -> u32) -> Option<i64> {
+pub(crate) fn truncate_calendar(millis: i64, month_of: impl Fn(u32) -> u32) -> Option<i64> {
     let date = DateTime::from_timestamp_millis(millis)?.date_naive();
     let first = NaiveDate::from_ymd_opt(date.year(), month_of(date.month()), 1)?;
     Some(first.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis())
@@ -468,7 +472,7 @@ pub(crate) fn millis_as_timestamps(array: &dyn Array, sql: &str) -> Result<Array
 
 /// One piece of a `date_format` pattern: a field of the timestamp, or text copied as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum FormatPiece {
+pub(crate) enum FormatPiece {
     Text(String),
     /// `yyyy` (padded to the letters' count) or `yy` (the last two digits).
     Year(usize),
@@ -504,7 +508,7 @@ const MONTHS: [&str; 12] = [
 /// letter is one field, text in single quotes is copied (`''` is a quote, in or out of quotes),
 /// other characters are copied. Letters weir does not format are refused, so a pattern never
 /// means something other than what Flink would print.
-fn parse_format(pattern: &str) -> Result<Vec<FormatPiece>, String> {
+pub(crate) fn parse_format(pattern: &str) -> Result<Vec<FormatPiece>, String> {
     let mut pieces: Vec<FormatPiece> = Vec::new();
     let mut text = String::new();
     let mut chars = pattern.chars().peekable();
@@ -567,7 +571,11 @@ fn parse_format(pattern: &str) -> Result<Vec<FormatPiece>, String> {
 }
 
 /// Writes `millis` (UTC) as `pieces` say; `None` if the time is outside chrono's range.
-fn write_format(out: &mut impl std::fmt::Write, pieces: &[FormatPiece], millis: i64) -> Option<()> {
+pub(crate) fn write_format(
+    out: &mut impl std::fmt::Write,
+    pieces: &[FormatPiece],
+    millis: i64,
+) -> Option<()> {
     let time = DateTime::from_timestamp_millis(millis)?.naive_utc();
     for piece in pieces {
         let written = match piece {
@@ -586,6 +594,83 @@ fn write_format(out: &mut impl std::fmt::Write, pieces: &[FormatPiece], millis: 
         written.ok()?;
     }
     Some(())
+}
+
+/// Reads `text` as `pieces` say (the inverse of [`write_format`]), as UTC epoch milliseconds.
+///
+/// A numeric field followed directly by another takes exactly its letters' count of digits
+/// (`yyyyMMdd`); otherwise it takes up to that many, and at least two (four for a year), so
+/// `d` reads `7` and `14`. Month names (`MMM`, `MMMM`) are English, any case. Fields the
+/// pattern lacks are those of 1970-01-01 00:00:00.000. Text after the pattern is an error when
+/// `whole`, and ignored otherwise (as Java's `SimpleDateFormat.parse` ignores it). `yy` is
+/// refused by [`parse_pattern`]: Java reads it relative to the current date, which a replayed
+/// job must not depend on.
+pub(crate) fn parse_with_format(pieces: &[FormatPiece], text: &str, whole: bool) -> Option<i64> {
+    let (mut year, mut month, mut day) = (1970i32, 1u32, 1u32);
+    let (mut hour, mut minute, mut second, mut milli) = (0u32, 0u32, 0u32, 0u32);
+    let mut rest = text;
+    for (i, piece) in pieces.iter().enumerate() {
+        let next_numeric = pieces
+            .get(i + 1)
+            .is_some_and(|next| !matches!(next, FormatPiece::Text(_) | FormatPiece::Month(3..)));
+        let mut number = |width: usize, least: usize| -> Option<u32> {
+            let limit = if next_numeric {
+                width
+            } else {
+                width.max(least)
+            };
+            let digits = rest
+                .bytes()
+                .take(limit)
+                .take_while(u8::is_ascii_digit)
+                .count();
+            if digits == 0 || (next_numeric && digits < width) {
+                return None;
+            }
+            let value = rest[..digits].parse().ok()?;
+            rest = &rest[digits..];
+            Some(value)
+        };
+        match piece {
+            FormatPiece::Text(expected) => rest = rest.strip_prefix(expected.as_str())?,
+            FormatPiece::Year(width) => year = i32::try_from(number(*width, 4)?).ok()?,
+            FormatPiece::Month(width @ (1 | 2)) => month = number(*width, 2)?,
+            FormatPiece::Month(width) => {
+                let (index, length) = MONTHS.iter().enumerate().find_map(|(index, name)| {
+                    let name = if *width == 3 { &name[..3] } else { name };
+                    let head = rest.get(..name.len())?;
+                    head.eq_ignore_ascii_case(name)
+                        .then_some((index, name.len()))
+                })?;
+                month = u32::try_from(index).ok()? + 1;
+                rest = &rest[length..];
+            }
+            FormatPiece::Day(width) => day = number(*width, 2)?,
+            FormatPiece::Hour(width) => hour = number(*width, 2)?,
+            FormatPiece::Minute(width) => minute = number(*width, 2)?,
+            FormatPiece::Second(width) => second = number(*width, 2)?,
+            FormatPiece::Millisecond => milli = number(3, 3)?,
+        }
+    }
+    if whole && !rest.is_empty() {
+        return None;
+    }
+    let time = NaiveDate::from_ymd_opt(year, month, day)?
+        .and_hms_milli_opt(hour, minute, second, milli)?;
+    Some(time.and_utc().timestamp_millis())
+}
+
+/// A constant pattern for reading text (`to_timestamp`, `unix_timestamp`): as
+/// [`parse_format`], less `yy` (see [`parse_with_format`]).
+pub(crate) fn parse_pattern(pattern: &str) -> Result<Vec<FormatPiece>, String> {
+    let pieces = parse_format(pattern)?;
+    if pieces.contains(&FormatPiece::Year(2)) {
+        return Err(format!(
+            "'yy' in '{pattern}' is not supported for reading: Java reads it relative to \
+             today's date; write yyyy"
+        ));
+    }
+    Ok(pieces)
 }
 
 /// `date_format(ts, 'yyyy-MM-dd HH:mm')` → STRING: the timestamp (UTC) written as the pattern

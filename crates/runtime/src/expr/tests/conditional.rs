@@ -143,3 +143,54 @@ fn if_is_case_when_and_skips_the_branch_a_row_does_not_take() {
     let message = compile_error("if(i, 1, 2)").to_string();
     assert!(message.contains("needs a BOOL"), "{message}");
 }
+
+#[test]
+fn ifnull_replaces_null() {
+    // "IFNULL(nullable_column, 5) returns never NULL."
+    assert_eq!(ints("IFNULL(i, 5)"), [Some(1), Some(-7), Some(5), Some(10)]);
+    assert_eq!(floats("ifnull(f, i)")[2], None);
+    assert_eq!(floats("ifnull(f, 0)")[2], Some(0.0));
+    assert_eq!(
+        compile_error("ifnull(i)").to_string(),
+        "ifnull takes 2 arguments, got 1: ifnull(a, replacement)"
+    );
+    let message = compile_error("ifnull(i, 'x')").to_string();
+    assert!(
+        message.contains("incompatible types INT and STRING"),
+        "{message}"
+    );
+}
+
+#[test]
+fn string_tests_are_false_for_null() {
+    // "Returns true if all characters in string are letter, otherwise false."
+    assert_eq!(
+        bools("is_alpha(s)"),
+        [Some(true), Some(true), Some(false), Some(false)]
+    );
+    // "Returns true if all characters in string are digit, otherwise false."
+    assert_eq!(bools("is_digit('0123')"), [Some(true); 4]);
+    assert_eq!(bools("is_digit('12a')"), [Some(false); 4]);
+    assert_eq!(bools("is_digit('')"), [Some(false); 4]);
+    // "Returns true if string can be parsed to a valid numeric, otherwise false."
+    for (text, expected) in [
+        ("1", true),
+        ("-1.5", true),
+        (".5", true),
+        ("1.", true),
+        ("1.5e10", true),
+        ("+2E-3", true),
+        ("", false),
+        (".", false),
+        ("1e", false),
+        ("abc", false),
+        ("1.2.3", false),
+    ] {
+        assert_eq!(
+            bools(&format!("is_decimal('{text}')")),
+            [Some(expected); 4],
+            "{text}"
+        );
+    }
+    assert_eq!(bools("is_decimal(NULL)"), [Some(false); 4]);
+}

@@ -1,5 +1,7 @@
 //! Behaviour tests for the expression compiler, one file per family, plus a seeded randomized
-//! comparison against a naive per-row reference (`random`).
+//! comparison against a naive per-row reference (`random`). The files of Flink's functions
+//! (`numeric`, `text`, `calendar`, `json`, `hashing`, and parts of `conditional` and `errors`)
+//! take their expected values from the examples of Flink's documentation, quoted beside them.
 //!
 //! Most tests evaluate against [`batch`], four rows with a NULL in every column:
 //!
@@ -13,14 +15,19 @@
 mod api;
 mod arith;
 mod bounds;
+mod calendar;
 mod cast;
 mod compare;
 mod conditional;
 mod errors;
+mod hashing;
+mod json;
 mod logic;
+mod numeric;
 mod random;
 mod strings;
 mod temporal;
+mod text;
 
 use std::sync::Arc;
 
