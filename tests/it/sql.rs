@@ -425,7 +425,8 @@ fn joins_unions_and_having_plan_into_the_operators_a_person_would_write() {
 fn flink_nexmark_texts_equal_their_yaml_twins() {
     // (query, the twin's columns in the order of the Flink sink's, the updating result's key
     // in the SQL's and the twin's names).
-    let queries: &[(&str, &[&str], Option<(&str, &str)>)] = &[
+    type Case<'a> = (&'a str, &'a [&'a str], Option<(&'a str, &'a str)>);
+    let queries: &[Case] = &[
         (
             "q0",
             &["auction", "bidder", "price", "dateTime", "extra"],

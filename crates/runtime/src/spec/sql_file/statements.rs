@@ -41,12 +41,13 @@ pub(super) fn read_statements(text: &str) -> Result<Vec<Statement>, SqlFileError
             _ => {}
         }
         // `EXECUTE STATEMENT SET BEGIN` opens a set without a `;`.
-        if current.len() == 3 && is(&current, &["EXECUTE", "STATEMENT", "SET"]) {
-            if word(&token.token, "BEGIN") {
-                current.clear();
-                in_set = true;
-                continue;
-            }
+        if current.len() == 3
+            && is(&current, &["EXECUTE", "STATEMENT", "SET"])
+            && word(&token.token, "BEGIN")
+        {
+            current.clear();
+            in_set = true;
+            continue;
         }
         if token.token == Token::SemiColon && depth == 0 {
             let end = token.span.start;

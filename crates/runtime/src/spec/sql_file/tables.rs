@@ -463,7 +463,7 @@ fn watermark_delay(column: &str, expr: &Expr) -> Result<u64, String> {
     };
     let n: f64 = text.trim().parse().map_err(|_| refuse())?;
     let ms = n * unit_ms;
-    if !ms.is_finite() || ms < 0.0 || ms > 365.0 * 86_400_000.0 || ms.fract() != 0.0 {
+    if !ms.is_finite() || !(0.0..=365.0 * 86_400_000.0).contains(&ms) || ms.fract() != 0.0 {
         return Err(format!(
             "the watermark's delay `{text}` is not a whole number of milliseconds up to a year"
         ));

@@ -75,6 +75,9 @@ impl Literal {
     }
 }
 
+/// A computed column folded for one port: its expression, or what stops it being read there.
+type Computed = (String, Result<Expr, String>);
+
 /// A table of one event kind per row.
 #[derive(Debug)]
 pub(super) struct VariantTable {
@@ -87,7 +90,7 @@ pub(super) struct VariantTable {
     /// The ROW columns' fields.
     rows: Vec<(String, Vec<(String, ColumnType)>)>,
     /// Each port's computed columns, folded for it (`Err`: what stops one being read there).
-    computed: HashMap<String, Vec<(String, Result<Expr, String>)>>,
+    computed: HashMap<String, Vec<Computed>>,
     /// The event-time column of every port and the watermark's delay (ms).
     time: Option<(String, u64)>,
     /// Fields of a JSON file read as TIMESTAMPs (port, field): the event-time field.
@@ -188,7 +191,7 @@ impl VariantTable {
             timestamps: Vec::new(),
         };
         for (_, port) in v.ports.clone() {
-            let folded: Vec<(String, Result<Expr, String>)> = table
+            let folded: Vec<Computed> = table
                 .computed
                 .iter()
                 .map(|(column, expr)| (column.clone(), v.specialize(expr, &port, None)))
