@@ -29,7 +29,7 @@ mod explain;
 pub mod footprint;
 mod nodes;
 mod projection;
-pub(crate) mod sql;
+mod sql;
 
 use std::sync::Arc;
 

@@ -358,6 +358,17 @@ impl Lowering<'_> {
         } else {
             untils(&left, &right, &sorted.condition)?
         };
+        // Two window aggregates' rows joined on both their windows' bounds (Flink plans a
+        // window join): the rows of a window arrive before the watermark that passes its end,
+        // so each row leaves state once the watermark passes its window's end.
+        let window_ends = match (&left.rel.window, &right.rel.window) {
+            (Some(lw), Some(rw)) if window.is_none() && !updating && !lw.rows && !rw.rows => {
+                let keyed = |a: &str, b: &str| sorted.keys.iter().any(|(l, r)| l == a && r == b);
+                (keyed(&lw.start, &rw.start) && keyed(&lw.end, &rw.end))
+                    .then(|| (column(&lw.end), column(&rw.end)))
+            }
+            _ => None,
+        };
         let mut condition = Vec::new();
         for c in &sorted.condition {
             condition.push(two.render(c)?);
@@ -564,8 +575,16 @@ impl Lowering<'_> {
                 left_as: left.alias.clone(),
                 right_as: right.alias.clone(),
                 condition: (!condition.is_empty()).then(|| condition.join(" AND ")),
-                left_until: untils.left.as_ref().map(|(t, _)| t.clone()),
-                right_until: untils.right.as_ref().map(|(t, _)| t.clone()),
+                left_until: untils
+                    .left
+                    .as_ref()
+                    .map(|(t, _)| t.clone())
+                    .or_else(|| window_ends.as_ref().map(|(l, _)| l.clone())),
+                right_until: untils
+                    .right
+                    .as_ref()
+                    .map(|(t, _)| t.clone())
+                    .or_else(|| window_ends.as_ref().map(|(_, r)| r.clone())),
                 mode,
                 columns: Some(columns.clone()),
                 state_ttl: None,

@@ -37,8 +37,10 @@
 //!   as weir's expression snippets.
 //! - `planner`: queries, SELECT, GROUP BY, windows, Top-N, OVER.
 //! - `join`: joins and the window semi join.
+//! - `legacy`: Flink's group windows (`GROUP BY TUMBLE(time, size)`) as window TVFs.
 
 mod join;
+mod legacy;
 mod planner;
 mod rel;
 mod text;
@@ -67,11 +69,6 @@ pub(crate) struct SqlError {
     message: String,
     /// The query reads a `sql` node not planned yet: try again after it.
     wait: bool,
-}
-
-/// Parses one SELECT as a `sql` node does (Flink's `TABLE t` arguments included).
-pub(crate) fn parse_query(sql: &str) -> Result<sqlparser::ast::Query, SqlError> {
-    text::parse(sql)
 }
 
 impl SqlError {
@@ -337,6 +334,25 @@ impl Lowering<'_> {
         }
     }
 
+    /// Adds a `map` of `from` to `columns`, made for the clause at `span`.
+    fn emit_map(
+        &mut self,
+        kind: &str,
+        from: &str,
+        columns: IndexMap<String, String>,
+        span: Span,
+    ) -> Result<SchemaRef, SqlError> {
+        self.emit(
+            kind,
+            TransformSpec::Map(MapSpec {
+                from: from.to_string(),
+                columns,
+                parallelism: self.parallelism,
+            }),
+            span,
+        )
+    }
+
     /// The query's result becomes the node with the `sql` node's name.
     fn finish(&mut self, rel: Rel) -> Result<(), SqlError> {
         let span = Span::empty();
@@ -385,15 +401,7 @@ impl Lowering<'_> {
             } else {
                 visible.iter().map(|c| (c.to_string(), column(c))).collect()
             };
-            self.emit(
-                "project",
-                TransformSpec::Map(MapSpec {
-                    from: rel.from.clone(),
-                    columns,
-                    parallelism: self.parallelism,
-                }),
-                span,
-            )?;
+            self.emit_map("project", &rel.from, columns, span)?;
         }
         // The last node takes the `sql` node's place and name.
         let last = self.last();

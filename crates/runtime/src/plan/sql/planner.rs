@@ -122,6 +122,8 @@ impl Lowering<'_> {
     }
 
     fn select(&mut self, s: &ast::Select) -> Result<Rel, SqlError> {
+        let rewritten = super::legacy::group_window(s)?;
+        let s = rewritten.as_ref().unwrap_or(s);
         let span = s.select_token.0.span;
         if s.top.is_some()
             || s.into.is_some()
@@ -1064,12 +1066,26 @@ impl Lowering<'_> {
             None => None,
         };
         if calls.is_empty() && windowed.is_some() {
-            return Err(SqlError::at(
-                span,
-                "a window's GROUP BY without an aggregate: add one (COUNT(*))",
-            ));
+            // The distinct keys of each window (Nexmark's q8): a window aggregate emits one row
+            // per key and window with some aggregate, which nothing reads.
+            calls.insert(format!("{HIDDEN}agg0"), "count(*)".to_string());
         }
-        let keyed = self.key_by(&side.rel, &keys, span)?;
+        // A GROUP BY of a window aggregate's rows by their window (Flink's cascaded window
+        // aggregate, Nexmark q5's maximum of the windows' counts): a window aggregate too, so
+        // each window is emitted once and its state freed, rather than a running aggregate.
+        let cascade = match (&side.rel.tvf, &side.rel.window) {
+            (None, Some(w)) if !w.rows && keys.contains(&w.start) && keys.contains(&w.end) => {
+                Some(w.clone())
+            }
+            _ => None,
+        };
+        let (keyed, windowed) = match &cascade {
+            Some(w) => (
+                self.cascade_keys(&side.rel, &keys, w, span)?,
+                Some(cascade_window(span)),
+            ),
+            None => (self.key_by(&side.rel, &keys, span)?, windowed),
+        };
         let (kind, spec) = match &windowed {
             Some(tvf) => (
                 "window-aggregate",
@@ -1103,6 +1119,9 @@ impl Lowering<'_> {
         } else {
             rel.updating = Some(span);
         }
+        if let Some(w) = &cascade {
+            rel = self.cascade_bounds(rel, w, span)?;
+        }
         let after = Side {
             alias: side.alias.clone(),
             rel,
@@ -1132,6 +1151,77 @@ impl Lowering<'_> {
             columns.insert(name.clone(), Scope::One(&after).render(e)?);
         }
         self.final_map(after, columns, p.span)
+    }
+
+    /// A cascaded window aggregate's input: its rows stamped with their window's time (its
+    /// end - 1 ms, as Flink's `window_time`: the rows of a window are emitted before the
+    /// watermark that passes it, so none is late), keyed by the GROUP BY with the window's
+    /// bounds renamed (the window aggregate names its own `window_start`, `window_end`).
+    fn cascade_keys(
+        &mut self,
+        rel: &Rel,
+        keys: &[String],
+        w: &WindowCols,
+        span: Span,
+    ) -> Result<String, SqlError> {
+        let mut columns: IndexMap<String, String> = rel
+            .cols
+            .iter()
+            .map(|(c, _)| (c.clone(), column(c)))
+            .collect();
+        columns.insert(
+            format!("{HIDDEN}wt"),
+            format!("{} - INTERVAL '1' MILLISECOND", column(&w.end)),
+        );
+        self.emit_map("window-time", &rel.from, columns, span)?;
+        let keys = keys
+            .iter()
+            .map(|k| {
+                if *k == w.start {
+                    format!("{} AS {HIDDEN}ws", column(k))
+                } else if *k == w.end {
+                    format!("{} AS {HIDDEN}we", column(k))
+                } else {
+                    column(k)
+                }
+            })
+            .collect();
+        self.emit(
+            "key-by",
+            TransformSpec::KeyBy(KeyBySpec {
+                from: self.last(),
+                keys,
+            }),
+            span,
+        )?;
+        Ok(self.last())
+    }
+
+    /// A cascaded window aggregate's output with its input's window bounds back under their
+    /// names, in place of the 1 ms window it was computed in.
+    fn cascade_bounds(&mut self, rel: Rel, w: &WindowCols, span: Span) -> Result<Rel, SqlError> {
+        let mut columns: IndexMap<String, String> = IndexMap::new();
+        for (c, _) in &rel.cols {
+            if is_window_col(c) {
+                continue;
+            }
+            let name = if *c == format!("{HIDDEN}ws") {
+                w.start.clone()
+            } else if *c == format!("{HIDDEN}we") {
+                w.end.clone()
+            } else {
+                c.clone()
+            };
+            columns.insert(name, column(c));
+        }
+        let schema = self.emit_map("window-bounds", &rel.from, columns, span)?;
+        let mut out = Rel::new(self.last(), &schema, None);
+        out.window = Some(WindowCols {
+            start: w.start.clone(),
+            end: w.end.clone(),
+            rows: false,
+        });
+        Ok(out)
     }
 
     /// Takes the aggregate calls out of `expr`, naming each (an item that is one call gets
@@ -1575,4 +1665,18 @@ pub(super) enum From {
 pub(super) enum Done {
     Planned(Rel),
     Side(Side),
+}
+
+/// The window a cascaded window aggregate computes in: 1 ms, which holds the rows of one
+/// window of its input (stamped with that window's end - 1 ms) and fires as soon as the
+/// watermark passes them.
+fn cascade_window(span: Span) -> Tvf {
+    Tvf {
+        window: WindowSpec::Tumbling {
+            size: HumanDuration::from_millis(1),
+        },
+        time: format!("{HIDDEN}wt"),
+        partition: Vec::new(),
+        span,
+    }
 }

@@ -286,3 +286,30 @@ impl<'s> Cursor<'s> {
         ))
     }
 }
+
+/// Parses a query as far as a SQL job file needs to (which relations it reads, and the
+/// rewrite of a view of a table of one event kind per row): Flink's `TABLE t` argument of a
+/// window function is read as `t`. The planner parses it again, fully, and reports what does
+/// not parse at its place; `None` here.
+pub(super) fn parse_query(text: &str) -> Option<sqlparser::ast::Query> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, text)
+        .tokenize_with_location()
+        .ok()?;
+    let mut kept: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    for t in tokens {
+        let after_paren = kept
+            .iter()
+            .rev()
+            .find(|k| !matches!(k.token, Token::Whitespace(_)))
+            .is_some_and(|k| k.token == Token::LParen);
+        if after_paren && word(&t.token, "TABLE") {
+            continue;
+        }
+        kept.push(t);
+    }
+    let mut parser = sqlparser::parser::Parser::new(&dialect)
+        .with_recursion_limit(64)
+        .with_tokens_with_locations(kept);
+    parser.parse_query().ok().map(|q| *q)
+}

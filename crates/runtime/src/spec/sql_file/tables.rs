@@ -610,7 +610,7 @@ fn words_read<'q>(queries: impl IntoIterator<Item = &'q Query>) -> BTreeSet<Stri
     let dialect = GenericDialect {};
     let mut words = BTreeSet::new();
     for q in queries {
-        let Ok(query) = crate::plan::sql::parse_query(&q.text) else {
+        let Some(query) = super::statements::parse_query(&q.text) else {
             if let Ok(tokens) = Tokenizer::new(&dialect, &q.text).tokenize() {
                 for t in tokens {
                     if let Token::Word(w) = t {

@@ -535,7 +535,7 @@ fn conjuncts(e: Expr) -> Vec<Expr> {
 /// Rewrites a query of `table` to read the port its WHERE picks (`Ok(None)`: it does not read
 /// the table).
 pub(super) fn rewrite(text: &str, table: &VariantTable) -> Result<Option<String>, String> {
-    let Ok(mut query) = crate::plan::sql::parse_query(text) else {
+    let Some(mut query) = super::statements::parse_query(text) else {
         // The planner reports it, at its place in the file.
         return Ok(None);
     };
