@@ -163,13 +163,18 @@ bench: build-bench
 ## from a topic of 4 partitions on Apache Kafka's broker (started by the script), Flink with
 ## its Kafka SQL connector (fetched from Maven Central once); BENCH_PEERS_KAFKA_ARGS passes
 ## more (`--queries q1`).
+## Then the SQL arm (issue 47): weir runs the very SQL text Flink runs (scripts/peers/flink/:
+## nexmark.sql's table and views over the file, each query into a blackhole table) as a SQL job
+## file, on the queries whose text weir plans; BENCH_PEERS_SQL_ARGS passes more.
 BENCH_PEERS_RUNS ?= 3
 BENCH_PEERS_ARGS ?=
 BENCH_PEERS_KAFKA_ARGS ?= --queries q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q11
+BENCH_PEERS_SQL_ARGS ?= --queries q0,q1,q2,q3,q5,q7,q8,q9,q11,q15,q16,q18,q19,q20,q21,q22
 bench-peers: build
 	@[ -f data/nexmark.jsonl ] || $(MAKE) --no-print-directory nexmark-data
 	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) $(BENCH_PEERS_ARGS)
 	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) --kafka-broker $(BENCH_PEERS_KAFKA_ARGS)
+	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) --weir-sql $(BENCH_PEERS_SQL_ARGS)
 
 ## Failover time of a fleet (issue 22; not part of `make test`): three `weir serve` on a
 ## throwaway PostgreSQL catalog and S3 server (moto), one RocksDB job grown to each state size,

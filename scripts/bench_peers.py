@@ -228,6 +228,9 @@ class Engines:
     # Kafka connector.
     kafka: str | None = None
     kafka_jar: Path | None = None
+    # weir runs the SQL text Flink runs (scripts/peers/flink/, as a SQL job file) rather than
+    # its YAML job (jobs/nexmark/<query>-jsonl.yaml).
+    weir_sql: bool = False
 
     def options(self) -> list[str]:
         """The command-line options that say the same to a child of this script."""
@@ -238,6 +241,8 @@ class Engines:
             out += ["--kafka", self.kafka]
         if self.kafka_jar is not None:
             out += ["--kafka-jar", str(self.kafka_jar)]
+        if self.weir_sql:
+            out += ["--weir-sql"]
         return out
 
 
@@ -263,7 +268,8 @@ def run_flink(engines: Engines, query: str, out: Path | None, parallelism: int) 
     ]  # fmt: skip
     if out is not None:
         cmd += ["--out", str(out)]
-    cmd += engines.options()
+    # Flink runs its text either way: the options of weir's arms are not its.
+    cmd += [o for o in engines.options() if o != "--weir-sql"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -308,6 +314,12 @@ def run_weir(
     job = ROOT / "jobs" / "nexmark" / f"{query}-jsonl.yaml"
     source = ["--set", f"sources.nexmark.path={engines.data}"]
     with tempfile.TemporaryDirectory() as scratch:
+        if engines.weir_sql:
+            job = Path(scratch) / f"{query}.sql"
+            job.write_text(weir_sql_job(engines, query))
+            return run_weir_job(
+                engines, query, job, [], out, parallelism, sink="result", node="insert-into-result"
+            )
         if engines.kafka is not None:
             servers, topic = engines.kafka.split("/", 1)
             text = job.read_text()
@@ -332,15 +344,20 @@ def run_weir_job(
     source: list[str],
     out: Path | None,
     parallelism: int,
+    sink: str = "out",
+    node: str | None = None,
 ) -> tuple[float, float]:
-    """`run_weir` of the job file `job`, its source set by `source` (options of `weir run`)."""
+    """`run_weir` of the job file `job`, its source set by `source` (options of `weir run`);
+    with `out`, the sink `sink` writes the rows of `node` (default: the query's) there."""
     cmd = [
         str(engines.weir), "run", str(job), *source,
         "--set", f"parallelism={parallelism}", "--quiet",
     ]  # fmt: skip
     if out is not None:
-        format = ", format: changelog-json" if query in WEIR_CHANGELOG else ""
-        cmd += ["--set", f"sinks.out={{kind: file, from: {query}, path: {out}{format}}}"]
+        changelog = query in WEIR_CHANGELOG or engines.weir_sql
+        format = ", format: changelog-json" if changelog else ""
+        node = node or query
+        cmd += ["--set", f"sinks.{sink}={{kind: file, from: {node}, path: {out}{format}}}"]
     with tempfile.TemporaryFile() as log:
         start = time.monotonic()
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -355,6 +372,19 @@ def run_weir_job(
             f"\n{tail}"
         )
     return wall, usage.ru_maxrss / 1024
+
+
+def weir_sql_job(engines: Engines, query: str) -> str:
+    """The SQL job file of `query` in the words Flink runs: nexmark.sql's table and views over
+    the file, the query's own statements, and the query into a blackhole table (`CREATE TABLE
+    result WITH (...) AS SELECT`, Flink's statement set of one)."""
+    if engines.kafka is not None:
+        raise BenchError("--weir-sql reads the file: SQL job files have no Kafka tables yet")
+    source = f"'connector' = 'filesystem', 'path' = '{engines.data}', 'format' = 'json'"
+    statements = sql_statements(FLINK_SQL / "nexmark.sql", {"source": source})
+    statements += sql_statements(FLINK_SQL / f"{query}.sql", {"source": source})
+    head = "".join(f"{s};\n" for s in statements[:-1])
+    return f"{head}CREATE TABLE result WITH ('connector' = 'blackhole') AS\n{statements[-1]};\n"
 
 
 def normalise(value):
@@ -415,16 +445,17 @@ def flink_rows(directory: Path) -> collections.Counter:
 WEIR_KINDS = {"+I": 1, "+U": 1, "-U": -1, "-D": -1}
 
 
-def weir_rows(directory: Path, query: str) -> collections.Counter:
+def weir_rows(directory: Path, query: str, changelog: bool = False) -> collections.Counter:
     """weir's rows as a multiset: an upsert result (WEIR_UPSERT_KEYS) the last row of each key,
-    a changelog (WEIR_CHANGELOG) folded into its final table, else every row."""
-    keys = WEIR_UPSERT_KEYS.get(query)
+    a changelog (WEIR_CHANGELOG, or every query with `changelog`) folded into its final table,
+    else every row."""
+    keys = None if changelog else WEIR_UPSERT_KEYS.get(query)
     if keys is not None:
         last = {}
         for row in json_lines(directory):
             last[tuple(normalise(row[k]) for k in keys)] = row_key(row)
         return collections.Counter(last.values())
-    if query not in WEIR_CHANGELOG:
+    if query not in WEIR_CHANGELOG and not changelog:
         return collections.Counter(row_key(row) for row in json_lines(directory))
     rows: collections.Counter = collections.Counter()
     for row in json_lines(directory):
@@ -454,7 +485,7 @@ def check_rows(engines: Engines, query: str, scratch: Path) -> str:
             rows = flink_rows(out)
         else:
             run_weir(engines, query, out, parallelism)
-            rows = weir_rows(out, query)
+            rows = weir_rows(out, query, engines.weir_sql)
         if reference is None:
             reference = rows
             continue
@@ -524,6 +555,7 @@ def engines_of(args: argparse.Namespace) -> Engines:
         udf_jar=Path(args.udf_jar).resolve() if args.udf_jar else None,
         kafka=args.kafka,
         kafka_jar=Path(args.kafka_jar).resolve() if args.kafka_jar else None,
+        weir_sql=args.weir_sql,
     )
 
 
@@ -681,6 +713,8 @@ def bench(args: argparse.Namespace) -> None:
                 print(f"run {run + 1}/{args.runs} {query}: {said}", file=sys.stderr, flush=True)
 
     read = f"from the Kafka topic {engines.kafka}" if engines.kafka else "from the file"
+    if engines.weir_sql:
+        read += ", weir running Flink's SQL text"
     print(f"\nNexmark, {engines.data.name} {read}, medians of {args.runs} interleaved runs:\n")
     print(table(engines, results, checks))
     if failed:
@@ -713,6 +747,11 @@ def parse_args() -> argparse.Namespace:
         p.add_argument("--udf-jar", help="the jar of the Nexmark user-defined functions (q14)")
         p.add_argument("--kafka", help="both engines read HOST:PORT/TOPIC instead of the file")
         p.add_argument("--kafka-jar", help="Flink's Kafka SQL connector (the Kafka arm)")
+        p.add_argument(
+            "--weir-sql",
+            action="store_true",
+            help="weir runs the SQL text Flink runs, as a SQL job file, not its YAML job",
+        )
 
     check = sub.add_parser("check", help="compare one query's rows on both engines")
     check.add_argument("query", choices=ALL_QUERIES)

@@ -222,3 +222,122 @@ pub(super) fn group_window(s: &ast::Select) -> Result<Option<ast::Select>, SqlEr
     }
     Ok(Some(out))
 }
+
+/// `GROUP BY` an expression (Nexmark q15's `DATE_FORMAT(dateTime, 'yyyy-MM-dd')`) over one
+/// relation: the expression computed as a column in a subquery, and the SELECT list and HAVING
+/// reading that column wherever they write the expression, as Flink plans it:
+///
+/// ```sql
+/// SELECT DATE_FORMAT(t, 'yyyy-MM-dd') AS day, COUNT(*) FROM bid GROUP BY DATE_FORMAT(t, ...)
+/// -- is
+/// SELECT __g0 AS day, COUNT(*) FROM (SELECT *, DATE_FORMAT(t, ...) AS __g0 FROM bid) AS bid
+/// GROUP BY __g0
+/// ```
+///
+/// `None`: every GROUP BY term is a column, or FROM is not one relation (the planner says
+/// what to write).
+pub(super) fn group_expressions(s: &ast::Select) -> Result<Option<ast::Select>, SqlError> {
+    let ast::GroupByExpr::Expressions(exprs, modifiers) = &s.group_by else {
+        return Ok(None);
+    };
+    let computed: Vec<&Expr> = exprs
+        .iter()
+        .filter(|e| !matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)))
+        .collect();
+    if computed.is_empty() || !modifiers.is_empty() {
+        return Ok(None);
+    }
+    let [one] = s.from.as_slice() else {
+        return Ok(None);
+    };
+    let alias = match &one.relation {
+        _ if !one.joins.is_empty() => return Ok(None),
+        ast::TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } => match alias {
+            Some(a) => a.name.to_string(),
+            None => match name.0.as_slice() {
+                [only] => only.to_string(),
+                _ => return Ok(None),
+            },
+        },
+        ast::TableFactor::Derived {
+            alias: Some(a),
+            lateral: false,
+            ..
+        } => a.name.to_string(),
+        _ => return Ok(None),
+    };
+    let names: Vec<String> = (0..computed.len()).map(|i| format!("__g{i}")).collect();
+    let columns: Vec<String> = computed
+        .iter()
+        .zip(&names)
+        .map(|(e, n)| format!("{e} AS {n}"))
+        .collect();
+    let selection = s
+        .selection
+        .as_ref()
+        .map(|w| format!(" WHERE {w}"))
+        .unwrap_or_default();
+    let text = format!(
+        "SELECT 1 FROM (SELECT *, {} FROM {}{selection}) AS {alias}",
+        columns.join(", "),
+        one.relation
+    );
+    let parsed = super::text::parse(&text).map_err(|e| {
+        SqlError::at(
+            s.select_token.0.span,
+            format!(
+                "cannot compute the GROUP BY expressions in a subquery: {}",
+                e.message
+            ),
+        )
+    })?;
+    let ast::SetExpr::Select(derived) = *parsed.body else {
+        return Ok(None);
+    };
+    let mut out = s.clone();
+    out.from = derived.from;
+    out.selection = None;
+    let written: Vec<String> = computed.iter().map(ToString::to_string).collect();
+    let column_of = |e: &Expr| -> Option<Expr> {
+        let text = e.to_string();
+        written
+            .iter()
+            .position(|w| *w == text)
+            .map(|i| Expr::Identifier(ast::Ident::new(names[i].clone())))
+    };
+    out.group_by = ast::GroupByExpr::Expressions(
+        exprs
+            .iter()
+            .map(|e| column_of(e).unwrap_or_else(|| e.clone()))
+            .collect(),
+        vec![],
+    );
+    let mut replace = |e: &mut Expr| {
+        if let Some(c) = column_of(e) {
+            *e = c;
+        }
+        ControlFlow::<()>::Continue(())
+    };
+    for item in &mut out.projection {
+        if let ast::SelectItem::UnnamedExpr(e) = item
+            && column_of(e).is_some()
+        {
+            // Named as the expression would have been.
+            let alias = ast::Ident::new(super::planner::default_name(e));
+            *item = ast::SelectItem::ExprWithAlias {
+                expr: e.clone(),
+                alias,
+            };
+        }
+        let _ = visit_expressions_mut(item, &mut replace);
+    }
+    if let Some(h) = &mut out.having {
+        let _ = visit_expressions_mut(h, &mut replace);
+    }
+    Ok(Some(out))
+}

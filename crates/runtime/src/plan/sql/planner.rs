@@ -124,6 +124,8 @@ impl Lowering<'_> {
     fn select(&mut self, s: &ast::Select) -> Result<Rel, SqlError> {
         let rewritten = super::legacy::group_window(s)?;
         let s = rewritten.as_ref().unwrap_or(s);
+        let grouped = super::legacy::group_expressions(s)?;
+        let s = grouped.as_ref().unwrap_or(s);
         let span = s.select_token.0.span;
         if s.top.is_some()
             || s.into.is_some()
