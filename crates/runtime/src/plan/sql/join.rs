@@ -358,11 +358,13 @@ impl Lowering<'_> {
         } else {
             untils(&left, &right, &sorted.condition)?
         };
-        // Two window aggregates' rows joined on both their windows' bounds (Flink plans a
-        // window join): the rows of a window arrive before the watermark that passes its end,
-        // so each row leaves state once the watermark passes its window's end.
+        // Windowed rows joined on both their windows' bounds, a window aggregate's on at least
+        // one side (Flink plans a window join): a window aggregate's rows of a window come
+        // before the watermark that passes its end, and a window TVF's rows before the
+        // watermark passes their time, so each row leaves state once the watermark passes its
+        // window's end.
         let window_ends = match (&left.rel.window, &right.rel.window) {
-            (Some(lw), Some(rw)) if window.is_none() && !updating && !lw.rows && !rw.rows => {
+            (Some(lw), Some(rw)) if window.is_none() && !updating && !(lw.rows && rw.rows) => {
                 let keyed = |a: &str, b: &str| sorted.keys.iter().any(|(l, r)| l == a && r == b);
                 (keyed(&lw.start, &rw.start) && keyed(&lw.end, &rw.end))
                     .then(|| (column(&lw.end), column(&rw.end)))
