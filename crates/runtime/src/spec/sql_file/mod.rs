@@ -175,7 +175,7 @@ struct Job<'t> {
     tables: tables::Tables,
     /// Views and INSERTs, in the file's order.
     queries: Vec<Query>,
-    /// Which statement set a SET came from, for messages: key → where.
+    /// Where each setting was SET (by its path), to report one set twice.
     settings: HashMap<String, Position>,
 }
 

@@ -100,6 +100,11 @@ impl Table {
         self.options.get(key).map(|(v, _)| v.as_str())
     }
 
+    /// Where the `CREATE TABLE` starts.
+    pub(super) fn location(&self) -> Location {
+        Location::new(self.at.line as u64, self.at.column as u64)
+    }
+
     fn option_at(&self, key: &str) -> Position {
         self.options
             .get(key)
@@ -477,25 +482,32 @@ pub(super) fn place(job: &mut Job<'_>, tables: &Tables, queries: &[Query]) {
         .iter()
         .filter_map(|q| q.target.as_ref().map(|(t, _)| t.as_str()))
         .collect();
+    // What each query reads, parsed once.
+    let reads: Vec<BTreeSet<String>> = queries
+        .iter()
+        .map(|q| words_read(std::slice::from_ref(q)))
+        .collect();
     // Views no INSERT reads (through other views) are left out, as Flink leaves them.
-    let mut used: HashSet<&str> = HashSet::new();
-    let mut frontier: Vec<&Query> = queries.iter().filter(|q| q.target.is_some()).collect();
-    while let Some(q) = frontier.pop() {
-        if !used.insert(q.node.as_str()) {
+    let mut used = vec![false; queries.len()];
+    let mut frontier: Vec<usize> = (0..queries.len())
+        .filter(|&i| queries[i].target.is_some())
+        .collect();
+    while let Some(i) = frontier.pop() {
+        if std::mem::replace(&mut used[i], true) {
             continue;
         }
-        let words = words_read(std::slice::from_ref(q));
-        frontier.extend(
-            queries
-                .iter()
-                .filter(|v| v.target.is_none() && words.contains(&v.node.to_lowercase())),
-        );
+        frontier.extend((0..queries.len()).filter(|&v| {
+            queries[v].target.is_none() && reads[i].contains(&queries[v].node.to_lowercase())
+        }));
     }
-    let queries: Vec<&Query> = queries
-        .iter()
-        .filter(|q| used.contains(q.node.as_str()))
+    let words: BTreeSet<&String> = (0..queries.len())
+        .filter(|&i| used[i])
+        .flat_map(|i| reads[i].iter())
         .collect();
-    let words = words_read(queries.iter().copied());
+    let queries: Vec<&Query> = (0..queries.len())
+        .filter(|&i| used[i])
+        .map(|i| &queries[i])
+        .collect();
     let mut variants: Vec<VariantTable> = Vec::new();
     for table in tables.tables.values() {
         let read = words.contains(&table.name.to_lowercase());
@@ -669,7 +681,7 @@ fn known_options(table: &Table, known: &[&str]) -> Result<(), SqlFileError> {
 fn connector(table: &Table) -> Result<&str, SqlFileError> {
     table.option("connector").ok_or_else(|| {
         SqlFileError::at(
-            Location::new(table.at.line as u64, table.at.column as u64),
+            table.location(),
             format!(
                 "`{}` names no `'connector'` in its WITH options",
                 table.name
@@ -821,7 +833,7 @@ fn source(job: &mut Job<'_>, table: &Table) -> Result<Option<VariantTable>, SqlF
             } else {
                 if !table.computed.is_empty() {
                     return Err(SqlFileError::at(
-                        Location::new(table.at.line as u64, table.at.column as u64),
+                        table.location(),
                         format!(
                             "computed columns are read on tables of one event kind per row \
                              (Nexmark's); compute `{}` in a view over `{name}` instead",
@@ -872,7 +884,7 @@ fn sink(job: &mut Job<'_>, table: &Table) -> Result<(), SqlFileError> {
     let name = table.name.as_str();
     if !table.computed.is_empty() || table.watermark.is_some() {
         return Err(SqlFileError::at(
-            Location::new(table.at.line as u64, table.at.column as u64),
+            table.location(),
             format!("`{name}` is written: computed columns and watermarks belong to tables read"),
         ));
     }
@@ -930,7 +942,7 @@ fn sink(job: &mut Job<'_>, table: &Table) -> Result<(), SqlFileError> {
     for (column, ty) in &table.columns {
         if matches!(ty, ColumnType::Row(_)) {
             return Err(SqlFileError::at(
-                Location::new(table.at.line as u64, table.at.column as u64),
+                table.location(),
                 format!("`{name}`.`{column}` is a ROW: weir writes flat rows"),
             ));
         }

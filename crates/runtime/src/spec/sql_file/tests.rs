@@ -242,3 +242,20 @@ fn problems_are_reported_at_their_line_and_column_of_the_sql_file() {
     );
     assert_eq!(problems(&text), Vec::<String>::new());
 }
+
+#[test]
+fn a_submitted_text_opening_with_a_statement_is_loaded_as_sql() {
+    // What `weir serve` does with a text posted to its API (no file name to go by).
+    let text = format!(
+        "{NEXMARK}CREATE TABLE out (a BIGINT) WITH ('connector' = 'blackhole');\nINSERT INTO out \
+         SELECT auction FROM bid;\n"
+    );
+    let loaded =
+        crate::spec::load::parse_str("submitted", &text, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    assert!(matches!(
+        loaded.spec.sources["datagen"],
+        SourceSpec::Nexmark(_)
+    ));
+    assert!(matches!(loaded.spec.sinks["out"], SinkSpec::Blackhole(_)));
+}

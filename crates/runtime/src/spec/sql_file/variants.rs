@@ -97,10 +97,6 @@ pub(super) struct VariantTable {
     timestamps: Vec<(String, String)>,
 }
 
-fn at(table: &Table) -> Location {
-    Location::new(table.at.line as u64, table.at.column as u64)
-}
-
 impl VariantTable {
     /// A JSON file's table is of one kind per row when it has one STRING column and the rest
     /// are ROWs (`None`: an ordinary table).
@@ -123,7 +119,7 @@ impl VariantTable {
         let name = table.name.clone();
         let shape = || {
             SqlFileError::at(
-                at(table),
+                table.location(),
                 match kind {
                     Kind::Nexmark => format!(
                         "a table of `'connector' = 'nexmark'` is declared as Nexmark's own DDL \
@@ -166,7 +162,7 @@ impl VariantTable {
                     for (field, _) in fields {
                         if schemas[i].1.field_with_name(field).is_err() {
                             return Err(SqlFileError::at(
-                                at(table),
+                                table.location(),
                                 format!("weir's Nexmark `{row}` has no field `{field}`"),
                             ));
                         }
