@@ -844,6 +844,8 @@ fn assemble(
     }
 
     let mut index: HashMap<usize, usize> = HashMap::new();
+    // (source def, upsert port) → the node of the port's normaliser.
+    let mut normalized: HashMap<(usize, usize), usize> = HashMap::new();
     let mut nodes: Vec<PlanNode> = Vec::new();
     for &i in order {
         if virtual_def(&compiled[i]) {
@@ -857,8 +859,13 @@ fn assemble(
             let mut producers = Vec::new();
             resolve(defs, &compiled, *j, *p, None, &mut producers);
             for (producer, port, key) in producers {
+                // An upsert port is read from its normaliser's one port.
+                let (from, port) = match normalized.get(&(producer, port)) {
+                    Some(&n) => (n, 0),
+                    None => (index[&producer], port),
+                };
                 inputs.push(PlanEdge {
-                    from: index[&producer],
+                    from,
                     port,
                     input,
                     key,
@@ -953,12 +960,12 @@ fn assemble(
             queryable: queryable_of,
             read: reads.get_mut(i).and_then(Option::take),
         });
-        // A source with an upsert port (one, as `upsert-json` has no variants) is read by its
-        // consumers through the port's normaliser.
+        // A source's upsert ports (`upsert-json`'s one, a CDC source's table each) are read
+        // by their consumers through each port's normaliser.
         let source = nodes.len() - 1;
         for (port, raw, read) in upsert_ports {
             if let Some(node) = normalizer((source, port), &nodes, &raw, &read, spec.key_groups) {
-                index.insert(i, nodes.len());
+                normalized.insert((i, port), nodes.len());
                 nodes.push(node);
             }
         }
