@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for the tests: its own data directory and a loopback port,
-# trust authentication, no fsync (nothing in it outlives the test).
+# trust authentication, no fsync (nothing in it outlives the test), `wal_level=logical` for the
+# CDC source.
 #
 #   scripts/pg-cluster.sh start DIR PORT       # initdb DIR/data if needed, then start; waits until ready
 #   scripts/pg-cluster.sh start DIR PORT ssl   # the same, TCP clients only over TLS (see below)
@@ -51,7 +52,7 @@ case "$cmd" in
         || { cat "$dir/initdb.log" >&2; exit 1; }
     fi
     "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off $tls_opts" \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_level=logical $tls_opts" \
       start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
     ;;
   stop)

@@ -30,6 +30,10 @@
 //!   resumed on the other backend, restarts after a task failure, at-least-once mode.
 //! - `postgres`: the PostgreSQL sink against throwaway clusters: exactly once through SIGKILLs,
 //!   a server that goes away and comes back, upserts, and the errors that name what is wrong.
+//! - `postgres_cdc`: the PostgreSQL CDC source against throwaway clusters: two tables mirrored
+//!   into keyed tables through SIGKILLs, a rescale and a database restart, equal at the end;
+//!   the problems that stop a job (no primary key, unreadable types, schema changes,
+//!   truncates, a slot dropped by hand) with what to do.
 //! - `nats`: the NATS JetStream source and sink against a real `nats-server -js` (the machine's
 //!   on 127.0.0.1:4222, else one of the test's own): partitions and metadata, bad messages,
 //!   a stream partitioned by the server's `partition(n, ...)` mapping, missing streams and
@@ -72,6 +76,7 @@ mod nexmark_reference;
 mod nexmark_stateful;
 mod nexmark_stateless;
 mod postgres;
+mod postgres_cdc;
 mod query;
 mod recovery;
 mod s3;

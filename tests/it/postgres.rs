@@ -64,7 +64,7 @@ impl Cluster {
         script(PG_CLUSTER, args);
     }
 
-    fn resume(&mut self) {
+    pub(crate) fn resume(&mut self) {
         let dir = self.dir.path().display().to_string();
         let port = self.port.to_string();
         let mut args = vec!["start", &dir, &port];
@@ -75,7 +75,7 @@ impl Cluster {
         self.running = true;
     }
 
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let dir = self.dir.path().display().to_string();
         self.script(&["stop", &dir]);
         self.running = false;
@@ -85,7 +85,7 @@ impl Cluster {
         self.port
     }
 
-    fn connection(&self) -> String {
+    pub(crate) fn connection(&self) -> String {
         format!(
             "host=127.0.0.1 port={} user=postgres dbname=postgres",
             self.port

@@ -339,3 +339,56 @@ async fn a_secret_copied_by_an_alias_is_masked_in_the_spec_the_list_the_detail_a
     assert_eq!(list["jobs"][0]["description"], "******", "{list}");
     host.shutdown(Duration::from_secs(10)).await;
 }
+
+/// The CDC source, as the PostgreSQL sink: a submitted job reaches only the databases the
+/// server allows, and may not name a file of the server's (`sslrootcert`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdc_source_reaches_only_allowed_databases_and_reads_no_server_file() {
+    let (host, app) = app_with(
+        Access::open(),
+        HostConfig {
+            endpoints: Endpoints::default()
+                .allow("postgres://127.0.0.1:5432")
+                .unwrap(),
+            ..HostConfig::default()
+        },
+    );
+    let job = |connection: &str| {
+        format!(
+            "name: cdc\nsources:\n  db:\n    kind: postgres-cdc\n    connection: {connection}\n    \
+             tables:\n      - {{table: t, schema: {{id: int}}, key: [id]}}\n\
+             sinks:\n  out: {{kind: blackhole, from: db.t}}\n"
+        )
+    };
+    let ok = call(
+        &app,
+        "POST",
+        "/api/v1/jobs/validate",
+        job("host=127.0.0.1 port=5432 user=weir dbname=shop"),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    let far = call(
+        &app,
+        "POST",
+        "/api/v1/jobs/validate",
+        job("host=10.1.2.3 port=5432 user=weir dbname=shop"),
+    )
+    .await;
+    assert_eq!(far.status, StatusCode::BAD_REQUEST, "{}", far.text);
+    assert!(
+        far.text.contains("sources.db.connection") && far.text.contains("--allow-endpoint"),
+        "{}",
+        far.text
+    );
+    let file = call(
+        &app,
+        "POST",
+        "/api/v1/jobs/validate",
+        job("host=127.0.0.1 port=5432 user=weir sslmode=verify-full sslrootcert=/etc/passwd"),
+    )
+    .await;
+    assert_eq!(file.status, StatusCode::BAD_REQUEST, "{}", file.text);
+    assert!(file.text.contains("sslrootcert"), "{}", file.text);
+    host.shutdown(Duration::from_secs(10)).await;
+}

@@ -21,6 +21,7 @@
 //!   (transactional).
 //! - [`nats`]: NATS JetStream streams in (partitions read by ordered consumers from
 //!   checkpointed sequences) and out (deterministic message ids, commit markers).
+//! - [`postgres_cdc`]: PostgreSQL tables' changes in, from a logical replication slot.
 //! - [`blackhole`], [`stdout`], [`file`], [`postgres`]: sinks.
 //!
 //! Every connector implements the contract of [`crate::api`] and imports nothing of the
@@ -34,6 +35,7 @@ pub mod nats;
 pub mod nexmark;
 pub mod partitioned;
 pub mod postgres;
+pub mod postgres_cdc;
 pub mod stdout;
 
 use std::sync::Arc;
@@ -137,6 +139,10 @@ sources! {
     /// Messages of a NATS JetStream stream, partition by partition, exactly-once with
     /// checkpoints.
     Nats(Box<nats::spec::NatsSourceSpec>) = "nats",
+    /// The changes of PostgreSQL tables from a logical replication slot: a consistent copy,
+    /// then every insert, update and delete, exactly once with checkpoints. Each table is an
+    /// upsert port keyed by its primary key.
+    PostgresCdc(Box<postgres_cdc::PostgresCdcSourceSpec>) = "postgres-cdc",
 }
 
 sinks! {

@@ -161,7 +161,7 @@ impl PgFailure {
 /// Whether retrying `e` may succeed: the connection went away or could not be made, the server
 /// is starting or shutting down, or the transaction lost a conflict. Bad credentials, a missing
 /// table or column, a value of the wrong type or a violated constraint stay wrong.
-fn is_transient(e: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
     match e.code() {
         Some(code) => {
             let c = code.code();

@@ -80,6 +80,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use weir_connection_pool::{Pool, PoolMetrics};
 
+pub(crate) use self::client::is_transient;
 pub use self::client::{PgConnection, PgFailure, PgManager};
 use self::encode::{encode_csv, ident};
 pub use self::encode::{sql_type, unsupported_column};
@@ -164,23 +165,11 @@ impl SinkConnector for PostgresSinkSpec {
 /// server's machine; the connection's password is a secret.
 impl Hosted for PostgresSinkSpec {
     fn endpoints(&self) -> Vec<Reach> {
-        vec![Reach {
-            at: "/connection".into(),
-            endpoint: Endpoint::Postgres {
-                connection: self.connection.clone(),
-            },
-        }]
+        connection_endpoints(&self.connection)
     }
 
     fn server_files(&self) -> Vec<ServerFile> {
-        tls::root_certificate_file(&self.connection)
-            .map(|_| ServerFile {
-                at: "/connection".into(),
-                key: false,
-                what: "`sslrootcert` makes the PostgreSQL client read a file".into(),
-            })
-            .into_iter()
-            .collect()
+        connection_files(&self.connection)
     }
 
     fn locations(&self) -> Vec<Location> {
@@ -194,6 +183,28 @@ impl Hosted for PostgresSinkSpec {
     fn within(&self, _limits: &HostLimits) -> Vec<SpecProblem> {
         Vec::new()
     }
+}
+
+/// The database a `connection` key (the sink's, the CDC source's) reaches.
+pub(crate) fn connection_endpoints(connection: &str) -> Vec<Reach> {
+    vec![Reach {
+        at: "/connection".into(),
+        endpoint: Endpoint::Postgres {
+            connection: connection.to_owned(),
+        },
+    }]
+}
+
+/// The file of the server's a `connection` key would make the client read (`sslrootcert`).
+pub(crate) fn connection_files(connection: &str) -> Vec<ServerFile> {
+    tls::root_certificate_file(connection)
+        .map(|_| ServerFile {
+            at: "/connection".into(),
+            key: false,
+            what: "`sslrootcert` makes the PostgreSQL client read a file".into(),
+        })
+        .into_iter()
+        .collect()
 }
 
 /// Batches a subtask may queue for its writer while a write is in flight.
