@@ -119,8 +119,8 @@ loom: deps
 	  $(CARGO) test --release -p weir-connection-pool --lib loom_models
 
 ## Benchmarks (BENCHMARKS.md has the current figures, docs/benchmarks/log/ their history).
-## `weir bench restore` and `weir bench postgres` run against servers of their own, started
-## and stopped here: moto's S3 (scripts/s3-server.sh) and a throwaway PostgreSQL cluster
+## `weir bench restore`, `weir bench postgres` and `weir bench postgres-cdc` run against servers
+## of their own, started and stopped here: moto's S3 (scripts/s3-server.sh) and a throwaway PostgreSQL cluster
 ## (scripts/pg-cluster.sh: fsync off, as for the tests; `make test` installs both).
 bench: build-bench
 	$(WEIR) bench nexmark --queries q0,q1,q2
@@ -145,7 +145,8 @@ bench: build-bench
 	$(WEIR) bench serve
 	@pg=$$(mktemp -d); port=$$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	scripts/pg-cluster.sh start $$pg $$port || { rm -rf $$pg; echo "bench postgres: could not start a throwaway PostgreSQL (scripts/pg-cluster.sh; apt-get install postgresql)" >&2; exit 1; }; \
-	$(WEIR) bench postgres --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres"; status=$$?; \
+	$(WEIR) bench postgres --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres" \
+	  && $(WEIR) bench postgres-cdc --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres"; status=$$?; \
 	scripts/pg-cluster.sh stop $$pg; rm -rf $$pg; exit $$status
 	scripts/bench-stage-fence.sh
 

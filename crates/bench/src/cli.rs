@@ -112,6 +112,10 @@ enum Bench {
         #[arg(long, default_value = "data/bench")]
         data: PathBuf,
     },
+    /// The PostgreSQL CDC source: a table's snapshot beside `COPY`, a slot's backlog beside
+    /// the server decoding it alone, and commit-to-visible latency of a mirror job at a
+    /// steady rate, at least once and exactly once.
+    PostgresCdc(crate::postgres_cdc::BenchCdcArgs),
     /// `weir serve`: API latency with many jobs hosted, and the throughput cost of ten live
     /// dashboards.
     Serve(crate::serve::BenchServeArgs),
@@ -349,6 +353,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             runs: runs.max(1),
             data,
         }),
+        Bench::PostgresCdc(args) => crate::postgres_cdc::run(args),
         Bench::Checkpoint {
             job,
             events,

@@ -46,6 +46,7 @@ mod nats;
 mod nexmark;
 mod pool;
 mod postgres;
+mod postgres_cdc;
 mod query;
 mod restore;
 mod scheduler;
