@@ -170,7 +170,7 @@ bench: build-bench
 BENCH_PEERS_RUNS ?= 3
 BENCH_PEERS_ARGS ?=
 BENCH_PEERS_KAFKA_ARGS ?= --queries q0,q1,q2,q3,q4,q5,q6,q7,q8,q9,q11
-BENCH_PEERS_SQL_ARGS ?= --queries q0,q1,q2,q3,q5,q7,q8,q9,q11,q15,q16,q18,q19,q20,q21,q22
+BENCH_PEERS_SQL_ARGS ?= --queries q0,q1,q2,q3,q4,q5,q7,q8,q9,q11,q15,q16,q17,q18,q19,q20,q21,q22
 bench-peers: build
 	@[ -f data/nexmark.jsonl ] || $(MAKE) --no-print-directory nexmark-data
 	scripts/bench-peers.sh $(WEIR) data/nexmark.jsonl --runs $(BENCH_PEERS_RUNS) $(BENCH_PEERS_ARGS)

@@ -27,6 +27,8 @@ Layout:
   * `flink_main` (the `flink` subcommand) runs one query on a fresh Flink local mini-cluster
     (PyFlink's JVM) and prints one JSON line with its measurements. The driver starts it in the
     PyFlink virtualenv's Python, once per run, so that no run inherits a warm JVM.
+  * `weir_main` (the `weir` subcommand) times one query on weir alone, no Flink and no row
+    check: for measuring a change to weir between sittings.
   * The Flink SQL texts live in scripts/peers/flink/: nexmark.sql declares the file and one view
     per event type, qN.sql holds the query (after any statements of its own); udf/ holds the
     Nexmark benchmark's Java function that q14 calls, which scripts/bench-peers.sh compiles
@@ -721,6 +723,43 @@ def bench(args: argparse.Namespace) -> None:
         raise BenchError(f"rows differ on {','.join(failed)} (see above)")
 
 
+def weir_main(args: argparse.Namespace) -> None:
+    """Times one query on weir alone, no Flink and no row check: the median wall time and peak
+    RSS of --runs runs at each parallelism, each run started on an idle machine. For measuring
+    a change to weir itself between sittings of `bench`, which time both engines."""
+    try:
+        parallelisms = [int(v) for v in args.weir_parallelism.split(",")]
+    except ValueError:
+        parallelisms = []
+    if not parallelisms or any(p < 1 for p in parallelisms):
+        raise BenchError(
+            f"--weir-parallelism takes parallelisms like 1,2; not {args.weir_parallelism!r}"
+        )
+    engines = Engines(
+        weir=Path(args.weir).resolve(),
+        python=Path(sys.executable),
+        data=Path(args.data).resolve(),
+        weir_parallelism=parallelisms,
+        weir_sql=args.weir_sql,
+    )
+    for what, path in (("weir binary", engines.weir), ("data file", engines.data)):
+        if not path.exists():
+            raise BenchError(f"no {what} at {path}")
+    for parallelism in parallelisms:
+        walls, peaks = [], []
+        for _ in range(args.runs):
+            settle()
+            wall, peak = run_weir(engines, args.query, None, parallelism)
+            walls.append(wall)
+            peaks.append(peak)
+        runs = ", ".join(f"{w:.2f}" for w in walls)
+        print(
+            f"{args.query} weir p={parallelism}: median {statistics.median(walls):.2f} s "
+            f"({runs}), peak {statistics.median(peaks):,.0f} MiB",
+            flush=True,
+        )
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
@@ -770,16 +809,29 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="the Kafka arm: start a broker, produce the file to a topic, read that",
     )
+    alone = sub.add_parser("weir", help="time one query on weir alone (no Flink, no check)")
+    alone.add_argument("query", choices=ALL_QUERIES)
+    alone.add_argument("--weir", required=True, help="the weir binary")
+    alone.add_argument("--data", required=True, help="the Nexmark JSON-lines file")
+    alone.add_argument(
+        "--weir-parallelism", default="1,2", help="weir's parallelisms (default 1,2)"
+    )
+    alone.add_argument("--runs", type=int, default=5, help="timed runs per parallelism")
+    alone.add_argument(
+        "--weir-sql",
+        action="store_true",
+        help="weir runs the SQL text Flink runs, as a SQL job file, not its YAML job",
+    )
     args = parser.parse_args()
     if args.command is None:
-        parser.error("a command is needed: bench, check or flink")
+        parser.error("a command is needed: bench, check, flink or weir")
     return args
 
 
 if __name__ == "__main__":
     arguments = parse_args()
     try:
-        commands = {"bench": main, "check": check_main, "flink": flink_main}
+        commands = {"bench": main, "check": check_main, "flink": flink_main, "weir": weir_main}
         commands[arguments.command](arguments)
     except BenchError as error:
         print(f"bench-peers: {error}", file=sys.stderr)

@@ -1,7 +1,7 @@
 -- Nexmark q4 (average price per category): the final price of each auction is its highest bid
 -- placed while it was open (both ends included); per category, the mean of the final prices.
--- AVG of a BIGINT is a BIGINT (the quotient truncated), the floor weir computes for positive
--- prices. The public Nexmark text: a regular join and two group aggregations, an updating
+-- AVG of a BIGINT is a BIGINT (the quotient truncated toward zero), in weir as in Flink. The
+-- public Nexmark text: a regular join and two group aggregations, an updating
 -- result whose final table is compared with weir's upserts per category.
 SELECT Q.category, AVG(Q.final) AS avg_final
 FROM (

@@ -8,6 +8,17 @@
 //! (a hot key's); the condition is evaluated over the pairs with only the columns it reads, and
 //! only the pairs it keeps are built whole. Without `*-until` a side is kept for good: a regular
 //! join. An interval join is a join whose condition and retention follow from its bounds.
+//!
+//! # Cleanup
+//! Rows leave state by time, with one timer per key group and distinct retain-until time, not
+//! one per key: a join keyed by a nearly unique key (a window's bounds and a price, Flink's
+//! Nexmark q7) would otherwise set and fire a timer per row. Each side keeps an index, a list
+//! of keys per (key group, time) stored under the group's *cleanup key* (no key bytes, in
+//! states of their own), holding each key at the earliest time one of its rows expires. When
+//! the timer of a (group, time) fires, each key in its list drops its expired rows and, if
+//! rows remain, is listed again at the next one's time. A key whose earliest time moves earlier
+//! is listed at the new time and stays listed at the old one, where it finds nothing to drop
+//! (or what the other listing left): each firing takes its keys once.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -19,13 +30,21 @@ use arrow_schema::{Field, Schema, SchemaRef};
 use arrow_select::filter::{FilterBuilder, filter_record_batch};
 use arrow_select::take::take;
 use hashbrown::HashMap;
-use weir_state::{KeyedStateBackend, MapId, NO_NAMESPACE, TimeDomain};
+use weir_state::{KeyRef, KeyedStateBackend, ListId, MapId, NO_NAMESPACE, TimeDomain};
 
 use super::keyed::{KeyEncoder, RowCodec};
 use crate::api::Operator;
 use crate::api::OperatorError;
 use crate::api::time::event_times;
 use crate::expr::Expr;
+
+/// The key under which a key group's cleanup index and timers live: no key's bytes (the
+/// index is in states of its own, so no row's key can meet it there).
+const CLEANUP_KEY: &[u8] = &[];
+
+/// The namespace tag of a cleanup timer: this plus the side. A key's own timer (weir before
+/// the cleanup keys, in a restored checkpoint) has the side alone.
+const CLEANUP_TIMER: u8 = 2;
 
 /// The schema of joined rows: left columns as `left_as.name`, right ones as `right_as.name`,
 /// then `extra`.
@@ -106,6 +125,9 @@ pub struct Join {
     state: KeyedStateBackend,
     /// Per side: (retain-until, arrival number) → encoded row.
     sides: [MapId<(i64, i64), Vec<u8>>; 2],
+    /// Per side: the keys whose earliest row expires at a time, per key group (the cleanup
+    /// key of the group, the time as namespace): see the module's docs.
+    expiring: [ListId<Vec<u8>>; 2],
     arrivals: i64,
     watermark: i64,
     /// Per joined column: whether the condition reads it (the pairs' condition is evaluated
@@ -120,6 +142,10 @@ impl Join {
         mut state: KeyedStateBackend,
     ) -> Result<Self, OperatorError> {
         let sides = [state.map_state("left")?, state.map_state("right")?];
+        let expiring = [
+            state.list_state("left-expiring")?,
+            state.list_state("right-expiring")?,
+        ];
         let condition_reads = def.condition_reads();
         Ok(Self {
             rows: [
@@ -130,10 +156,59 @@ impl Join {
             keys,
             state,
             sides,
+            expiring,
             arrivals: 0,
             watermark: i64::MIN,
             condition_reads,
         })
+    }
+
+    /// Lists each key of `expiring` (key group, time, key) at the time its earliest row
+    /// expires, and sets one timer per key group and time.
+    fn list_expiring(
+        &mut self,
+        side: usize,
+        mut expiring: Vec<(u32, i64, Vec<u8>)>,
+    ) -> Result<(), OperatorError> {
+        expiring.sort_unstable_by_key(|&(group, until, _)| (group, until));
+        let mut rest = expiring.as_mut_slice();
+        while let Some(&(group, until, _)) = rest.first() {
+            let n = rest
+                .iter()
+                .take_while(|e| (e.0, e.1) == (group, until))
+                .count();
+            let (run, tail) = rest.split_at_mut(n);
+            rest = tail;
+            let cleanup = KeyRef::new(group, CLEANUP_KEY);
+            self.state.list(&self.expiring[side]).update(
+                cleanup,
+                &until.to_be_bytes(),
+                |list| list.extend(run.iter_mut().map(|e| std::mem::take(&mut e.2))),
+            )?;
+            self.state.timers().set(
+                TimeDomain::EventTime,
+                until,
+                cleanup,
+                &[CLEANUP_TIMER + side as u8],
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Drops `key`'s rows of `side` that expired by `watermark`; returns when its next row
+    /// expires, if one is left.
+    fn expire(
+        &mut self,
+        side: usize,
+        key: KeyRef<'_>,
+        watermark: i64,
+    ) -> Result<Option<i64>, OperatorError> {
+        let mut side_state = self.state.map(&self.sides[side]);
+        side_state.take_while(key, NO_NAMESPACE, |(until, _)| *until <= watermark)?;
+        Ok(side_state
+            .first_key(key, NO_NAMESPACE)?
+            .map(|(until, _)| until))
     }
 
     /// Continues the arrival numbering of a restored run past every old subtask's, so a new
@@ -342,6 +417,8 @@ impl Operator for Join {
         // The other side does not change while this batch is processed, so a key's matches
         // are looked up once per batch: key → its distinct rows in `matches`.
         let mut probed: HashMap<&[u8], Range<u32>> = HashMap::new();
+        // (key group, time, key): keys whose earliest row is now one of this batch's.
+        let mut expiring: Vec<(u32, i64, Vec<u8>)> = Vec::new();
         for row in 0..batch.num_rows() {
             let key = keys.key(row);
             let found = match probed.get(key.bytes) {
@@ -379,28 +456,16 @@ impl Operator for Join {
                 (keep_until, self.arrivals),
                 rows.row(row).data().to_vec(),
             )?;
-            // One cleanup timer per key and side, at the earliest time a stored row expires;
-            // rows arriving in time order never move it, so they cost no timer operation.
-            if keep_until < i64::MAX {
-                let ns = [side as u8];
-                match earliest {
-                    Some((t, _)) if t <= keep_until => {}
-                    Some((t, _)) => {
-                        let mut timers = self.state.timers();
-                        timers.delete(TimeDomain::EventTime, t, key, &ns)?;
-                        timers.set(TimeDomain::EventTime, keep_until, key, &ns, None)?;
-                    }
-                    None => {
-                        self.state.timers().set(
-                            TimeDomain::EventTime,
-                            keep_until,
-                            key,
-                            &ns,
-                            None,
-                        )?;
-                    }
-                }
+            // A key is listed at the earliest time one of its rows expires; rows arriving in
+            // time order never move it, so they cost no listing.
+            match earliest {
+                Some((t, _)) if t <= keep_until => {}
+                _ if keep_until == i64::MAX => {}
+                _ => expiring.push((key.group, keep_until, key.bytes.to_vec())),
             }
+        }
+        if !expiring.is_empty() {
+            self.list_expiring(side, expiring)?;
         }
         if let Some(joined) = self.join_matches(side, &batch, matches)? {
             out.push(joined);
@@ -419,19 +484,35 @@ impl Operator for Join {
             .timers()
             .pop_due(TimeDomain::EventTime, watermark)?
         {
-            let side = usize::from(timer.namespace.first().copied().unwrap_or(0)).min(1);
-            let mut side_state = self.state.map(&self.sides[side]);
-            side_state.take_while(timer.key(), NO_NAMESPACE, |(until, _)| *until <= watermark)?;
-            // The next row to expire takes over the key's cleanup timer.
-            let next = side_state.first_key(timer.key(), NO_NAMESPACE)?;
-            if let Some((until, _)) = next {
-                self.state.timers().set(
-                    TimeDomain::EventTime,
-                    until,
-                    timer.key(),
-                    &timer.namespace,
-                    None,
-                )?;
+            let tag = timer.namespace.first().copied().unwrap_or(0);
+            if tag < CLEANUP_TIMER {
+                // A key's own timer, set by a version of weir before the cleanup keys (a
+                // restored checkpoint): the key is listed again, as any other.
+                let side = usize::from(tag).min(1);
+                if let Some(next) = self.expire(side, timer.key(), watermark)? {
+                    let again = vec![(timer.key_group, next, timer.key.to_vec())];
+                    self.list_expiring(side, again)?;
+                }
+                continue;
+            }
+            let side = usize::from(tag - CLEANUP_TIMER).min(1);
+            let cleanup = KeyRef::new(timer.key_group, CLEANUP_KEY);
+            let mut keys = self
+                .state
+                .list(&self.expiring[side])
+                .take(cleanup, &timer.time.to_be_bytes())?;
+            keys.sort_unstable();
+            keys.dedup();
+            let mut again = Vec::new();
+            for key in keys {
+                if let Some(next) =
+                    self.expire(side, KeyRef::new(timer.key_group, &key), watermark)?
+                {
+                    again.push((timer.key_group, next, key));
+                }
+            }
+            if !again.is_empty() {
+                self.list_expiring(side, again)?;
             }
         }
         Ok(watermark)
@@ -562,9 +643,10 @@ mod tests {
 
     /// A join whose sides leave state when the watermark passes their `u` (a bounded join), or
     /// whose right side is kept for good, with a condition, rows arriving out of `u` order (so
-    /// a key's cleanup timer moves), rows whose `u` is NULL or already passed (they probe but
-    /// are never stored), and a restore mid-stream: each batch emits exactly its pairs with
-    /// the other side's earlier rows that are still alive (their `u` after the watermark).
+    /// a key is listed again at an earlier time), rows whose `u` is NULL or already passed
+    /// (they probe but are never stored), and a restore mid-stream: each batch emits exactly
+    /// its pairs with the other side's earlier rows that are still alive (their `u` after the
+    /// watermark).
     #[test]
     fn rows_pair_only_until_the_watermark_passes_their_until() {
         #[derive(Clone, Debug)]
@@ -659,6 +741,59 @@ mod tests {
             }
             assert!(pairs > 100, "{pairs} pairs");
             assert!(expired > 100, "{expired} pairs of expired rows");
+            // Once the watermark passes every `u`, the bounded sides hold nothing, and no
+            // cleanup is left pending.
+            h.watermark(watermark.unwrap_or(0) + 1_000);
+            let (entries, timers) = h.held();
+            assert_eq!(timers, 0, "right-until {right_until}: no timer left");
+            if right_until {
+                assert_eq!(entries, 0, "every row and listing gone");
+            }
         }
+    }
+
+    /// Rows of many keys that expire at a few times (a join on a window's bounds and a price,
+    /// Flink's Nexmark q7) cost a timer per key group and time, not one per key, and each
+    /// leaves state when the watermark passes its time, across a restore.
+    #[test]
+    fn rows_of_many_keys_expiring_together_share_their_timers() {
+        let mut h = Harness::new(
+            &job(
+                "{k: int, u: timestamp}",
+                "[k]",
+                "    left-until: u
+    right-until: u
+    columns: {k: l.k}
+",
+            ),
+            "op",
+        );
+        let keys = 3_000;
+        let rows: Vec<Value> = (0..keys)
+            .map(|k| json!({"k": k, "u": if k % 3 == 0 { 200 } else { 100 }}))
+            .collect();
+        for chunk in rows.chunks(500) {
+            h.push(0, chunk);
+        }
+        let (entries, timers) = h.held();
+        // At most one timer per key group (128) and time (2).
+        assert!(timers <= 256, "{timers} timers for {keys} keys");
+        assert!(entries >= keys as usize, "{entries} entries");
+        restart(&mut h, None);
+        h.watermark(100);
+        let (after_100, _) = h.held();
+        assert!(
+            after_100 < entries,
+            "the rows at 100 left: {after_100} of {entries}"
+        );
+        // A key of the right side at 150 matches the left rows still alive (u = 200).
+        h.push(1, &[json!({"k": 3, "u": 150}), json!({"k": 4, "u": 150})]);
+        assert_eq!(
+            h.take(),
+            vec![json!({"k": 3})],
+            "only the left row alive pairs"
+        );
+        h.watermark(200);
+        assert_eq!(h.held(), (0, 0), "everything left at 200");
     }
 }

@@ -162,6 +162,21 @@ impl Harness {
             .unwrap_or_else(|e| panic!("process_watermark: {e}"))
     }
 
+    /// What the operator still holds: its keyed state's entries and pending event-time
+    /// timers ((0, 0) without keyed state).
+    pub fn held(&mut self) -> (usize, usize) {
+        match self.op.keyed_state() {
+            Some(state) => {
+                let timers = state
+                    .timers()
+                    .len(weir_state::TimeDomain::EventTime)
+                    .unwrap_or_else(|e| panic!("counting timers: {e}"));
+                (state.entries(), timers)
+            }
+            None => (0, 0),
+        }
+    }
+
     /// Every input ended.
     pub fn finish(&mut self) {
         self.op

@@ -181,7 +181,10 @@ pub(super) fn explain(j: &JoinSpec, _: &JobSpec) -> Explained {
                 " — a regular join: unbounded unless state.ttl is set"
             }
         )),
-        timers: (j.left_until.is_some() || j.right_until.is_some())
-            .then(|| "event time: each row's until (then it is dropped)".into()),
+        timers: (j.left_until.is_some() || j.right_until.is_some()).then(|| {
+            "event time: one per key group and time rows expire (then those rows are \
+                 dropped)"
+                .into()
+        }),
     }
 }

@@ -1057,14 +1057,18 @@ impl Lowering<'_> {
                 return Err(SqlError::at(p.span, "`*` is not allowed with GROUP BY"));
             };
             let name = name.clone().unwrap_or_else(|| default_name(expr));
+            let expr = integer_averages(&scope, expr);
             // An item that is one aggregate call takes the item's name.
-            let direct = matches!(expr, Expr::Function(f) if is_aggregate(f));
+            let direct = matches!(&expr, Expr::Function(f) if is_aggregate(f));
             let rewritten =
-                self.aggregate_items(&scope, expr, &mut calls, direct.then_some(&name))?;
+                self.aggregate_items(&scope, &expr, &mut calls, direct.then_some(&name))?;
             outputs.push((name, rewritten));
         }
         let having = match &s.having {
-            Some(h) => Some(self.aggregate_items(&scope, h, &mut calls, None)?),
+            Some(h) => {
+                let h = integer_averages(&scope, h);
+                Some(self.aggregate_items(&scope, &h, &mut calls, None)?)
+            }
             None => None,
         };
         if calls.is_empty() && windowed.is_some() {
@@ -1349,6 +1353,7 @@ impl Lowering<'_> {
                 }
                 Item::Expr { expr, name } => {
                     let name = name.clone().unwrap_or_else(|| default_name(expr));
+                    let expr = &integer_averages(&scope, expr);
                     let direct = matches!(expr, Expr::Function(f) if f.over.is_some());
                     let mut error = None;
                     let mut replace = |f: &ast::Function| -> Result<Option<String>, SqlError> {
@@ -1667,6 +1672,54 @@ pub(super) enum From {
 pub(super) enum Done {
     Planned(Rel),
     Side(Side),
+}
+
+/// `expr` with each `AVG(x)` of an INT `x` as `(SUM(x) / COUNT(x))`, typed as Flink types
+/// it: the average of an integer column is of the column's type, the quotient truncated
+/// toward zero (Java's integer division). A sum and a count of integers are exact where a
+/// FLOAT average loses digits above 2^53 (a sum beyond INT's range fails the job with an
+/// overflow, rather than give a wrong average), and both take rows back, so the same holds in
+/// a running `GROUP BY` over updates. `FILTER (WHERE ...)` and `OVER (...)` go with both
+/// calls; `AVG(DISTINCT x)` is left as it is (and refused where aggregates are compiled).
+fn integer_averages(scope: &Scope<'_>, expr: &Expr) -> Expr {
+    let mut e = expr.clone();
+    let _ = ast::visit_expressions_mut(&mut e, |node| {
+        let replacement = match &*node {
+            Expr::Function(f) if call_name(f) == "avg" => match &f.args {
+                ast::FunctionArguments::List(list)
+                    if !matches!(
+                        list.duplicate_treatment,
+                        Some(ast::DuplicateTreatment::Distinct)
+                    ) =>
+                {
+                    match list.args.as_slice() {
+                        [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg))]
+                            if scope.type_of(arg) == Some(arrow_schema::DataType::Int64) =>
+                        {
+                            let call = |name: &str| {
+                                let mut c = f.clone();
+                                c.name = ast::ObjectName::from(vec![ast::Ident::new(name)]);
+                                Box::new(Expr::Function(c))
+                            };
+                            Some(Expr::Nested(Box::new(Expr::BinaryOp {
+                                left: call("sum"),
+                                op: ast::BinaryOperator::Divide,
+                                right: call("count"),
+                            })))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(r) = replacement {
+            *node = r;
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    e
 }
 
 /// The window a cascaded window aggregate computes in: 1 ms, which holds the rows of one

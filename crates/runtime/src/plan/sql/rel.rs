@@ -241,6 +241,25 @@ impl Scope<'_> {
         Ok(self.rewrite(expr, &mut |_| Ok(None))?.to_string())
     }
 
+    /// The type of `expr` over one relation's columns; `None` over two, or when it does not
+    /// compile (which the node made of it reports, at its clause).
+    pub(super) fn type_of(&self, expr: &Expr) -> Option<DataType> {
+        let Scope::One(side) = self else {
+            return None;
+        };
+        let text = self.render(expr).ok()?;
+        let schema = arrow_schema::Schema::new(
+            side.rel
+                .cols
+                .iter()
+                .map(|(n, t)| arrow_schema::Field::new(n, t.clone(), true))
+                .collect::<Vec<_>>(),
+        );
+        crate::expr::Expr::compile(&text, &schema)
+            .ok()
+            .map(|e| e.data_type().clone())
+    }
+
     /// Like [`Scope::render`], but `replace` may substitute a call (an aggregate, a window
     /// function) by a column before it is refused.
     pub(super) fn rewrite(
