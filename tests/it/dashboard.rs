@@ -234,7 +234,7 @@ async fn dashboard_submits_watches_savepoints_and_cancels_a_job() {
     c.goto(&format!("{base}/#/jobs/{id}")).await.unwrap();
     wait_js(
         &c,
-        "return !document.getElementById('act-cancel')?.disabled;",
+        "const b = document.getElementById('act-cancel'); return !!b && !b.disabled;",
         |v| v == &json!(true),
     )
     .await;
@@ -472,7 +472,7 @@ async fn dashboard_shows_subtasks_output_logs_and_the_effective_job_and_keeps_se
     c.goto(&format!("{base}/#/jobs/{id}")).await.unwrap();
     wait_js(
         &c,
-        "return !document.getElementById('act-cancel')?.disabled;",
+        "const b = document.getElementById('act-cancel'); return !!b && !b.disabled;",
         |v| v == &json!(true),
     )
     .await;
