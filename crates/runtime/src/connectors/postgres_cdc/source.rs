@@ -431,15 +431,7 @@ impl Reader {
             let lsn = slot_state(client, &shared.slot)
                 .await?
                 .map_or(0, |s| s.confirmed);
-            self.send(
-                Vec::new(),
-                Position {
-                    slot: shared.slot.clone(),
-                    lsn,
-                    snapshot: None,
-                },
-            )
-            .await?;
+            self.send_at(Vec::new(), lsn, None).await?;
             return Ok((stream, lsn));
         }
         if slot.is_some() {
@@ -482,15 +474,8 @@ impl Reader {
             after: None,
             rows: 0,
         };
-        self.send(
-            Vec::new(),
-            Position {
-                slot: shared.slot.clone(),
-                lsn,
-                snapshot: Some(progress.clone()),
-            },
-        )
-        .await?;
+        self.send_at(Vec::new(), lsn, Some(progress.clone()))
+            .await?;
         self.copy(client, described, progress, lsn).await?;
         Ok((stream, lsn))
     }
@@ -597,15 +582,7 @@ impl Reader {
                     after: after.clone(),
                     rows,
                 };
-                self.send(
-                    batches,
-                    Position {
-                        slot: shared.slot.clone(),
-                        lsn,
-                        snapshot: Some(progress),
-                    },
-                )
-                .await?;
+                self.send_at(batches, lsn, Some(progress)).await?;
             }
             client
                 .batch_execute("CLOSE weir_cdc")
@@ -619,15 +596,7 @@ impl Reader {
             .batch_execute("COMMIT")
             .await
             .map_err(|e| pg_error(&e, "ending the snapshot"))?;
-        self.send(
-            Vec::new(),
-            Position {
-                slot: shared.slot.clone(),
-                lsn,
-                snapshot: None,
-            },
-        )
-        .await
+        self.send_at(Vec::new(), lsn, None).await
     }
 
     /// Follows the slot from `lsn`: each transaction's changes to the tables, sent whole at its
@@ -709,11 +678,10 @@ impl Reader {
                         .iter()
                         .map(|t| t.as_ref())
                         .filter(|t| {
-                            shared.tables.iter().any(|p| {
-                                *t == p.display()
-                                    || *t == p.table_name
-                                    || *t == format!("{}.{}", p.schema_name, p.table_name)
-                            })
+                            shared
+                                .tables
+                                .iter()
+                                .any(|p| *t == p.display() || *t == p.table_name)
                         })
                         .collect();
                     if !ours.is_empty() {
@@ -750,15 +718,7 @@ impl Reader {
                     emitted = end;
                     let batches = t.finish()?;
                     self.stream_progress(emitted);
-                    self.send(
-                        batches,
-                        Position {
-                            slot: shared.slot.clone(),
-                            lsn: emitted,
-                            snapshot: None,
-                        },
-                    )
-                    .await?;
+                    self.send_at(batches, emitted, None).await?;
                 }
                 EventType::Message {
                     flags,
@@ -775,15 +735,7 @@ impl Reader {
                     {
                         emitted = at;
                         self.stream_progress(emitted);
-                        self.send(
-                            Vec::new(),
-                            Position {
-                                slot: shared.slot.clone(),
-                                lsn: emitted,
-                                snapshot: None,
-                            },
-                        )
-                        .await?;
+                        self.send_at(Vec::new(), emitted, None).await?;
                     }
                 }
                 _ => {}
@@ -932,6 +884,25 @@ impl Reader {
         if let Ok(mut partitions) = self.metrics.partitions.lock() {
             partitions.clone_from(&self.progress);
         }
+    }
+
+    /// [`Self::send`] with the position in the source's slot at `lsn`.
+    async fn send_at(
+        &self,
+        batches: Vec<(usize, RecordBatch)>,
+        lsn: u64,
+        snapshot: Option<SnapshotProgress>,
+    ) -> Result<(), OperatorError> {
+        let slot = self.shared.slot.clone();
+        self.send(
+            batches,
+            Position {
+                slot,
+                lsn,
+                snapshot,
+            },
+        )
+        .await
     }
 
     async fn send(
