@@ -273,19 +273,23 @@ impl Shared {
     }
 
     /// The snapshot after the last one whose rows the marker's writer committed (0: none).
+    /// A marker the cluster did not return is an error, never "none": that would write
+    /// committed rows a second time.
     fn committed_up_to(&self, marker: &Marker) -> Result<u64, KafkaError> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.spec.topic, 0);
         let committed = marker.consumer.committed_offsets(tpl, REQUEST_TIMEOUT)?;
-        Ok(
-            match committed
-                .find_partition(&self.spec.topic, 0)
-                .map(|e| e.offset())
-            {
-                Some(Offset::Offset(n)) if n > 0 => n as u64,
-                _ => 0,
-            },
-        )
+        // librdkafka answers a failed request as a whole with `Err`, and a partition it could
+        // not fetch with an error on that partition's entry (and no offset).
+        let entry = committed
+            .find_partition(&self.spec.topic, 0)
+            .ok_or(KafkaError::OffsetFetch(RDKafkaErrorCode::UnknownPartition))?;
+        entry.error()?;
+        Ok(match entry.offset() {
+            Offset::Offset(n) => u64::try_from(n).unwrap_or(0),
+            // No offset committed for the group: no transaction of the marker's yet.
+            _ => 0,
+        })
     }
 
     /// Writes one transaction's rows with its marker, unless the marker says it was.
@@ -727,5 +731,54 @@ mod tests {
             .encode(&b, &mut rows)
             .expect("encode");
         assert_eq!(rows[0].0.as_deref(), Some(r#"{"id":7,"name":"n\n7"}"#));
+    }
+
+    fn shared(servers: &str, topic: &str) -> Shared {
+        let spec: KafkaSinkSpec = serde_json::from_value(serde_json::json!({
+            "from": "in",
+            "bootstrap-servers": servers,
+            "topic": topic,
+            "delivery": "exactly-once",
+        }))
+        .expect("spec");
+        Shared {
+            spec,
+            prefix: "t".into(),
+            lineage: Mutex::new("l".into()),
+            writers: tokio::sync::Mutex::new(HashMap::new()),
+            markers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A marker the cluster answers for without an offset reads as "nothing committed"; one it
+    /// answers for with an error on the partition (librdkafka's mock cluster does for a topic
+    /// it does not have) is an error, not "nothing committed", which would write the
+    /// transaction's rows a second time.
+    #[test]
+    fn a_marker_that_could_not_be_read_is_an_error_not_nothing_committed() {
+        let mock = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("out", 1, 1).expect("topic");
+        let servers = mock.bootstrap_servers();
+        let t = Transaction {
+            writer: 0,
+            snapshot: 1,
+            lineage: "l".into(),
+            records: Vec::new(),
+        };
+        let known = shared(&servers, "out");
+        let marker = known.marker(&known.marker_group(&t)).expect("marker");
+        assert_eq!(known.committed_up_to(&marker).expect("read"), 0);
+        let unknown = shared(&servers, "not-there");
+        let marker = unknown.marker(&unknown.marker_group(&t)).expect("marker");
+        let read = unknown.committed_up_to(&marker);
+        assert!(
+            matches!(
+                read,
+                Err(KafkaError::OffsetFetch(
+                    RDKafkaErrorCode::UnknownTopicOrPartition
+                ))
+            ),
+            "{read:?}"
+        );
     }
 }
