@@ -69,6 +69,7 @@ mod docs;
 mod fleet;
 mod hostile;
 mod hosting;
+mod iceberg;
 mod jsonl;
 mod kafka;
 mod nats;

@@ -580,6 +580,7 @@ fn connector_problems(
                 Endpoint::Kafka { servers } => endpoints.broker_refusal(servers),
                 Endpoint::Nats { servers } => endpoints.nats_refusal(servers),
                 Endpoint::Postgres { connection } => endpoints.database_refusal(connection),
+                Endpoint::ObjectStore { endpoint } => endpoints.refusal(endpoint),
             };
             if let Some(why) = why {
                 problems.push(source.at_value(&format!("{at}{}", reach.at), why));

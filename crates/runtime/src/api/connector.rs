@@ -65,6 +65,8 @@ pub enum Endpoint {
     Nats { servers: String },
     /// A PostgreSQL connection string, libpq `key=value` or a URL (port 5432).
     Postgres { connection: String },
+    /// An S3-compatible object store's endpoint URL (`http://127.0.0.1:9000`).
+    ObjectStore { endpoint: String },
 }
 
 /// A destination, at the key of the spec that names it.

@@ -23,12 +23,14 @@
 //!   checkpointed sequences) and out (deterministic message ids, commit markers).
 //! - [`postgres_cdc`]: PostgreSQL tables' changes in, from a logical replication slot.
 //! - [`blackhole`], [`stdout`], [`file`], [`postgres`]: sinks.
+//! - [`iceberg`]: an Apache Iceberg table out, one Iceberg snapshot per completed checkpoint.
 //!
 //! Every connector implements the contract of [`crate::api`] and imports nothing of the
 //! executor or the planner.
 
 pub mod blackhole;
 pub mod file;
+pub mod iceberg;
 pub mod jsonl;
 pub mod kafka;
 pub mod nats;
@@ -162,6 +164,10 @@ sinks! {
     /// Rows into a NATS JetStream stream as JSON messages; exactly once with checkpoints
     /// (published when the checkpoint completes, with deterministic `Nats-Msg-Id`s).
     Nats(nats::spec::NatsSinkSpec) = "nats",
+    /// Rows into an Apache Iceberg table (Parquet data files, a SQL catalog on SQLite or
+    /// PostgreSQL, a local or S3 warehouse); exactly once with checkpoints (one Iceberg
+    /// snapshot per completed checkpoint).
+    Iceberg(Box<iceberg::IcebergSinkSpec>) = "iceberg",
 }
 
 impl SourceSpec {

@@ -210,6 +210,8 @@ pub(crate) enum TimePart {
     Calendar(DatePart),
     /// Whole seconds since the epoch, rounded down.
     Epoch,
+    /// Monday = 1 ... Sunday = 7: Arrow's Monday = 0 plus one.
+    IsoDayOfWeek,
 }
 
 const TIME_PARTS: &str =
@@ -228,7 +230,7 @@ fn time_part_named(name: &str) -> Option<TimePart> {
         "second" | "seconds" => P::Second,
         "millisecond" | "milliseconds" | "ms" => P::Millisecond,
         "dow" | "dayofweek" => P::DayOfWeekSunday0,
-        "isodow" => P::DayOfWeekMonday1,
+        "isodow" => return Some(TimePart::IsoDayOfWeek),
         "doy" | "dayofyear" => P::DayOfYear,
         "epoch" => return Some(TimePart::Epoch),
         _ => return None,
@@ -328,6 +330,11 @@ impl Operator for ExtractOp {
                     let parts =
                         date_part(timestamps, part).map_err(|e| EvalError::from_arrow(sql, e))?;
                     primitive::<Int32Type>(parts.as_ref(), sql)?.unary(i64::from)
+                }
+                TimePart::IsoDayOfWeek => {
+                    let parts = date_part(timestamps, DatePart::DayOfWeekMonday0)
+                        .map_err(|e| EvalError::from_arrow(sql, e))?;
+                    primitive::<Int32Type>(parts.as_ref(), sql)?.unary(|d| i64::from(d) + 1)
                 }
             };
             Ok(Arc::new(result) as ArrayRef)
