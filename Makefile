@@ -149,6 +149,7 @@ bench: build-bench
 	  && $(WEIR) bench postgres-cdc --connection "host=127.0.0.1 port=$$port user=postgres dbname=postgres"; status=$$?; \
 	scripts/pg-cluster.sh stop $$pg; rm -rf $$pg; exit $$status
 	scripts/bench-stage-fence.sh
+	scripts/bench-iceberg.sh $(WEIR)
 
 ## Nexmark q0–q9, q11 and q14–q22 on Apache Flink beside weir (issue 26; not part of `make
 ## test`): the same JSON-lines file (made once if missing), Flink SQL texts in
