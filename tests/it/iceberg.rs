@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::postgres::Cluster;
 use crate::recovery::{Rng, weir};
-use crate::s3::S3Server;
+use crate::s3::{Proxy, S3Server};
 use crate::support::{golden_q5, q5_rows, run_through_kills, script};
 
 const EVENTS: u64 = 150_000;
@@ -274,4 +274,65 @@ fn a_table_of_other_columns_and_an_unreachable_catalog_fail_with_what_to_do() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("PostgreSQL catalog"), "{text}");
+}
+
+#[test]
+fn s3_errors_and_an_outage_mid_run_cost_retries_and_restarts_not_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = golden_q5(EVENTS, dir.path());
+    let s3 = S3Server::start();
+    let proxy = Proxy::start(s3.port());
+    let catalog = dir.path().join("catalog.db");
+    let job = q5_job(
+        dir.path(),
+        &format!(
+            "    catalog: {{uri: \"sqlite://{}\"}}\n    warehouse:\n      url: s3://weir/faults\n      \
+             endpoint: {}\n      allow-http: true\n      region: us-east-1\n      \
+             access-key-id: test\n      secret-access-key: test\n      max-retries: 1\n      \
+             request-timeout: 2s\n    namespace: nexmark\n    table: q5\n",
+            catalog.display(),
+            proxy.endpoint()
+        ),
+    );
+    let child = weir(&dir.path().join("data"))
+        .arg("run")
+        .arg(&job)
+        .arg("--quiet")
+        .args(["--set", &format!("sources.nexmark.events={EVENTS}")])
+        .args(["--set", "sources.nexmark.rate=50000"])
+        .args(["--set", "parallelism=2"])
+        .args(["--set", "checkpoint.interval=200ms"])
+        .args(["--set", "restart.max-attempts=50"])
+        .args(["--set", "restart.delay=300ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Errors on writes (data files, manifests, metadata) early on, then the store gone for a
+    // while in the middle of the run.
+    std::thread::sleep(Duration::from_millis(600));
+    proxy.fail_next("PUT", 4);
+    std::thread::sleep(Duration::from_millis(700));
+    proxy.set_down(true);
+    std::thread::sleep(Duration::from_millis(1500));
+    proxy.set_down(false);
+    let log = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&log.stderr);
+    assert!(log.status.success(), "the run completes: {text}");
+    let got = read(
+        &format!("sqlite:///{}", catalog.display()),
+        "s3://weir/faults",
+        "nexmark.q5",
+        &["--s3", &s3.endpoint()],
+    );
+    let got_rows = q5_rows(rows(&got));
+    if got_rows != expected {
+        eprintln!("the run's log:\n{text}");
+    }
+    assert_eq!(got_rows, expected, "each row once, through the errors");
+    assert_eq!(
+        strings(&got["files"]),
+        strings(&got["stored"]),
+        "every data file on S3 is referenced by the table"
+    );
 }

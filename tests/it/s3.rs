@@ -66,6 +66,10 @@ impl S3Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The environment a `weir` child process reaches the server with.
     pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -126,14 +130,14 @@ struct ProxyState {
 }
 
 /// An HTTP proxy in front of the server, one request per connection.
-struct Proxy {
+pub(crate) struct Proxy {
     port: u16,
     state: Arc<ProxyState>,
     accept: Option<JoinHandle<()>>,
 }
 
 impl Proxy {
-    fn start(upstream: u16) -> Self {
+    pub(crate) fn start(upstream: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(ProxyState {
@@ -161,11 +165,11 @@ impl Proxy {
         }
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn fail_next(&self, method: &str, n: u32) {
+    pub(crate) fn fail_next(&self, method: &str, n: u32) {
         *self.state.fail.lock().unwrap() = Some((method.into(), n));
     }
 
@@ -174,7 +178,7 @@ impl Proxy {
     }
 
     /// Takes the store away (every connection closed unanswered) or brings it back.
-    fn set_down(&self, down: bool) {
+    pub(crate) fn set_down(&self, down: bool) {
         self.state.down.store(down, Ordering::SeqCst);
     }
 

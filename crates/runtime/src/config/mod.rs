@@ -6,13 +6,16 @@
 //! # Layout
 //! - [`units`]: `100ms`, `1h 30m`, `64MiB` in job files.
 //! - [`paths`]: the data directory, and names made safe as path components.
+//! - [`storage`]: a local path or S3 with its settings (checkpoints, the Iceberg warehouse).
 
 pub mod paths;
+pub mod storage;
 pub mod units;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use self::storage::{StorageSettings, StorageSpec};
 pub use self::units::{ByteSize, HumanDuration, SignedDuration};
 
 /// What to do with a record that cannot be read.

@@ -68,7 +68,7 @@ use crate::api::connector::{
 };
 use crate::api::two_phase::{Committer, Recovered, Stage, TwoPhase, TwoPhaseFactory};
 use crate::api::{OperatorError, Sink, SinkFactory, SnapshotTransaction, SubtaskContext};
-use crate::spec::StorageSpec;
+use crate::config::StorageSpec;
 
 use self::catalog::{CatalogUri, SqlCatalog};
 use self::storage::{WeirStorage, WeirStorageFactory};
@@ -106,7 +106,7 @@ pub struct IcebergSinkSpec {
     /// A data file is closed and a new one begun past this size (default 128 MiB); files are
     /// closed at every checkpoint too, so the checkpoint interval also bounds their size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_file_size: Option<crate::spec::ByteSize>,
+    pub target_file_size: Option<crate::config::ByteSize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub parallelism: Option<u32>,
@@ -139,13 +139,9 @@ fn default_catalog_name() -> String {
 /// Data files close past this size unless `target-file-size` says otherwise.
 const DEFAULT_TARGET_FILE_SIZE: u64 = 128 << 20;
 
-/// The warehouse's storage settings as the checkpoint storage's.
+/// The warehouse's storage settings, read as the checkpoint storage's.
 fn warehouse_config(spec: &StorageSpec) -> Result<weir_checkpoint::StorageConfig, String> {
-    let checkpoint = crate::spec::CheckpointSpec {
-        storage: Some(spec.clone()),
-        ..Default::default()
-    };
-    checkpoint.storage_config()
+    spec.config()
 }
 
 impl IcebergSinkSpec {
